@@ -1,0 +1,140 @@
+# torchserve-c build. `make run` and `make test` are the two commands a new user needs.
+#   make                   build the three binaries into build/bin/
+#   make models            build the example models into model-store/ (python3-torch + our archiver)
+#   make run               install deps, build, build models, serve them in the foreground
+#   make test              install deps, build, run unit and integration tests
+#   make SANITIZE=address,undefined test-unit test-smoke    the same under ASan/UBSan
+#   make bench             run scripts/bench/ (figures for the issues' benchmarks)
+
+PYTHON   := /usr/bin/python3
+CC       := gcc
+CXX      := g++
+SANITIZE ?=
+BUILD    ?= build$(if $(SANITIZE),-san)
+OPT      ?= -O2
+
+CFLAGS   := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
+            -Icommon -Ibackend -Ifrontend -I$(BUILD)/gen
+CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -Ibackend \
+            -I/usr/include/torch/csrc/api/include -Wno-unused-parameter
+LDFLAGS  := -pthread -rdynamic
+ifneq ($(SANITIZE),)
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+CFLAGS   += $(SANFLAGS)
+LDFLAGS  += $(SANFLAGS)
+endif
+
+COMMON_SRCS   := $(wildcard common/*.c)
+PROTOS        := $(wildcard proto/*.proto)
+PROTO_C       := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
+PROTO_C       += $(if $(PROTOS),$(BUILD)/gen/google/protobuf/empty.pb-c.c)
+FRONTEND_SRCS := $(filter-out frontend/archiver.c,$(wildcard frontend/*.c))
+ARCHIVER_SRCS := frontend/archiver.c frontend/archive.c
+BACKEND_SRCS  := $(wildcard backend/*.c) $(wildcard backend/handlers/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+FRONTEND_LIBS := -levent -levent_pthreads -lgrpc -lgpr -lprotobuf-c -llmdb -lyaml -ljansson \
+                 -larchive -luuid
+WORKER_LIBS   := -ltorch -ltorch_cpu -lc10 -lstdc++ -llmdb -lyaml -ljansson -luuid -ldl
+ARCHIVER_LIBS := -larchive -ljansson -lyaml -luuid
+
+BINS := $(BUILD)/bin/torchserve-c $(BUILD)/bin/torchserve-c-worker $(BUILD)/bin/torchserve-c-archiver
+
+.PHONY: all deps models run test test-unit test-integration test-smoke bench clean format \
+        format-check pystubs
+all: $(BINS) pystubs
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# generated protobuf-c code is compiled without -Werror's unused-parameter noise
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
+
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -Iproto -I/usr/include $<
+
+$(BUILD)/gen/google/protobuf/empty.pb-c.c: /usr/include/google/protobuf/empty.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -I/usr/include $<
+
+PROTO_OBJS := $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
+# every frontend object may include generated headers
+$(call obj,$(FRONTEND_SRCS)): | $(PROTO_C)
+
+$(BUILD)/bin/torchserve-c: $(call obj,$(FRONTEND_SRCS) $(COMMON_SRCS)) $(PROTO_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FRONTEND_LIBS)
+
+$(BUILD)/obj/backend/torch_shim.o: backend/torch_shim.cpp backend/torch_shim.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/bin/torchserve-c-worker: $(call obj,$(BACKEND_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/backend/torch_shim.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(WORKER_LIBS)
+
+$(BUILD)/bin/torchserve-c-archiver: $(call obj,$(ARCHIVER_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(ARCHIVER_LIBS)
+
+# Python gRPC stubs for the tests and scripts/ clients
+PYSTUBS := $(patsubst proto/%.proto,$(BUILD)/py/%_pb2.py,$(PROTOS))
+pystubs: $(PYSTUBS)
+$(BUILD)/py/%_pb2.py: proto/%.proto
+	@mkdir -p $(BUILD)/py
+	protoc --python_out=$(BUILD)/py --grpc_python_out=$(BUILD)/py \
+	    --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin -Iproto -I/usr/include $<
+
+# ---- example models ----
+MODELS := $(notdir $(wildcard scripts/models/*))
+MARS   := $(patsubst %,model-store/%.mar,$(MODELS))
+models: $(MARS)
+model-store/%.mar: scripts/models/%/* scripts/models/build_model.sh $(BUILD)/bin/torchserve-c-archiver
+	@scripts/models/build_model.sh $* $(BUILD)
+
+run: deps all models
+	$(BUILD)/bin/torchserve-c --start --foreground --model-store model-store --models all \
+	    --ts-config config.properties
+
+# ---- tests ----
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+# A unit test #includes the .c under test; the rest comes from libcommon.a, whose members are
+# only pulled in for symbols the test does not define itself.
+$(BUILD)/libcommon.a: $(call obj,$(COMMON_SRCS))
+	ar rcs $@ $^
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/tap.h $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libcommon.a $(LDFLAGS) \
+	    -levent -lyaml -ljansson -larchive -luuid -llmdb
+
+test-unit: $(UNIT_TESTS)
+	@fail=0; for t in $(UNIT_TESTS); do $$t || fail=1; done; exit $$fail
+
+test-integration: all models
+	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+
+test-smoke: all models
+	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider -m smoke tests/integration
+
+test: deps all models test-unit test-integration
+
+bench: all models
+	scripts/bench/run_all.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
+format-check:
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h' '*.cpp')
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

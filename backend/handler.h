@@ -1,0 +1,120 @@
+/*
+ * handler.h: the C handler ABI of torchserve-c-worker (version 1).
+ *
+ * A handler is a `struct ts_handler`. Built-in handlers are compiled into the worker
+ * (backend/handlers/); any other handler is a shared library shipped in the model archive and
+ * named in MANIFEST.json as "libfoo.so" (symbol `ts_handler_v1`) or "libfoo.so:symbol". The
+ * symbol is a function `const struct ts_handler *symbol(void)`.
+ *
+ * Threading: the worker is single-threaded; every callback and every ts_* function below runs on
+ * that one thread. Memory: strings and buffers the worker hands out stay valid until the callback
+ * returns (request data: until the request finishes). Everything a handler passes in is copied.
+ *
+ * Requests and steps. Each call of `handle` receives n requests, indexed 0..n-1 in this call.
+ * When `handle` returns, each request is finished, and its final frame goes to the frontend
+ * (ts_stream_next: false if the request streamed), unless the handler called ts_continue() on it.
+ * Only handlers with TS_HANDLER_CONTINUOUS may continue requests: they hold up to batch_size
+ * requests at once; every call is one step over the requests that are due, new ones join at the
+ * next step and finished ones leave (continuous batching). Indices change between calls: use
+ * ts_request_id() or ts_set_user() to keep per-request state.
+ *
+ * Streaming: ts_send_intermediate_response() queues a partial result (ts_stream_next: true).
+ * Queued partials are written when `handle` returns, or at once by ts_flush().
+ */
+#ifndef TS_HANDLER_H
+#define TS_HANDLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TS_HANDLER_ABI_VERSION 1
+
+/* handler flags */
+#define TS_HANDLER_CONTINUOUS 0x1u
+
+/* sequence events delivered to seq_event (same values as the wire, common/otf.h) */
+#define TS_SEQ_END 1
+#define TS_SEQ_CANCEL 2
+#define TS_SEQ_IDLE 3
+#define TS_SEQ_TIMEOUT 4
+
+struct ts_ctx; /* opaque, one per worker */
+
+struct ts_handler {
+    int abi_version; /* TS_HANDLER_ABI_VERSION */
+    const char *name;
+    unsigned flags;
+    /* Load the model. Return 0, or a negative value after ts_set_load_error(). */
+    int (*init)(struct ts_ctx *ctx, void **state);
+    /* Process the n requests of this step. */
+    void (*handle)(void *state, struct ts_ctx *ctx, size_t n);
+    /* Optional: a sequence ended (TS_SEQ_*); drop its state. */
+    void (*seq_event)(void *state, struct ts_ctx *ctx, const char *seq_id, int event);
+    /* Optional: free everything. */
+    void (*destroy)(void *state);
+};
+
+typedef const struct ts_handler *ts_handler_get_fn(void);
+
+/* ---- model ---- */
+const char *ts_model_name(struct ts_ctx *ctx);
+const char *ts_model_dir(struct ts_ctx *ctx);
+int ts_batch_size(struct ts_ctx *ctx);
+/* MANIFEST.json model.serializedFile (may be ""). */
+const char *ts_serialized_file(struct ts_ctx *ctx);
+/* model-config.yaml value by dotted path, e.g. "handler.delay_ms", "batchSize". NULL if absent. */
+const char *ts_config_get(struct ts_ctx *ctx, const char *path);
+long ts_config_get_long(struct ts_ctx *ctx, const char *path, long dflt);
+void ts_set_load_error(struct ts_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- requests of the current call ---- */
+const char *ts_request_id(struct ts_ctx *ctx, size_t idx);
+/* Request header (case-insensitive name), NUL-terminated; NULL if absent. */
+const char *ts_get_header(struct ts_ctx *ctx, size_t idx, const char *name);
+/* A parameter by name; NULL if absent. *len and *ctype (may be "") are optional. */
+const void *ts_get_param(struct ts_ctx *ctx, size_t idx, const char *name, size_t *len,
+                         const char **ctype);
+/* The request body: the parameter named "body", else "data", else the first one. */
+const void *ts_get_body(struct ts_ctx *ctx, size_t idx, size_t *len, const char **ctype);
+size_t ts_param_count(struct ts_ctx *ctx, size_t idx);
+const void *ts_param_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name, size_t *len,
+                        const char **ctype);
+/* 1 the first time a request is passed to handle. */
+int ts_is_new(struct ts_ctx *ctx, size_t idx);
+/* Per-request handler data, freed with free_fn when the request finishes or is cancelled. */
+void *ts_get_user(struct ts_ctx *ctx, size_t idx);
+void ts_set_user(struct ts_ctx *ctx, size_t idx, void *user, void (*free_fn)(void *));
+/* The request's sequence id (header ts_request_sequence_id), NULL if none. */
+const char *ts_sequence_id(struct ts_ctx *ctx, size_t idx);
+/* 1 once the client went away or the sequence was cancelled: stop producing for it. */
+int ts_is_cancelled(struct ts_ctx *ctx, size_t idx);
+
+/* ---- responses ---- */
+void ts_set_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t len);
+void ts_set_status(struct ts_ctx *ctx, size_t idx, int status, const char *phrase);
+void ts_set_content_type(struct ts_ctx *ctx, size_t idx, const char *ctype);
+void ts_set_header(struct ts_ctx *ctx, size_t idx, const char *key, const char *val);
+/* Status + JSON body {"code": status, "type": "...", "message": msg}. */
+void ts_set_error(struct ts_ctx *ctx, size_t idx, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Queue a partial result (TorchServe's send_intermediate_predict_response). */
+int ts_send_intermediate_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t len);
+/* Write queued partials now. */
+int ts_flush(struct ts_ctx *ctx);
+/* TS_HANDLER_CONTINUOUS only: keep the request and pass it to handle again after delay_us. */
+void ts_continue(struct ts_ctx *ctx, size_t idx, int64_t delay_us);
+
+/* ---- per-sequence state (LRU + LMDB write-through; see the stateful issue) ---- */
+const void *ts_state_get(struct ts_ctx *ctx, size_t idx, size_t *len);
+int ts_state_put(struct ts_ctx *ctx, size_t idx, const void *data, size_t len);
+int ts_state_del(struct ts_ctx *ctx, size_t idx);
+
+/* ---- counters, reported by the worker (X-TS-Worker-* response headers, metrics) ---- */
+void ts_counter_add(struct ts_ctx *ctx, const char *name, int64_t delta);
+
+/* ---- logging through the worker's logger ---- */
+void ts_log(struct ts_ctx *ctx, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,358 @@
+/*
+ * otf: encoder and decoder for the worker frame protocol (see otf.h for the layout).
+ *
+ * The protocol has no frame length prefix, so a decoder cannot know a frame is complete before
+ * it has walked it. Decoding therefore restarts from the frame's first byte whenever more bytes
+ * arrive (as TorchServe's Netty decoder does from its mark). Frames are small relative to the
+ * socket buffer in practice, so the re-walk costs little; every length is checked against
+ * max_field before anything is trusted.
+ */
+#include "otf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int otf_str_eq(struct otf_str s, const char *c)
+{
+    size_t n = strlen(c);
+    return s.len >= 0 && (size_t)s.len == n && (n == 0 || memcmp(s.p, c, n) == 0);
+}
+
+char *otf_strdup(struct otf_str s)
+{
+    if (s.len <= 0)
+        return xstrdup("");
+    return xstrndup(s.p, (size_t)s.len);
+}
+
+const struct otf_kv *otf_find_kv(const struct otf_kv *kv, size_t n, const char *key)
+{
+    const struct otf_kv *found = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (otf_str_eq(kv[i].key, key))
+            found = &kv[i];
+    return found;
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+void otf_put_str(struct buf *b, struct otf_str s)
+{
+    if (s.len <= 0 || !s.p) {
+        buf_put_i32(b, 0);
+        return;
+    }
+    buf_put_i32(b, s.len);
+    buf_put(b, s.p, (size_t)s.len);
+}
+
+void otf_encode_load(struct buf *b, const struct otf_load *l)
+{
+    buf_put_u8(b, OTF_CMD_LOAD);
+    otf_put_str(b, l->model_name);
+    otf_put_str(b, l->model_path);
+    buf_put_i32(b, l->batch_size > 0 ? l->batch_size : 1);
+    otf_put_str(b, l->handler);
+    buf_put_i32(b, l->gpu_id);
+    otf_put_str(b, l->envelope);
+    buf_put_u8(b, l->limit_max_image_pixels);
+}
+
+void otf_encode_infer_begin(struct buf *b)
+{
+    buf_put_u8(b, OTF_CMD_INFER);
+}
+
+static void put_kvs(struct buf *b, const struct otf_kv *kv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        otf_put_str(b, kv[i].key);
+        otf_put_str(b, kv[i].val);
+    }
+}
+
+void otf_encode_request(struct buf *b, const struct otf_request *r)
+{
+    otf_put_str(b, r->id);
+    put_kvs(b, r->headers, r->n_headers);
+    buf_put_i32(b, -1);
+    for (size_t i = 0; i < r->n_params; i++) {
+        otf_put_str(b, r->params[i].name);
+        otf_put_str(b, r->params[i].ctype);
+        otf_put_str(b, r->params[i].value);
+    }
+    buf_put_i32(b, -1);
+}
+
+void otf_encode_list_end(struct buf *b)
+{
+    buf_put_i32(b, -1);
+}
+
+void otf_encode_cancel(struct buf *b, const struct otf_str *ids, size_t n)
+{
+    buf_put_u8(b, OTF_CMD_CANCEL);
+    for (size_t i = 0; i < n; i++)
+        otf_put_str(b, ids[i]);
+    buf_put_i32(b, -1);
+}
+
+void otf_encode_seq_event(struct buf *b, struct otf_str seq_id, int32_t event)
+{
+    buf_put_u8(b, OTF_CMD_SEQ_EVENT);
+    otf_put_str(b, seq_id);
+    buf_put_i32(b, event);
+    buf_put_i32(b, -1);
+}
+
+void otf_encode_response_begin(struct buf *b, int32_t code, struct otf_str msg)
+{
+    buf_put_i32(b, code);
+    otf_put_str(b, msg);
+}
+
+void otf_encode_prediction(struct buf *b, const struct otf_prediction *p)
+{
+    otf_put_str(b, p->id);
+    otf_put_str(b, p->ctype);
+    buf_put_i32(b, p->status);
+    otf_put_str(b, p->phrase);
+    buf_put_i32(b, (int32_t)p->n_headers);
+    put_kvs(b, p->headers, p->n_headers);
+    otf_put_str(b, p->body);
+}
+
+/* ---------------------------------------------------------------- decoding */
+
+struct rd {
+    const uint8_t *p;
+    size_t len;
+    size_t off;
+    size_t max;
+};
+
+static int rd_i32(struct rd *r, int32_t *v)
+{
+    if (r->len - r->off < 4)
+        return TS_E_INCOMPLETE;
+    const uint8_t *q = r->p + r->off;
+    *v = (int32_t)(((uint32_t)q[0] << 24) | ((uint32_t)q[1] << 16) | ((uint32_t)q[2] << 8) |
+                   (uint32_t)q[3]);
+    r->off += 4;
+    return 0;
+}
+
+static int rd_u8(struct rd *r, uint8_t *v)
+{
+    if (r->len - r->off < 1)
+        return TS_E_INCOMPLETE;
+    *v = r->p[r->off++];
+    return 0;
+}
+
+/* A string whose length was already read. */
+static int rd_body(struct rd *r, int32_t n, struct otf_str *s)
+{
+    if (n < 0)
+        return TS_E_PROTOCOL;
+    if ((size_t)n > r->max)
+        return TS_E_TOO_LARGE;
+    if (r->len - r->off < (size_t)n)
+        return TS_E_INCOMPLETE;
+    s->p = (const char *)r->p + r->off;
+    s->len = n;
+    r->off += (size_t)n;
+    return 0;
+}
+
+static int rd_str(struct rd *r, struct otf_str *s)
+{
+    int32_t n;
+    int rc = rd_i32(r, &n);
+    if (rc)
+        return rc;
+    return rd_body(r, n, s);
+}
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+/* Grows a malloc'd array by one element; *cap tracks capacity. */
+static void *grow(void *arr, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap)
+        return arr;
+    *cap = *cap ? *cap * 2 : 8;
+    return xrealloc(arr, *cap * elem);
+}
+
+/* Reads {k v}* up to a -1 (list_end) or exactly `count` pairs when count >= 0. */
+static int rd_kvs(struct rd *r, long count, struct otf_kv **out, size_t *n_out)
+{
+    size_t cap = 0, n = 0;
+    struct otf_kv *kv = NULL;
+    int rc = 0;
+    for (long i = 0; count < 0 || i < count; i++) {
+        int32_t klen;
+        if ((rc = rd_i32(r, &klen)))
+            break;
+        if (count < 0 && klen == -1)
+            break;
+        kv = grow(kv, n, &cap, sizeof(*kv));
+        if ((rc = rd_body(r, klen, &kv[n].key)) || (rc = rd_str(r, &kv[n].val)))
+            break;
+        n++;
+        if (n > 100000) {
+            rc = TS_E_TOO_LARGE;
+            break;
+        }
+    }
+    *out = kv;
+    *n_out = n;
+    return rc;
+}
+
+void otf_response_free(struct otf_response *r)
+{
+    for (size_t i = 0; i < r->n_preds; i++)
+        free(r->preds[i].headers);
+    free(r->preds);
+    memset(r, 0, sizeof(*r));
+}
+
+static int decode_response(struct rd *r, struct otf_response *out)
+{
+    size_t cap = 0;
+    TRY(rd_i32(r, &out->code));
+    TRY(rd_str(r, &out->msg));
+    for (;;) {
+        int32_t idlen;
+        TRY(rd_i32(r, &idlen));
+        if (idlen == -1)
+            return 0;
+        out->preds = grow(out->preds, out->n_preds, &cap, sizeof(*out->preds));
+        struct otf_prediction *p = &out->preds[out->n_preds];
+        memset(p, 0, sizeof(*p));
+        out->n_preds++;
+        TRY(rd_body(r, idlen, &p->id));
+        TRY(rd_str(r, &p->ctype));
+        TRY(rd_i32(r, &p->status));
+        TRY(rd_str(r, &p->phrase));
+        int32_t nh;
+        TRY(rd_i32(r, &nh));
+        if (nh < 0 || nh > 100000)
+            return TS_E_PROTOCOL;
+        TRY(rd_kvs(r, nh, &p->headers, &p->n_headers));
+        TRY(rd_str(r, &p->body));
+    }
+}
+
+long otf_decode_response(const uint8_t *p, size_t len, size_t max_field, struct otf_response *out)
+{
+    struct rd r = {p, len, 0, max_field};
+    memset(out, 0, sizeof(*out));
+    int rc = decode_response(&r, out);
+    if (rc) {
+        otf_response_free(out);
+        return rc;
+    }
+    return (long)r.off;
+}
+
+void otf_command_free(struct otf_command *c)
+{
+    for (size_t i = 0; i < c->n_reqs; i++) {
+        free(c->reqs[i].headers);
+        free(c->reqs[i].params);
+    }
+    free(c->reqs);
+    free(c->ids);
+    memset(c, 0, sizeof(*c));
+}
+
+static int decode_params(struct rd *r, struct otf_request *q)
+{
+    size_t cap = 0;
+    for (;;) {
+        int32_t nlen;
+        TRY(rd_i32(r, &nlen));
+        if (nlen == -1)
+            return 0;
+        q->params = grow(q->params, q->n_params, &cap, sizeof(*q->params));
+        struct otf_param *pa = &q->params[q->n_params++];
+        TRY(rd_body(r, nlen, &pa->name));
+        TRY(rd_str(r, &pa->ctype));
+        TRY(rd_str(r, &pa->value));
+    }
+}
+
+static int decode_command(struct rd *r, struct otf_command *c)
+{
+    uint8_t cmd;
+    TRY(rd_u8(r, &cmd));
+    c->cmd = (char)cmd;
+    switch (cmd) {
+    case OTF_CMD_LOAD: {
+        struct otf_load *l = &c->load;
+        TRY(rd_str(r, &l->model_name));
+        TRY(rd_str(r, &l->model_path));
+        TRY(rd_i32(r, &l->batch_size));
+        TRY(rd_str(r, &l->handler));
+        TRY(rd_i32(r, &l->gpu_id));
+        TRY(rd_str(r, &l->envelope));
+        TRY(rd_u8(r, &l->limit_max_image_pixels));
+        return 0;
+    }
+    case OTF_CMD_INFER: {
+        size_t cap = 0;
+        for (;;) {
+            int32_t idlen;
+            TRY(rd_i32(r, &idlen));
+            if (idlen == -1)
+                return 0;
+            c->reqs = grow(c->reqs, c->n_reqs, &cap, sizeof(*c->reqs));
+            struct otf_request *q = &c->reqs[c->n_reqs++];
+            memset(q, 0, sizeof(*q));
+            TRY(rd_body(r, idlen, &q->id));
+            TRY(rd_kvs(r, -1, &q->headers, &q->n_headers));
+            TRY(decode_params(r, q));
+        }
+    }
+    case OTF_CMD_CANCEL: {
+        size_t cap = 0;
+        for (;;) {
+            int32_t idlen;
+            TRY(rd_i32(r, &idlen));
+            if (idlen == -1)
+                return 0;
+            c->ids = grow(c->ids, c->n_ids, &cap, sizeof(*c->ids));
+            TRY(rd_body(r, idlen, &c->ids[c->n_ids++]));
+        }
+    }
+    case OTF_CMD_SEQ_EVENT: {
+        int32_t end;
+        TRY(rd_str(r, &c->seq_id));
+        TRY(rd_i32(r, &c->seq_event));
+        TRY(rd_i32(r, &end));
+        return end == -1 ? 0 : TS_E_PROTOCOL;
+    }
+    default:
+        return TS_E_PROTOCOL;
+    }
+}
+
+long otf_decode_command(const uint8_t *p, size_t len, size_t max_field, struct otf_command *out)
+{
+    struct rd r = {p, len, 0, max_field};
+    memset(out, 0, sizeof(*out));
+    int rc = decode_command(&r, out);
+    if (rc) {
+        otf_command_free(out);
+        return rc;
+    }
+    return (long)r.off;
+}

@@ -1,0 +1,145 @@
+/*
+ * otf: TorchServe's frontend <-> worker frame protocol ("OTF"), both directions, plus our
+ * extensions. Used by the frontend (worker_conn.c) and the worker (backend/worker.c).
+ *
+ * Wire format (all integers int32 big-endian, strings = int32 length + bytes, lists end in -1):
+ *   frontend -> worker
+ *     'L' name path batch_size handler gpu_id envelope limit_max_image_pixels(u8)     load
+ *     'I' { req_id headers{k v}* -1 params{name ctype value}* -1 }* -1                  inference
+ *     'C' { req_id }* -1                                             cancel (our extension)
+ *     'S' seq_id event(int32) -1                                     sequence event (ours)
+ *   worker -> frontend (no command byte)
+ *     code msg { req_id ctype status phrase n_headers {k v}*n body }* -1
+ *   The load reply is the same shape with no predictions.
+ *
+ * Pure: no global state, no logging. Decoders work on a contiguous byte range and return
+ * pointers into it (zero copy): the decoded frame is valid only while that range is. They return
+ * the number of bytes consumed, TS_E_INCOMPLETE when the range holds only part of a frame (call
+ * again with more bytes), or TS_E_PROTOCOL / TS_E_TOO_LARGE for a frame that can never parse.
+ */
+#ifndef TS_OTF_H
+#define TS_OTF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+#define OTF_CMD_LOAD 'L'
+#define OTF_CMD_INFER 'I'
+#define OTF_CMD_CANCEL 'C'
+#define OTF_CMD_SEQ_EVENT 'S'
+
+/* Header that marks streaming frames, as TorchServe defines it. */
+#define OTF_STREAM_NEXT "ts_stream_next"
+
+/* Sequence events (our extension) */
+enum otf_seq_event {
+    OTF_SEQ_END = 1,     /* client ended the sequence */
+    OTF_SEQ_CANCEL = 2,  /* client cancelled the sequence */
+    OTF_SEQ_IDLE = 3,    /* idle longer than sequenceMaxIdleMSec */
+    OTF_SEQ_TIMEOUT = 4, /* older than sequenceTimeoutMSec */
+};
+
+struct otf_str {
+    const char *p; /* not NUL-terminated when decoded */
+    int32_t len;   /* -1 encodes "null" (sent as length 0) */
+};
+
+struct otf_kv {
+    struct otf_str key;
+    struct otf_str val;
+};
+
+struct otf_param {
+    struct otf_str name;
+    struct otf_str ctype;
+    struct otf_str value;
+};
+
+struct otf_load {
+    struct otf_str model_name;
+    struct otf_str model_path;
+    int32_t batch_size;
+    struct otf_str handler;
+    int32_t gpu_id;
+    struct otf_str envelope;
+    uint8_t limit_max_image_pixels;
+};
+
+struct otf_request {
+    struct otf_str id;
+    struct otf_kv *headers;
+    size_t n_headers;
+    struct otf_param *params;
+    size_t n_params;
+};
+
+struct otf_prediction {
+    struct otf_str id;
+    struct otf_str ctype;
+    int32_t status;
+    struct otf_str phrase;
+    struct otf_kv *headers;
+    size_t n_headers;
+    struct otf_str body;
+};
+
+/* A decoded worker->frontend frame. Arrays are malloc'd; free with otf_response_free. */
+struct otf_response {
+    int32_t code;
+    struct otf_str msg;
+    struct otf_prediction *preds;
+    size_t n_preds;
+};
+
+/* A decoded frontend->worker frame. */
+struct otf_command {
+    char cmd;
+    struct otf_load load;       /* 'L' */
+    struct otf_request *reqs;   /* 'I' */
+    size_t n_reqs;
+    struct otf_str *ids;        /* 'C' */
+    size_t n_ids;
+    struct otf_str seq_id;      /* 'S' */
+    int32_t seq_event;
+};
+
+static inline struct otf_str otf_s(const char *s)
+{
+    struct otf_str r = {s, s ? (int32_t)__builtin_strlen(s) : -1};
+    return r;
+}
+
+static inline struct otf_str otf_sn(const char *s, size_t n)
+{
+    struct otf_str r = {s, (int32_t)n};
+    return r;
+}
+
+/* Case-sensitive exact match of a decoded string against a C string. */
+int otf_str_eq(struct otf_str s, const char *c);
+/* malloc'd NUL-terminated copy (a null string gives ""). */
+char *otf_strdup(struct otf_str s);
+
+/* ---- encoding ---- */
+void otf_put_str(struct buf *b, struct otf_str s);
+void otf_encode_load(struct buf *b, const struct otf_load *l);
+void otf_encode_infer_begin(struct buf *b);
+void otf_encode_request(struct buf *b, const struct otf_request *r);
+void otf_encode_list_end(struct buf *b); /* the -1 that closes a batch / prediction list */
+void otf_encode_cancel(struct buf *b, const struct otf_str *ids, size_t n);
+void otf_encode_seq_event(struct buf *b, struct otf_str seq_id, int32_t event);
+void otf_encode_response_begin(struct buf *b, int32_t code, struct otf_str msg);
+void otf_encode_prediction(struct buf *b, const struct otf_prediction *p);
+
+/* ---- decoding ---- (see the top of this file for the return convention) */
+long otf_decode_response(const uint8_t *p, size_t len, size_t max_field, struct otf_response *out);
+void otf_response_free(struct otf_response *r);
+long otf_decode_command(const uint8_t *p, size_t len, size_t max_field, struct otf_command *out);
+void otf_command_free(struct otf_command *c);
+
+/* Header lookups on decoded lists (last match wins, as proto3 maps do). */
+const struct otf_kv *otf_find_kv(const struct otf_kv *kv, size_t n, const char *key);
+
+#endif

@@ -1,0 +1,227 @@
+/*
+ * util: the small helpers every binary needs. Allocation failures abort: the sizes that reach
+ * these functions are bounded by the caller (see util.h).
+ */
+#include "util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <uuid/uuid.h>
+
+const char *ts_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+    case TS_E_MODEL_NOT_FOUND:
+        return "model not found";
+    case TS_E_VERSION_NOT_FOUND:
+        return "model version not found";
+    case TS_E_QUEUE_FULL:
+        return "job queue is full";
+    case TS_E_NO_WORKER:
+        return "no worker";
+    case TS_E_BAD_INPUT:
+        return "bad input";
+    case TS_E_TOO_LARGE:
+        return "too large";
+    case TS_E_PROTOCOL:
+        return "protocol error";
+    case TS_E_INCOMPLETE:
+        return "incomplete frame";
+    case TS_E_BAD_ARCHIVE:
+        return "bad archive";
+    case TS_E_BAD_CONFIG:
+        return "bad configuration";
+    case TS_E_EXISTS:
+        return "already exists";
+    default:
+        if (err < 0 && err > TS_E_BASE)
+            return strerror(-err);
+        return "unknown error";
+    }
+}
+
+static void oom(size_t n)
+{
+    fprintf(stderr, "out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        oom(n);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        oom(n * size);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        oom(n);
+    return q;
+}
+
+char *xstrdup(const char *s)
+{
+    return xstrndup(s, strlen(s));
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *p = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+void buf_init(struct buf *b)
+{
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+void buf_free(struct buf *b)
+{
+    free(b->data);
+    buf_init(b);
+}
+
+void buf_reset(struct buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
+void buf_reserve(struct buf *b, size_t extra)
+{
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need)
+        cap *= 2;
+    b->data = xrealloc(b->data, cap);
+    b->cap = cap;
+}
+
+void buf_put(struct buf *b, const void *p, size_t n)
+{
+    buf_reserve(b, n);
+    if (n)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void buf_put_u8(struct buf *b, uint8_t v)
+{
+    buf_put(b, &v, 1);
+}
+
+void buf_put_i32(struct buf *b, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    uint8_t be[4] = {(uint8_t)(u >> 24), (uint8_t)(u >> 16), (uint8_t)(u >> 8), (uint8_t)u};
+    buf_put(b, be, 4);
+}
+
+void buf_puts(struct buf *b, const char *s)
+{
+    buf_put(b, s, strlen(s));
+}
+
+void buf_printf(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    buf_reserve(b, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+int64_t ts_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t ts_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int ts_parse_long(const char *s, long min, long max, long *out)
+{
+    if (!s || !*s)
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (*end)
+        return -EINVAL;
+    if (v < min || v > max)
+        return -ERANGE;
+    *out = v;
+    return 0;
+}
+
+int ts_parse_bool(const char *s, int *out)
+{
+    if (s && !strcasecmp(s, "true")) {
+        *out = 1;
+        return 0;
+    }
+    if (s && !strcasecmp(s, "false")) {
+        *out = 0;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+void ts_uuid(char out[37])
+{
+    uuid_t u;
+    uuid_generate_random(u);
+    uuid_unparse_lower(u, out);
+}

@@ -1,0 +1,69 @@
+/*
+ * util: allocation that aborts on OOM, a growable byte buffer, clocks and error codes.
+ *
+ * Pure helpers shared by the frontend, the worker and the archiver. Any thread may call them.
+ * xmalloc & co abort on OOM and are for small internal allocations only: anything whose size a
+ * client or a worker controls is checked against a configured maximum before it is allocated.
+ */
+#ifndef TS_UTIL_H
+#define TS_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Project error codes: negative, below the errno range. */
+enum {
+    TS_E_BASE = -10000,
+    TS_E_MODEL_NOT_FOUND = TS_E_BASE - 1,
+    TS_E_VERSION_NOT_FOUND = TS_E_BASE - 2,
+    TS_E_QUEUE_FULL = TS_E_BASE - 3,
+    TS_E_NO_WORKER = TS_E_BASE - 4,
+    TS_E_BAD_INPUT = TS_E_BASE - 5,
+    TS_E_TOO_LARGE = TS_E_BASE - 6,
+    TS_E_PROTOCOL = TS_E_BASE - 7,
+    TS_E_INCOMPLETE = TS_E_BASE - 8,
+    TS_E_BAD_ARCHIVE = TS_E_BASE - 9,
+    TS_E_BAD_CONFIG = TS_E_BASE - 10,
+    TS_E_EXISTS = TS_E_BASE - 11,
+};
+
+const char *ts_strerror(int err);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Growable byte buffer. data is NUL-terminated after len for convenience. */
+struct buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+};
+
+void buf_init(struct buf *b);
+void buf_free(struct buf *b);
+void buf_reset(struct buf *b);
+void buf_reserve(struct buf *b, size_t extra);
+void buf_put(struct buf *b, const void *p, size_t n);
+void buf_put_u8(struct buf *b, uint8_t v);
+void buf_put_i32(struct buf *b, int32_t v); /* big-endian */
+void buf_puts(struct buf *b, const char *s);
+void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic clock in microseconds. */
+int64_t ts_now_us(void);
+/* Wall clock in milliseconds since the epoch. */
+int64_t ts_wall_ms(void);
+
+/* Strict integer parsing: whole string, in range. 0 or -EINVAL / -ERANGE. */
+int ts_parse_long(const char *s, long min, long max, long *out);
+/* "true"/"false" (case-insensitive). 0 or -EINVAL. */
+int ts_parse_bool(const char *s, int *out);
+
+/* Writes a random UUID v4 string (37 bytes with NUL). */
+void ts_uuid(char out[37]);
+
+#endif

@@ -1,0 +1,29 @@
+#!/bin/sh
+# Installs the Debian packages torchserve-c needs to build, run and test.
+# Idempotent: prints nothing and touches nothing when every package is present.
+set -eu
+
+PKGS="build-essential pkg-config
+libevent-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+protobuf-compiler-grpc libprotobuf-dev liblmdb-dev libyaml-dev libjansson-dev libarchive-dev
+uuid-dev libtorch-dev libopenblas0-pthread
+python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch
+curl wrk nghttp2-client"
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages:$missing (run this script as root)" >&2
+    exit 1
+fi
+echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

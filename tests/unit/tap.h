@@ -1,0 +1,80 @@
+/*
+ * tap.h: a tiny test runner for tests/unit. Each test runs in its own forked child with a
+ * timeout, so a crash or a hang fails that test only. Output ends with "N passed, N failed".
+ *
+ *   TEST(name) { CHECK(x); CHECK_EQ_INT(a, b); CHECK_STR(a, b); }
+ *   int main(void) { RUN(name); ...; return tap_done(); }
+ */
+#ifndef TS_TAP_H
+#define TS_TAP_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int tap_pass, tap_fail;
+
+#define TEST(name) static void test_##name(void)
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);             \
+            _exit(1);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                                         \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_) {                                                                            \
+            fprintf(stderr, "  %s:%d: %s == %lld, expected %lld\n", __FILE__, __LINE__, #a, a_,    \
+                    b_);                                                                           \
+            _exit(1);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (!a_ || !b_ || strcmp(a_, b_)) {                                                        \
+            fprintf(stderr, "  %s:%d: %s == \"%s\", expected \"%s\"\n", __FILE__, __LINE__, #a,    \
+                    a_ ? a_ : "(null)", b_ ? b_ : "(null)");                                       \
+            _exit(1);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static void tap_run(const char *name, void (*fn)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        fn();
+        fflush(NULL);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        tap_pass++;
+        printf("ok - %s\n", name);
+    } else {
+        tap_fail++;
+        printf("not ok - %s%s\n", name,
+               WIFSIGNALED(st) ? (WTERMSIG(st) == SIGALRM ? " (timeout)" : " (crashed)") : "");
+    }
+}
+
+#define RUN(name) tap_run(#name, test_##name)
+
+static int tap_done(void)
+{
+    printf("%d passed, %d failed\n", tap_pass, tap_fail);
+    return tap_fail ? 1 : 0;
+}
+
+#endif
