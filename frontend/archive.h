@@ -1,0 +1,33 @@
+/*
+ * archive: model archives. Extraction of .mar (zip), .tar.gz/.tgz and plain directories with
+ * MAR-INF/MANIFEST.json, refusing `..` paths, absolute paths, links that point out of the tree,
+ * devices/fifos, and entries or totals over the limits; every refusal names the entry.
+ * Creation of the same formats for torchserve-c-archiver. Blocking disk work: the frontend calls
+ * it off the loop thread (or at start-up).
+ */
+#ifndef TS_ARCHIVE_H
+#define TS_ARCHIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct archive_limits {
+    uint64_t max_entry_bytes; /* default 2 GiB */
+    uint64_t max_total_bytes; /* default 4 GiB */
+    size_t max_entries;       /* default 10000 */
+};
+
+enum archive_format { ARCHIVE_FMT_ZIP, ARCHIVE_FMT_TGZ, ARCHIVE_FMT_DIR };
+
+void archive_default_limits(struct archive_limits *l);
+/* Detects the format of src by name/content: directory, zip (.mar/.zip) or gzip tar. */
+int archive_detect(const char *src, enum archive_format *fmt);
+/* Extracts src (zip or tgz) into dest_dir (created, must not exist or be empty).
+ * 0, or TS_E_BAD_ARCHIVE with err like "entry '../x': path escapes the archive". */
+int archive_extract(const char *src, const char *dest_dir, const struct archive_limits *lim,
+                    char *err, size_t errlen);
+/* Packs every file under src_dir (recursively, relative paths) into out_path as zip or tgz. */
+int archive_create(const char *src_dir, const char *out_path, enum archive_format fmt, char *err,
+                   size_t errlen);
+
+#endif

@@ -1,0 +1,62 @@
+/*
+ * config: the server's config.properties, typed, with TorchServe's keys and defaults.
+ * Loaded once at start on the main thread, read-only afterwards (owned by struct server).
+ * Unknown keys produce a warning through warn_fn; a bad value fails with "file:line: reason".
+ */
+#ifndef TS_CONFIG_H
+#define TS_CONFIG_H
+
+#include <stddef.h>
+
+struct listen_addr {
+    char *scheme; /* "http" or "https" */
+    char *host;   /* "127.0.0.1" */
+    int port;
+};
+
+struct config {
+    char *path; /* file it came from, NULL for defaults only */
+    struct listen_addr inference_address;  /* http://127.0.0.1:8080 */
+    struct listen_addr management_address; /* http://127.0.0.1:8081 */
+    struct listen_addr metrics_address;    /* http://127.0.0.1:8082 */
+    char *grpc_inference_address;          /* 127.0.0.1 */
+    int grpc_inference_port;               /* 7070 */
+    char *grpc_management_address;         /* 127.0.0.1 */
+    int grpc_management_port;              /* 7071 */
+    int enable_grpc;                       /* our key: enable_grpc, default true */
+    char *model_store;                     /* NULL unless set */
+    char *load_models;                     /* NULL unless set */
+    int default_workers_per_model;         /* 0 = number of CPUs for startup models */
+    int job_queue_size;                    /* 100 */
+    long max_request_size;                 /* 6553500 */
+    long max_response_size;                /* 6553500 */
+    int default_response_timeout;          /* 120 s */
+    int default_startup_timeout;           /* 120 s */
+    int unregister_model_timeout;          /* 120 s */
+    int enable_model_api;                  /* false */
+    int disable_token_authorization;       /* false */
+    int token_expiration_min;              /* 60 */
+    char *allowed_urls;                    /* "file://.*|http(s)?://.*" */
+    int enable_metrics_api;                /* true */
+    char *metrics_mode;                    /* "log" */
+    int initial_worker_port;               /* 9000: worker ids count up from here */
+    int worker_threads;                    /* our key: intra-op threads per worker, default 1 */
+    char *ts_header_key_sequence_id;       /* ts_request_sequence_id */
+    char *ts_header_key_sequence_start;    /* ts_request_sequence_start */
+    char *ts_header_key_sequence_end;      /* ts_request_sequence_end */
+    char *models_json;                     /* `models=` JSON, NULL unless set */
+    char *state_dir;                       /* our key: state_dir, default /tmp/torchserve-c */
+    char *log_location;                    /* logs/ */
+};
+
+typedef void config_warn_fn(const char *msg, void *arg);
+
+void config_defaults(struct config *c);
+/* Reads path over the defaults. 0, or TS_E_BAD_CONFIG / -errno with err = "file:line: reason". */
+int config_load(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg,
+                char *err, size_t errlen);
+/* Parses "http://host:port" (TorchServe's address syntax). */
+int config_parse_address(const char *s, struct listen_addr *out);
+void config_free(struct config *c);
+
+#endif
