@@ -1,0 +1,300 @@
+/*
+ * torch_shim: TorchScript through libtorch, behind the C API of torch_shim.h.
+ *
+ * Every extern "C" function is one try block: c10::Error and std::exception are turned into a
+ * malloc'd message, because a C++ exception unwinding through C frames is undefined behaviour.
+ * Inputs are wrapped with from_blob (no copy); outputs are made contiguous and copied out, so the
+ * C side never holds a libtorch object. The profiling executor is switched off at init: with it
+ * on, the first forwards re-optimise the graph and take 30-100 ms instead of a few.
+ */
+#include "torch_shim.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+struct tsh_model {
+    torch::jit::script::Module mod;
+};
+
+namespace {
+
+char *dup_cstr(const std::string &s)
+{
+    char *p = static_cast<char *>(std::malloc(s.size() + 1));
+    if (!p)
+        std::abort();
+    std::memcpy(p, s.data(), s.size());
+    p[s.size()] = '\0';
+    return p;
+}
+
+/* TorchScript errors carry a TorchScript traceback before the actual reason, e.g.
+ * "The following operation failed...\nTraceback...\nRuntimeError: mat1 and mat2 shapes...".
+ * A client needs the reason: the line after the last "Error: " tag, else the first line. */
+std::string summarize(const char *what)
+{
+    std::string s(what ? what : "unknown error");
+    size_t tag = s.rfind("Error: ");
+    size_t start = 0;
+    if (tag != std::string::npos) {
+        size_t bol = s.rfind('\n', tag);
+        bol = bol == std::string::npos ? 0 : bol + 1;
+        /* keep "RuntimeError: reason" when the tag starts its line */
+        start = bol;
+    }
+    size_t eol = s.find('\n', start);
+    std::string line = s.substr(start, eol == std::string::npos ? std::string::npos : eol - start);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r'))
+        line.pop_back();
+    return line.empty() ? s : line;
+}
+
+void set_err(char **err, const char *what)
+{
+    if (err)
+        *err = dup_cstr(summarize(what));
+}
+
+at::ScalarType to_scalar(int dtype)
+{
+    switch (dtype) {
+    case TSH_FLOAT32: return at::kFloat;
+    case TSH_FLOAT64: return at::kDouble;
+    case TSH_FLOAT16: return at::kHalf;
+    case TSH_BFLOAT16: return at::kBFloat16;
+    case TSH_INT64: return at::kLong;
+    case TSH_INT32: return at::kInt;
+    case TSH_INT16: return at::kShort;
+    case TSH_INT8: return at::kChar;
+    case TSH_UINT8: return at::kByte;
+    case TSH_BOOL: return at::kBool;
+    default: throw std::invalid_argument("unknown tensor dtype " + std::to_string(dtype));
+    }
+}
+
+/* -1 when the C side has no matching dtype (the tensor is then converted to float32). */
+int from_scalar(at::ScalarType t)
+{
+    switch (t) {
+    case at::kFloat: return TSH_FLOAT32;
+    case at::kDouble: return TSH_FLOAT64;
+    case at::kHalf: return TSH_FLOAT16;
+    case at::kBFloat16: return TSH_BFLOAT16;
+    case at::kLong: return TSH_INT64;
+    case at::kInt: return TSH_INT32;
+    case at::kShort: return TSH_INT16;
+    case at::kChar: return TSH_INT8;
+    case at::kByte: return TSH_UINT8;
+    case at::kBool: return TSH_BOOL;
+    default: return -1;
+    }
+}
+
+void flatten(const c10::IValue &v, std::vector<at::Tensor> &out)
+{
+    if (v.isTensor()) {
+        out.push_back(v.toTensor());
+    } else if (v.isTuple()) {
+        for (const auto &e : v.toTupleRef().elements())
+            flatten(e, out);
+    } else if (v.isList()) {
+        for (const c10::IValue &e : v.toListRef())
+            flatten(e, out);
+    } else if (v.isGenericDict()) {
+        for (const auto &kv : v.toGenericDict())
+            flatten(kv.value(), out);
+    } else if (v.isDouble()) {
+        out.push_back(torch::scalar_tensor(v.toDouble(), at::kDouble));
+    } else if (v.isInt()) {
+        out.push_back(torch::scalar_tensor(v.toInt(), at::kLong));
+    } else if (v.isBool()) {
+        out.push_back(torch::scalar_tensor(v.toBool(), at::kBool));
+    } else if (v.isNone()) {
+        /* an Optional output that is None contributes nothing */
+    } else {
+        throw std::runtime_error("unsupported model output type " + v.tagKind());
+    }
+}
+
+void copy_out(const at::Tensor &t0, struct tsh_tensor *o)
+{
+    at::Tensor t = t0;
+    if (t.is_complex() || from_scalar(t.scalar_type()) < 0)
+        t = t.to(at::kFloat);
+    t = t.to(at::kCPU).contiguous();
+    if (t.dim() > TSH_MAX_DIMS)
+        throw std::runtime_error("model output has " + std::to_string(t.dim()) +
+                                 " dimensions, at most " + std::to_string(TSH_MAX_DIMS) +
+                                 " are supported");
+    o->dtype = from_scalar(t.scalar_type());
+    o->ndim = static_cast<int>(t.dim());
+    for (int i = 0; i < o->ndim; i++)
+        o->shape[i] = t.size(i);
+    o->nbytes = t.numel() * t.element_size();
+    o->data = std::malloc(o->nbytes ? o->nbytes : 1);
+    if (!o->data)
+        throw std::bad_alloc();
+    if (o->nbytes)
+        std::memcpy(o->data, t.data_ptr(), o->nbytes);
+}
+
+} // namespace
+
+extern "C" {
+
+size_t tsh_dtype_size(int dtype)
+{
+    static const size_t sz[TSH_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 2, 1, 1, 1};
+    return dtype >= 0 && dtype < TSH_DTYPE_COUNT ? sz[dtype] : 0;
+}
+
+const char *tsh_dtype_name(int dtype)
+{
+    static const char *const names[TSH_DTYPE_COUNT] = {
+        "float32", "float64", "float16", "bfloat16", "int64",
+        "int32",   "int16",   "int8",    "uint8",    "bool"};
+    return dtype >= 0 && dtype < TSH_DTYPE_COUNT ? names[dtype] : "?";
+}
+
+int64_t tsh_numel(const int64_t *shape, int ndim)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    return n;
+}
+
+int tsh_init(int intra_threads, char **err)
+{
+    try {
+        torch::jit::getProfilingMode() = false;
+        if (intra_threads > 0) {
+            at::set_num_threads(intra_threads);
+            at::set_num_interop_threads(intra_threads);
+        }
+        return 0;
+    } catch (const c10::Error &e) {
+        set_err(err, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_err(err, e.what());
+    }
+    return -1;
+}
+
+struct tsh_model *tsh_load(const char *path, char **err)
+{
+    tsh_model *m = nullptr;
+    try {
+        m = new tsh_model{torch::jit::load(path, torch::kCPU)};
+        m->mod.eval();
+        return m;
+    } catch (const c10::Error &e) {
+        set_err(err, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_err(err, e.what());
+    }
+    delete m;
+    return nullptr;
+}
+
+void tsh_model_free(struct tsh_model *m)
+{
+    try {
+        delete m;
+    } catch (...) {
+        /* a destructor that throws has nowhere to report to */
+    }
+}
+
+int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
+                struct tsh_tensor **out, size_t *nout, char **err)
+{
+    *out = nullptr;
+    *nout = 0;
+    struct tsh_tensor *res = nullptr;
+    size_t nres = 0;
+    try {
+        c10::InferenceMode guard;
+        std::vector<c10::IValue> args;
+        args.reserve(nin);
+        for (size_t i = 0; i < nin; i++) {
+            const tsh_tensor &t = in[i];
+            if (t.ndim < 0 || t.ndim > TSH_MAX_DIMS)
+                throw std::invalid_argument("input " + std::to_string(i) + " has " +
+                                            std::to_string(t.ndim) + " dimensions");
+            std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+            args.emplace_back(torch::from_blob(t.data, shape, torch::TensorOptions()
+                                                                  .dtype(to_scalar(t.dtype))
+                                                                  .device(torch::kCPU)));
+        }
+        c10::IValue ret = m->mod.forward(args);
+        std::vector<at::Tensor> flat;
+        flatten(ret, flat);
+        res = static_cast<tsh_tensor *>(std::calloc(flat.size() ? flat.size() : 1, sizeof(*res)));
+        if (!res)
+            throw std::bad_alloc();
+        for (const at::Tensor &t : flat)
+            copy_out(t, &res[nres++]);
+        *out = res;
+        *nout = nres;
+        return 0;
+    } catch (const c10::Error &e) {
+        set_err(err, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_err(err, e.what());
+    }
+    tsh_tensors_free(res, nres);
+    return -1;
+}
+
+void tsh_tensors_free(struct tsh_tensor *t, size_t n)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < n; i++)
+        std::free(t[i].data);
+    std::free(t);
+}
+
+int tsh_forward_arg_names(struct tsh_model *m, char ***names, size_t *n, char **err)
+{
+    *names = nullptr;
+    *n = 0;
+    try {
+        const c10::FunctionSchema &schema = m->mod.get_method("forward").function().getSchema();
+        const auto &args = schema.arguments();
+        size_t first = (!args.empty() && args[0].name() == "self") ? 1 : 0;
+        size_t cnt = args.size() - first;
+        char **v = static_cast<char **>(std::calloc(cnt ? cnt : 1, sizeof(char *)));
+        if (!v)
+            throw std::bad_alloc();
+        for (size_t i = 0; i < cnt; i++)
+            v[i] = dup_cstr(args[first + i].name());
+        *names = v;
+        *n = cnt;
+        return 0;
+    } catch (const c10::Error &e) {
+        set_err(err, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_err(err, e.what());
+    }
+    return -1;
+}
+
+void tsh_names_free(char **names, size_t n)
+{
+    if (!names)
+        return;
+    for (size_t i = 0; i < n; i++)
+        std::free(names[i]);
+    std::free(names);
+}
+
+} // extern "C"

@@ -1,0 +1,79 @@
+/*
+ * torch_shim: the only door to libtorch. A C API over TorchScript modules, implemented in C++
+ * (torch_shim.cpp); no other file includes a libtorch header.
+ *
+ * Threading: the worker is single-threaded; call everything from one thread. tsh_init() runs
+ * once, before the first tsh_load().
+ * Errors: functions return 0 / a pointer on success, and -1 / NULL with *err set to a malloc'd
+ * message (first line of the libtorch error, no C++ backtrace) that the caller frees. No C++
+ * exception ever crosses this interface.
+ * Memory: inputs are borrowed for the duration of tsh_forward (wrapped zero-copy; they must be
+ * contiguous row-major buffers of their dtype). Outputs are malloc'd by the shim and freed with
+ * tsh_tensors_free().
+ */
+#ifndef TS_TORCH_SHIM_H
+#define TS_TORCH_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TSH_MAX_DIMS 8
+
+enum tsh_dtype {
+    TSH_FLOAT32 = 0,
+    TSH_FLOAT64,
+    TSH_FLOAT16,
+    TSH_BFLOAT16,
+    TSH_INT64,
+    TSH_INT32,
+    TSH_INT16,
+    TSH_INT8,
+    TSH_UINT8,
+    TSH_BOOL,
+    TSH_DTYPE_COUNT
+};
+
+struct tsh_tensor {
+    int dtype; /* enum tsh_dtype */
+    int64_t shape[TSH_MAX_DIMS];
+    int ndim;
+    void *data;
+    size_t nbytes;
+};
+
+struct tsh_model;
+
+/* Bytes per element, 0 for an unknown dtype. */
+size_t tsh_dtype_size(int dtype);
+/* "float32", "int64", ... ("?" for an unknown dtype). */
+const char *tsh_dtype_name(int dtype);
+/* Number of elements of a shape (1 for ndim 0). */
+int64_t tsh_numel(const int64_t *shape, int ndim);
+
+/* Thread counts (<= 0 leaves libtorch's default) and the profiling executor off. */
+int tsh_init(int intra_threads, char **err);
+
+struct tsh_model *tsh_load(const char *path, char **err);
+void tsh_model_free(struct tsh_model *m);
+
+/* Runs forward(in...) under InferenceMode. The result (a tensor, a scalar, or nested
+ * tuples / lists / dict values of them) is flattened depth-first into *out (*nout tensors),
+ * each copied to a contiguous malloc'd buffer. */
+int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
+                struct tsh_tensor **out, size_t *nout, char **err);
+void tsh_tensors_free(struct tsh_tensor *t, size_t n);
+
+/* Argument names of forward() without `self`, from its schema: *names is a malloc'd array of
+ * malloc'd strings; free with tsh_names_free. */
+int tsh_forward_arg_names(struct tsh_model *m, char ***names, size_t *n, char **err);
+void tsh_names_free(char **names, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
