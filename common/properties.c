@@ -146,8 +146,8 @@ static size_t trailing_backslashes(const char *s, size_t n)
     return k;
 }
 
-static int parse_named(const char *text, size_t len, const char *name, struct props *out,
-                       char *err, size_t errlen)
+static int parse_named(const char *text, size_t len, const char *name, struct props *out, char *err,
+                       size_t errlen)
 {
     out->p = NULL;
     out->n = 0;

@@ -88,8 +88,8 @@ static void parser_error(yaml_parser_t *p, const char *name, char *err, size_t e
         snprintf(err, errlen, "%s:%zu: %s", name, line, p->problem ? p->problem : "syntax error");
 }
 
-int yflat_parse_string(const char *text, size_t len, const char *name, struct yflat *out,
-                       char *err, size_t errlen)
+int yflat_parse_string(const char *text, size_t len, const char *name, struct yflat *out, char *err,
+                       size_t errlen)
 {
     out->e = NULL;
     out->n = 0;
@@ -133,8 +133,7 @@ int yflat_parse_string(const char *text, size_t len, const char *name, struct yf
             if (!top) {
                 /* a bare scalar document: only an empty one (null) is acceptable */
                 if (vl && !(vl == 1 && v[0] == '~') && strcmp(v, "null")) {
-                    snprintf(err, errlen, "%s:%d: expected a mapping at the top level", name,
-                             line);
+                    snprintf(err, errlen, "%s:%d: expected a mapping at the top level", name, line);
                     rc = TS_E_BAD_CONFIG;
                 }
                 break;
