@@ -15,7 +15,7 @@ struct listen_addr {
 };
 
 struct config {
-    char *path; /* file it came from, NULL for defaults only */
+    char *path;                            /* file it came from, NULL for defaults only */
     struct listen_addr inference_address;  /* http://127.0.0.1:8080 */
     struct listen_addr management_address; /* http://127.0.0.1:8081 */
     struct listen_addr metrics_address;    /* http://127.0.0.1:8082 */
@@ -52,10 +52,14 @@ struct config {
 typedef void config_warn_fn(const char *msg, void *arg);
 
 void config_defaults(struct config *c);
-/* Reads path over the defaults. 0, or TS_E_BAD_CONFIG / -errno with err = "file:line: reason". */
-int config_load(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg,
-                char *err, size_t errlen);
-/* Parses "http://host:port" (TorchServe's address syntax). */
+/* Initialises c with config_defaults() itself (c need not be initialised; do not call
+ * config_defaults first, that would leak), then reads path over the defaults.
+ * 0, or TS_E_BAD_CONFIG / -errno with err = "file:line: reason". Whatever the result, c holds
+ * valid values and must be released with config_free. warn may be NULL. */
+int config_load(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg, char *err,
+                size_t errlen);
+/* Parses "http(s)://host[:port]" (TorchServe's address syntax; the port defaults to 80/443, an
+ * IPv6 host is written in brackets). 0 with out's strings malloc'd, or -EINVAL. */
 int config_parse_address(const char *s, struct listen_addr *out);
 void config_free(struct config *c);
 

@@ -1,0 +1,391 @@
+/*
+ * config: config.properties mapped onto struct config.
+ *
+ * A table names every key we act on with its type and range; a second list names the TorchServe
+ * keys we accept without acting on them, so that a TorchServe config.properties loads unchanged.
+ * Anything else is probably a typo and is reported through warn_fn rather than failing the start.
+ * A value that does not parse fails the load with "file:line: key: reason, got 'value'": a server
+ * that silently fell back to a default port or size would be much harder to debug.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "properties.h"
+#include "util.h"
+
+enum kind {
+    K_ADDR,      /* struct listen_addr */
+    K_INT,       /* int in [min, max] */
+    K_LONG,      /* long in [min, max] */
+    K_BOOL,      /* int 0/1 */
+    K_STR,       /* char *, must not be empty */
+    K_OPT_STR,   /* char *, empty = unset (NULL) */
+    K_JSON,      /* char *, must parse as JSON; empty = unset */
+    K_METRICS,   /* char *, log | prometheus | legacy */
+    K_GRPC_HOST, /* char *, a bare host name or address */
+};
+
+struct key {
+    const char *name;
+    enum kind kind;
+    size_t off;
+    long min, max;
+};
+
+#define F(field) offsetof(struct config, field)
+
+static const struct key keys[] = {
+    {"inference_address", K_ADDR, F(inference_address), 0, 0},
+    {"management_address", K_ADDR, F(management_address), 0, 0},
+    {"metrics_address", K_ADDR, F(metrics_address), 0, 0},
+    {"grpc_inference_address", K_GRPC_HOST, F(grpc_inference_address), 0, 0},
+    {"grpc_inference_port", K_INT, F(grpc_inference_port), 0, 65535},
+    {"grpc_management_address", K_GRPC_HOST, F(grpc_management_address), 0, 0},
+    {"grpc_management_port", K_INT, F(grpc_management_port), 0, 65535},
+    {"enable_grpc", K_BOOL, F(enable_grpc), 0, 0},
+    {"model_store", K_OPT_STR, F(model_store), 0, 0},
+    {"load_models", K_OPT_STR, F(load_models), 0, 0},
+    {"default_workers_per_model", K_INT, F(default_workers_per_model), 0, 4096},
+    {"job_queue_size", K_INT, F(job_queue_size), 1, INT_MAX},
+    {"max_request_size", K_LONG, F(max_request_size), 1, LONG_MAX},
+    {"max_response_size", K_LONG, F(max_response_size), 1, LONG_MAX},
+    {"default_response_timeout", K_INT, F(default_response_timeout), 0, INT_MAX},
+    {"default_startup_timeout", K_INT, F(default_startup_timeout), 0, INT_MAX},
+    {"unregister_model_timeout", K_INT, F(unregister_model_timeout), 0, INT_MAX},
+    {"enable_model_api", K_BOOL, F(enable_model_api), 0, 0},
+    {"disable_token_authorization", K_BOOL, F(disable_token_authorization), 0, 0},
+    {"token_expiration_min", K_INT, F(token_expiration_min), 1, INT_MAX},
+    {"allowed_urls", K_STR, F(allowed_urls), 0, 0},
+    {"enable_metrics_api", K_BOOL, F(enable_metrics_api), 0, 0},
+    {"metrics_mode", K_METRICS, F(metrics_mode), 0, 0},
+    {"initial_worker_port", K_INT, F(initial_worker_port), 1, 65535},
+    {"worker_threads", K_INT, F(worker_threads), 1, 1024},
+    {"ts_header_key_sequence_id", K_STR, F(ts_header_key_sequence_id), 0, 0},
+    {"ts_header_key_sequence_start", K_STR, F(ts_header_key_sequence_start), 0, 0},
+    {"ts_header_key_sequence_end", K_STR, F(ts_header_key_sequence_end), 0, 0},
+    {"models", K_JSON, F(models_json), 0, 0},
+    {"state_dir", K_STR, F(state_dir), 0, 0},
+    {"log_location", K_STR, F(log_location), 0, 0},
+};
+
+/* TorchServe keys that mean something to TorchServe (JVM, Python, TLS, CORS, ...) but that we
+ * accept without acting on, so that an existing config.properties loads. */
+static const char *const accepted[] = {
+    "number_of_netty_threads",
+    "netty_client_threads",
+    "enable_envvars_config",
+    "async_logging",
+    "default_service_handler",
+    "service_envelope",
+    "decode_input_request",
+    "limit_max_image_pixels",
+    "prefer_direct_buffer",
+    "use_native_io",
+    "io_ratio",
+    "vmargs",
+    "plugins_path",
+    "model_snapshot",
+    "cpu_launcher_enable",
+    "cpu_launcher_args",
+    "ipex_enable",
+    "ipex_gpu_enable",
+    "install_py_dep_per_model",
+    "number_of_gpu",
+    "blacklist_env_vars",
+    "workflow_store",
+    "metrics_config",
+    "model_metrics_auto_detect",
+    "disable_system_metrics",
+    "system_metrics_cmd",
+    "metric_time_interval",
+    "cors_allowed_origin",
+    "cors_allowed_methods",
+    "cors_allowed_headers",
+    "keystore",
+    "keystore_pass",
+    "keystore_type",
+    "certificate_file",
+    "private_key_file",
+    "enable_grpc_ssl",
+    "grpc_inference_max_connection_age_ms",
+    "grpc_management_max_connection_age_ms",
+    "grpc_inference_max_connection_age_grace_ms",
+    "grpc_management_max_connection_age_grace_ms",
+    "use_env_allowed_urls",
+    "ts_open_inference_protocol",
+    "debug",
+    "python",
+    "initial_distribution_port",
+};
+
+static void set_str(char **dst, const char *v)
+{
+    free(*dst);
+    *dst = v ? xstrdup(v) : NULL;
+}
+
+static void set_addr(struct listen_addr *a, const char *scheme, const char *host, int port)
+{
+    set_str(&a->scheme, scheme);
+    set_str(&a->host, host);
+    a->port = port;
+}
+
+void config_defaults(struct config *c)
+{
+    memset(c, 0, sizeof *c);
+    set_addr(&c->inference_address, "http", "127.0.0.1", 8080);
+    set_addr(&c->management_address, "http", "127.0.0.1", 8081);
+    set_addr(&c->metrics_address, "http", "127.0.0.1", 8082);
+    c->grpc_inference_address = xstrdup("127.0.0.1");
+    c->grpc_inference_port = 7070;
+    c->grpc_management_address = xstrdup("127.0.0.1");
+    c->grpc_management_port = 7071;
+    c->enable_grpc = 1;
+    c->default_workers_per_model = 0;
+    c->job_queue_size = 100;
+    c->max_request_size = 6553500;
+    c->max_response_size = 6553500;
+    c->default_response_timeout = 120;
+    c->default_startup_timeout = 120;
+    c->unregister_model_timeout = 120;
+    c->enable_model_api = 0;
+    c->disable_token_authorization = 0;
+    c->token_expiration_min = 60;
+    c->allowed_urls = xstrdup("file://.*|http(s)?://.*");
+    c->enable_metrics_api = 1;
+    c->metrics_mode = xstrdup("log");
+    c->initial_worker_port = 9000;
+    c->worker_threads = 1;
+    c->ts_header_key_sequence_id = xstrdup("ts_request_sequence_id");
+    c->ts_header_key_sequence_start = xstrdup("ts_request_sequence_start");
+    c->ts_header_key_sequence_end = xstrdup("ts_request_sequence_end");
+    c->state_dir = xstrdup("/tmp/torchserve-c");
+    c->log_location = xstrdup("logs/");
+}
+
+/* The reason an address does not parse, or NULL when it does (out then filled). */
+static const char *parse_address(const char *s, struct listen_addr *out)
+{
+    static const char *const want = "expected http(s)://host[:port]";
+    const char *scheme;
+    const char *p;
+    int port;
+    if (!strncasecmp(s, "http://", 7)) {
+        scheme = "http";
+        p = s + 7;
+        port = 80;
+    } else if (!strncasecmp(s, "https://", 8)) {
+        scheme = "https";
+        p = s + 8;
+        port = 443;
+    } else {
+        return want;
+    }
+    const char *host = p, *host_end;
+    if (*p == '[') { /* IPv6 literal, kept without brackets */
+        const char *close = strchr(p, ']');
+        if (!close || close == p + 1)
+            return want;
+        host = p + 1;
+        host_end = close;
+        p = close + 1;
+    } else {
+        while (*p && *p != ':' && *p != '/')
+            p++;
+        host_end = p;
+        if (host_end == host)
+            return "missing host";
+    }
+    for (const char *h = host; h < host_end; h++)
+        if (*h == ' ' || *h == '\t' || *h == '@')
+            return want;
+    if (*p == ':') {
+        /* digits, then nothing or one '/' as in "http://0.0.0.0:8080/" */
+        const char *d = ++p;
+        long v = 0;
+        while (*p >= '0' && *p <= '9' && p - d < 6)
+            v = v * 10 + (*p++ - '0');
+        if (p == d || (*p && strcmp(p, "/")) || v > 65535)
+            return "port must be an integer between 0 and 65535";
+        port = (int)v;
+    } else if (*p && strcmp(p, "/")) {
+        return want;
+    }
+    out->scheme = xstrdup(scheme);
+    out->host = xstrndup(host, (size_t)(host_end - host));
+    out->port = port;
+    return NULL;
+}
+
+int config_parse_address(const char *s, struct listen_addr *out)
+{
+    return parse_address(s, out) ? -EINVAL : 0;
+}
+
+/* Applies one known key. NULL, or the reason the value is refused. */
+static const char *apply(struct config *c, const struct key *k, const char *v, char *why,
+                         size_t whylen)
+{
+    void *field = (char *)c + k->off;
+    long n;
+    int rc;
+    switch (k->kind) {
+    case K_ADDR: {
+        struct listen_addr a;
+        const char *r = parse_address(v, &a);
+        if (r)
+            return r;
+        struct listen_addr *dst = field;
+        free(dst->scheme);
+        free(dst->host);
+        *dst = a;
+        return NULL;
+    }
+    case K_INT:
+    case K_LONG:
+        rc = ts_parse_long(v, LONG_MIN, LONG_MAX, &n);
+        if (rc == -ERANGE)
+            return "integer out of range";
+        if (rc)
+            return "expected an integer";
+        if (n < k->min || n > k->max) {
+            if (k->min == 0 && n < 0)
+                return "must not be negative";
+            if (k->min == 1 && n < 1 && k->max >= INT_MAX)
+                return "must be a positive integer";
+            snprintf(why, whylen, "must be between %ld and %ld", k->min, k->max);
+            return why;
+        }
+        if (k->kind == K_INT)
+            *(int *)field = (int)n;
+        else
+            *(long *)field = n;
+        return NULL;
+    case K_BOOL: {
+        int b;
+        if (ts_parse_bool(v, &b))
+            return "expected true or false";
+        *(int *)field = b;
+        return NULL;
+    }
+    case K_STR:
+        if (!*v)
+            return "must not be empty";
+        set_str(field, v);
+        return NULL;
+    case K_OPT_STR:
+        set_str(field, *v ? v : NULL);
+        return NULL;
+    case K_GRPC_HOST:
+        if (!*v)
+            return "must not be empty";
+        if (strpbrk(v, "/ \t"))
+            return "expected a host name or address";
+        set_str(field, v);
+        return NULL;
+    case K_METRICS:
+        if (strcmp(v, "log") && strcmp(v, "prometheus") && strcmp(v, "legacy"))
+            return "expected log, prometheus or legacy";
+        set_str(field, v);
+        return NULL;
+    case K_JSON: {
+        if (!*v) {
+            set_str(field, NULL);
+            return NULL;
+        }
+        json_error_t je;
+        json_t *j = json_loads(v, 0, &je);
+        if (!j) {
+            snprintf(why, whylen, "invalid JSON at column %d: %s", je.column, je.text);
+            return why;
+        }
+        int is_obj = json_is_object(j);
+        json_decref(j);
+        if (!is_obj)
+            return "expected a JSON object";
+        set_str(field, v);
+        return NULL;
+    }
+    }
+    return "unsupported key type";
+}
+
+int config_load(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg, char *err,
+                size_t errlen)
+{
+    config_defaults(c);
+    c->path = xstrdup(path);
+    struct props ps;
+    int rc = props_parse_file(path, &ps, err, errlen);
+    if (rc) {
+        if (rc > TS_E_BASE && rc != TS_E_TOO_LARGE) /* -errno: keep it; parse errors are config */
+            return rc;
+        return TS_E_BAD_CONFIG;
+    }
+    for (size_t i = 0; i < ps.n && !rc; i++) {
+        const struct prop *p = &ps.p[i];
+        const struct key *k = NULL;
+        for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
+            if (!strcmp(keys[j].name, p->key)) {
+                k = &keys[j];
+                break;
+            }
+        if (!k) {
+            int known = 0;
+            for (size_t j = 0; j < sizeof accepted / sizeof accepted[0]; j++)
+                if (!strcmp(accepted[j], p->key)) {
+                    known = 1;
+                    break;
+                }
+            if (!known && warn) {
+                char *msg = xasprintf("%s:%d: unknown key '%s' (ignored)", path, p->line, p->key);
+                warn(msg, warn_arg);
+                free(msg);
+            }
+            continue;
+        }
+        char why[256];
+        const char *reason = apply(c, k, p->value, why, sizeof why);
+        if (reason) {
+            snprintf(err, errlen, "%s:%d: %s: %s, got '%s'", path, p->line, p->key, reason,
+                     p->value);
+            rc = TS_E_BAD_CONFIG;
+        }
+    }
+    props_free(&ps);
+    return rc;
+}
+
+void config_free(struct config *c)
+{
+    free(c->path);
+    struct listen_addr *addrs[] = {&c->inference_address, &c->management_address,
+                                   &c->metrics_address};
+    for (size_t i = 0; i < 3; i++) {
+        free(addrs[i]->scheme);
+        free(addrs[i]->host);
+    }
+    free(c->grpc_inference_address);
+    free(c->grpc_management_address);
+    free(c->model_store);
+    free(c->load_models);
+    free(c->allowed_urls);
+    free(c->metrics_mode);
+    free(c->ts_header_key_sequence_id);
+    free(c->ts_header_key_sequence_start);
+    free(c->ts_header_key_sequence_end);
+    free(c->models_json);
+    free(c->state_dir);
+    free(c->log_location);
+    memset(c, 0, sizeof *c);
+}
