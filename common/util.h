@@ -10,6 +10,18 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
+
+/* glibc's sys/queue.h lacks the BSD _SAFE iterators */
+#ifndef TAILQ_FOREACH_SAFE
+#define TAILQ_FOREACH_SAFE(var, head, field, tvar)                                                 \
+    for ((var) = TAILQ_FIRST(head); (var) && ((tvar) = TAILQ_NEXT(var, field), 1); (var) = (tvar))
+#endif
+#ifndef TAILQ_FOREACH_REVERSE_SAFE
+#define TAILQ_FOREACH_REVERSE_SAFE(var, head, headname, field, tvar)                               \
+    for ((var) = TAILQ_LAST(head, headname);                                                       \
+         (var) && ((tvar) = TAILQ_PREV(var, headname, field), 1); (var) = (tvar))
+#endif
 
 /* Project error codes: negative, below the errno range. */
 enum {

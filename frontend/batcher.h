@@ -1,0 +1,36 @@
+/*
+ * batcher: the dynamic batching policy, as a pure function over a snapshot of one model's
+ * queue and workers. TorchServe's batchSize/maxBatchDelay, except that a batch goes to the first
+ * idle worker and never waits behind another worker's batch, and that a handler which keeps
+ * requests across steps (continuous batching) has its free slots topped up at once.
+ */
+#ifndef TS_BATCHER_H
+#define TS_BATCHER_H
+
+#include <stdint.h>
+
+struct batcher_worker {
+    int ready;    /* loaded and accepting work */
+    int inflight; /* requests it holds */
+};
+
+struct batcher_view {
+    int batch_size;
+    int max_batch_delay_ms;
+    int continuous;
+    int queue_len;
+    int64_t oldest_us; /* enqueue time of the oldest queued job */
+    int64_t now_us;
+    const struct batcher_worker *workers;
+    int n_workers;
+};
+
+struct batcher_plan {
+    int worker;      /* index into workers, or -1 */
+    int count;       /* jobs to send */
+    int64_t wait_us; /* when worker == -1: re-plan after this long, -1 = on the next event */
+};
+
+void batcher_plan(const struct batcher_view *v, struct batcher_plan *out);
+
+#endif

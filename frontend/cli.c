@@ -1,0 +1,238 @@
+/*
+ * cli: argument parsing and the start/stop launcher (see cli.h).
+ *
+ * `--start` without `--foreground` re-executes this binary with `--foreground` in a new
+ * session, its output appended to logs/ts_log.log, and waits on a pipe (TS_READY_FD) until the
+ * server has bound every listener. It then prints "Model server started." and returns, as
+ * TorchServe's launcher does; if the server dies first it prints where to look.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "server.h"
+#include "util.h"
+
+extern char **environ;
+
+static char *pidfile_path(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    return xasprintf("%s/.torchserve-c.pid", tmp && *tmp ? tmp : "/tmp");
+}
+
+static pid_t pidfile_read(void)
+{
+    char *p = pidfile_path();
+    FILE *f = fopen(p, "r");
+    free(p);
+    if (!f)
+        return 0;
+    long pid = 0;
+    if (fscanf(f, "%ld", &pid) != 1)
+        pid = 0;
+    fclose(f);
+    return (pid_t)pid;
+}
+
+int cli_pidfile_acquire(void)
+{
+    pid_t old = pidfile_read();
+    if (old > 0 && old != getpid() && kill(old, 0) == 0) {
+        fprintf(stderr,
+                "torchserve-c is already running (pid %d). Stop it with `torchserve-c --stop` "
+                "first.\n",
+                (int)old);
+        return -1;
+    }
+    char *p = pidfile_path();
+    FILE *f = fopen(p, "w");
+    if (!f) {
+        fprintf(stderr, "torchserve-c: cannot write %s: %s\n", p, strerror(errno));
+        free(p);
+        return -1;
+    }
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    free(p);
+    return 0;
+}
+
+void cli_pidfile_release(void)
+{
+    if (pidfile_read() != getpid())
+        return;
+    char *p = pidfile_path();
+    unlink(p);
+    free(p);
+}
+
+static int do_stop(void)
+{
+    pid_t pid = pidfile_read();
+    if (pid <= 0 || kill(pid, 0) != 0) {
+        printf("TorchServe is not currently running.\n");
+        return 1;
+    }
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 600; i++) {
+        if (kill(pid, 0) != 0) {
+            printf("TorchServe has stopped.\n");
+            return 0;
+        }
+        usleep(100000);
+    }
+    fprintf(stderr, "torchserve-c (pid %d) did not stop within 60 s\n", (int)pid);
+    return 1;
+}
+
+/* Background launch: re-exec with --foreground and wait for readiness. */
+static int do_background(int argc, char **argv)
+{
+    int pfd[2];
+    if (pipe(pfd) < 0) {
+        perror("pipe");
+        return 1;
+    }
+    mkdir("logs", 0755);
+    char **args = xcalloc((size_t)argc + 2, sizeof(char *));
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        perror("readlink /proc/self/exe");
+        return 1;
+    }
+    self[n] = '\0';
+    args[0] = self;
+    for (int i = 1; i < argc; i++)
+        args[i] = argv[i];
+    args[argc] = "--foreground";
+    char *fdenv = xasprintf("TS_READY_FD=%d", pfd[1]);
+    size_t ne = 0;
+    while (environ[ne])
+        ne++;
+    char **envp = xcalloc(ne + 2, sizeof(char *));
+    memcpy(envp, environ, ne * sizeof(char *));
+    envp[ne] = fdenv;
+
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addclose(&fa, pfd[0]);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "logs/ts_log.log", O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
+    pid_t pid;
+    int rc = posix_spawn(&pid, self, &fa, &at, args, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    free(args);
+    free(envp);
+    free(fdenv);
+    close(pfd[1]);
+    if (rc != 0) {
+        fprintf(stderr, "torchserve-c: cannot start the server: %s\n", strerror(rc));
+        return 1;
+    }
+    char c;
+    ssize_t r;
+    do
+        r = read(pfd[0], &c, 1);
+    while (r < 0 && errno == EINTR);
+    close(pfd[0]);
+    if (r == 1) {
+        printf("Model server started.\n");
+        return 0;
+    }
+    int st;
+    waitpid(pid, &st, WNOHANG);
+    fprintf(stderr, "torchserve-c failed to start; see logs/ts_log.log\n");
+    return 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: torchserve-c --start [--foreground] --model-store DIR [--models NAME=FILE ... "
+            "| all]\n"
+            "                    [--ts-config FILE] [--ncs] [--disable-token-auth] "
+            "[--enable-model-api]\n"
+            "       torchserve-c --stop\n");
+}
+
+int cli_main(int argc, char **argv)
+{
+    struct server_opts o = {.ready_fd = -1};
+    int start = 0, stop = 0, fg = 0;
+    const char **models = xcalloc((size_t)argc + 1, sizeof(char *));
+    o.models = models;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--start"))
+            start = 1;
+        else if (!strcmp(a, "--stop"))
+            stop = 1;
+        else if (!strcmp(a, "--foreground"))
+            fg = 1;
+        else if (!strcmp(a, "--ncs") || !strcmp(a, "--no-config-snapshots"))
+            o.ncs = 1;
+        else if (!strcmp(a, "--disable-token-auth") || !strcmp(a, "--dt"))
+            o.disable_token_auth = 1;
+        else if (!strcmp(a, "--enable-model-api"))
+            o.enable_model_api = 1;
+        else if ((!strcmp(a, "--model-store") || !strcmp(a, "--ts-config")) && val) {
+            if (a[2] == 'm')
+                o.model_store = val;
+            else
+                o.ts_config = val;
+            i++;
+        } else if (!strcmp(a, "--models") || !strcmp(a, "--model")) {
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+                models[o.n_models++] = argv[++i];
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--version")) {
+            printf("torchserve-c 0.1.0\n");
+            free(models);
+            return 0;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            free(models);
+            return 0;
+        } else {
+            fprintf(stderr, "torchserve-c: unknown or incomplete argument '%s'\n", a);
+            usage(stderr);
+            free(models);
+            return 2;
+        }
+    }
+    int rc;
+    if (stop)
+        rc = do_stop();
+    else if (!start) {
+        usage(stderr);
+        rc = 2;
+    } else if (!fg)
+        rc = do_background(argc, argv);
+    else {
+        const char *fd = getenv("TS_READY_FD");
+        if (fd) {
+            o.ready_fd = atoi(fd);
+            unsetenv("TS_READY_FD");
+        }
+        rc = server_main(&o);
+    }
+    free(models);
+    return rc;
+}

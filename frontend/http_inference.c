@@ -1,0 +1,150 @@
+/*
+ * http_inference: the inference API on port 8080 (/ping, /predictions/...) and the HTTP reply
+ * sink that turns worker frames into a whole response, HTTP chunks, or Server-Sent Events.
+ *
+ * One `struct http_call` per request in flight. It holds the transport's job reference and is
+ * the closecb argument of the connection while the request is pending: when the client goes
+ * away the job is cancelled (dropped from the queue, or a cancel frame to the worker) and the
+ * evhttp request, which evhttp detached from the dead connection, is freed here.
+ *
+ * Streaming: the first frame marked ts_stream_next: true starts a chunked reply with the
+ * frame's status and headers (as TorchServe does); each later frame is one chunk. With
+ * `Accept: text/event-stream` each frame is an SSE event `id: n` / `data: ...`, a `: keep-alive`
+ * comment goes out after 15 s of silence, and an error after the 200 is an `event: error` with
+ * the JSON error body. A plain chunked stream that fails gets TorchServe's JSON error body as
+ * its last chunk.
+ */
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http_server.h"
+#include "http_stream.h"
+#include "job.h"
+#include "log.h"
+#include "model.h"
+#include "server.h"
+#include "worker_pool.h"
+
+static void ping(struct evhttp_request *req, const char *rid)
+{
+    int healthy = 1;
+    for (struct model *m = model_first(); m; m = model_next(m))
+        if (m->min_workers > 0 && worker_pool_alive(m) < m->min_workers)
+            healthy = 0;
+    json_t *o = json_object();
+    json_object_set_new(o, "status", json_string(healthy ? "Healthy" : "Unhealthy"));
+    http_send_json(req, rid, healthy ? 200 : 500, o);
+}
+
+static void add_query_params(struct evhttp_request *req, struct job *j)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (!q)
+        return;
+    struct evkeyvalq kv;
+    TAILQ_INIT(&kv);
+    if (evhttp_parse_query_str(q, &kv) != 0)
+        return;
+    struct evkeyval *e;
+    TAILQ_FOREACH(e, &kv, next)
+    job_add_param_owned(j, e->key, "", xstrdup(e->value), strlen(e->value));
+    evhttp_clear_headers(&kv);
+}
+
+/* The shared part of every inference entry point: body limits, job creation, submission. */
+void http_submit_predict(struct evhttp_request *req, const char *rid, struct model *m,
+                         const char *url_path, int explain)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    if ((long)len > srv->cfg.max_request_size) {
+        http_send_error(req, rid, 413, "RequestEntityTooLargeException",
+                        "Request body of %zu bytes exceeds max_request_size (%ld bytes)", len,
+                        srv->cfg.max_request_size);
+        return;
+    }
+    struct http_call *c = http_call_new(req, rid, HTTP_STREAM_AUTO);
+    struct job *j = job_new(rid, &http_call_sink, c);
+    c->job = j;
+
+    struct evkeyvalq *hdrs = evhttp_request_get_input_headers(req);
+    struct evkeyval *h;
+    const char *ctype = NULL;
+    TAILQ_FOREACH(h, hdrs, next)
+    {
+        job_add_header(j, h->key, h->value, strlen(h->value));
+        if (!strcasecmp(h->key, "Content-Type"))
+            ctype = h->value;
+    }
+    job_add_header(j, "url_path", url_path ? url_path : "", url_path ? strlen(url_path) : 0);
+    job_add_header(j, "explain", explain ? "True" : "False", explain ? 4 : 5);
+    add_query_params(req, j);
+    char *body = xmalloc(len + 1);
+    evbuffer_remove(in, body, len);
+    body[len] = '\0';
+    job_add_param_owned(j, "body", ctype ? ctype : "", body, len);
+
+    int rc = model_submit(m, j);
+    if (rc) {
+        http_call_fail_unsubmitted(c, rc, m);
+        return;
+    }
+    http_call_watch(c);
+}
+
+/* /predictions/{model}[/{version}[/{url_path...}]] */
+static void predictions(struct evhttp_request *req, const char *rid, struct http_path *p,
+                        int explain)
+{
+    if (p->n < 2) {
+        http_send_error(req, rid, 404, "ResourceNotFoundException",
+                        "Requested resource is not found, please refer to API document.");
+        return;
+    }
+    const char *version = p->n >= 3 ? p->seg[2] : NULL;
+    struct model *m;
+    int rc = model_find(p->seg[1], version, &m);
+    if (rc == TS_E_MODEL_NOT_FOUND) {
+        http_send_error(req, rid, 404, "ModelNotFoundException", "Model not found: %s",
+                        p->seg[1]);
+        return;
+    }
+    if (rc == TS_E_VERSION_NOT_FOUND) {
+        http_send_error(req, rid, 404, "ModelVersionNotFoundException",
+                        "Model version: %s does not exist for model: %s", version, p->seg[1]);
+        return;
+    }
+    struct buf up;
+    buf_init(&up);
+    for (int i = 3; i < p->n; i++)
+        buf_printf(&up, "%s%s", i > 3 ? "/" : "", p->seg[i]);
+    http_submit_predict(req, rid, m, up.len ? (char *)up.data : "", explain);
+    buf_free(&up);
+}
+
+void http_inference_handle(struct evhttp_request *req)
+{
+    char rid[40];
+    http_request_id(req, rid);
+    struct http_path p;
+    http_path_parse(req, &p);
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+
+    if (p.n == 1 && !strcmp(p.seg[0], "ping"))
+        ping(req, rid);
+    else if (p.n >= 1 && !strcmp(p.seg[0], "predictions") && cmd != EVHTTP_REQ_OPTIONS)
+        predictions(req, rid, &p, 0);
+    else if (p.n >= 1 && !strcmp(p.seg[0], "explanations") && cmd != EVHTTP_REQ_OPTIONS)
+        predictions(req, rid, &p, 1);
+    else
+        http_send_error(req, rid, 404, "ResourceNotFoundException",
+                        "Requested resource is not found, please refer to API document.");
+    http_path_free(&p);
+}

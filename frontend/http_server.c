@@ -1,0 +1,265 @@
+/*
+ * http_server: listeners and reply helpers (see http_server.h).
+ *
+ * evhttp refuses bodies over its own limit with an HTML page, so its limit is set well above
+ * max_request_size (a memory guard only) and the inference and management handlers enforce
+ * max_request_size themselves with TorchServe's JSON error.
+ */
+#include "http_server.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+#include "util.h"
+
+const char *http_reason(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 202:
+        return "Accepted";
+    case 206:
+        return "Partial Content";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 413:
+        return "Request Entity Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 507:
+        return "Insufficient Storage";
+    default:
+        return status < 300 ? "OK" : status < 500 ? "Bad Request" : "Internal Server Error";
+    }
+}
+
+void http_count_status(int status)
+{
+    if (status < 300)
+        srv->counters.requests_2xx++;
+    else if (status < 500)
+        srv->counters.requests_4xx++;
+    else
+        srv->counters.requests_5xx++;
+}
+
+void http_path_parse(struct evhttp_request *req, struct http_path *p)
+{
+    memset(p, 0, sizeof(*p));
+    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    if (!path)
+        return;
+    const char *s = path;
+    while (*s && p->n < 16) {
+        while (*s == '/')
+            s++;
+        if (!*s)
+            break;
+        const char *e = strchr(s, '/');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        char *raw = xstrndup(s, n);
+        char *dec = evhttp_uridecode(raw, 0, NULL);
+        free(raw);
+        p->seg[p->n++] = dec ? dec : xstrdup("");
+        s += n;
+    }
+}
+
+void http_path_free(struct http_path *p)
+{
+    for (int i = 0; i < p->n; i++)
+        free(p->seg[i]);
+    p->n = 0;
+}
+
+char *http_query_get(struct evhttp_request *req, const char *key)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (!q)
+        return NULL;
+    struct evkeyvalq kv;
+    TAILQ_INIT(&kv);
+    if (evhttp_parse_query_str(q, &kv) != 0)
+        return NULL;
+    const char *v = evhttp_find_header(&kv, key);
+    char *r = v ? xstrdup(v) : NULL;
+    evhttp_clear_headers(&kv);
+    return r;
+}
+
+void http_request_id(struct evhttp_request *req, char out[40])
+{
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "x-request-id");
+    if (h && *h && strlen(h) < 40 && !strpbrk(h, "\r\n\"\\")) {
+        strcpy(out, h);
+        return;
+    }
+    ts_uuid(out);
+}
+
+void http_add_std_headers(struct evhttp_request *req, const char *req_id)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    if (req_id)
+        evhttp_add_header(h, "x-request-id", req_id);
+    evhttp_add_header(h, "Pragma", "no-cache");
+    evhttp_add_header(h, "Cache-Control", "no-cache; no-store, must-revalidate, private");
+    evhttp_add_header(h, "Expires", "Thu, 01 Jan 1970 00:00:00 UTC");
+}
+
+void http_send(struct evhttp_request *req, const char *req_id, int status, const char *ctype,
+               const void *body, size_t len)
+{
+    http_add_std_headers(req, req_id);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    if (ctype && *ctype)
+        evhttp_add_header(h, "Content-Type", ctype);
+    if (status >= 400)
+        evhttp_add_header(h, "Connection", "close");
+    struct evbuffer *b = evbuffer_new();
+    if (len)
+        evbuffer_add(b, body, len);
+    http_count_status(status);
+    evhttp_send_reply(req, status, http_reason(status), b);
+    evbuffer_free(b);
+}
+
+void http_send_json(struct evhttp_request *req, const char *req_id, int status, json_t *obj)
+{
+    char *s = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    size_t n = strlen(s);
+    s = xrealloc(s, n + 2);
+    s[n++] = '\n';
+    s[n] = '\0';
+    http_send(req, req_id, status, "application/json", s, n);
+    free(s);
+}
+
+char *http_error_json(int status, const char *type, const char *msg)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "code", json_integer(status));
+    json_object_set_new(o, "type", json_string(type));
+    json_object_set_new(o, "message", json_string(msg));
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    char *r = xasprintf("%s\n", s);
+    free(s);
+    return r;
+}
+
+void http_send_error(struct evhttp_request *req, const char *req_id, int status,
+                     const char *type, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    char *body = http_error_json(status, type, msg);
+    http_send(req, req_id, status, "application/json", body, strlen(body));
+    free(body);
+}
+
+static void on_inference(struct evhttp_request *req, void *arg)
+{
+    (void)arg;
+    http_inference_handle(req);
+}
+
+static void on_management(struct evhttp_request *req, void *arg)
+{
+    (void)arg;
+    http_management_handle(req);
+}
+
+static void on_metrics(struct evhttp_request *req, void *arg)
+{
+    (void)arg;
+    http_metrics_handle(req);
+}
+
+static struct evhttp *listen_on(const struct listen_addr *a, void (*cb)(struct evhttp_request *,
+                                                                         void *))
+{
+    struct evhttp *h = evhttp_new(srv->base);
+    if (!h)
+        return NULL;
+    if (strcmp(a->scheme, "http")) {
+        LOG_ERROR("%s://%s:%d: only http listeners are supported", a->scheme, a->host, a->port);
+        evhttp_free(h);
+        return NULL;
+    }
+    evhttp_set_allowed_methods(h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+                                      EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_HEAD |
+                                      EVHTTP_REQ_PATCH);
+    long cap = srv->cfg.max_request_size * 4;
+    if (cap < 64L << 20)
+        cap = 64L << 20;
+    evhttp_set_max_body_size(h, cap);
+    evhttp_set_timeout(h, srv->cfg.default_response_timeout + 10);
+    evhttp_set_gencb(h, cb, NULL);
+    if (!evhttp_bind_socket_with_handle(h, a->host, (ev_uint16_t)a->port)) {
+        LOG_ERROR("cannot listen on %s:%d", a->host, a->port);
+        evhttp_free(h);
+        return NULL;
+    }
+    LOG_INFO("listening on http://%s:%d", a->host, a->port);
+    return h;
+}
+
+int http_servers_start(void)
+{
+    const struct config *c = &srv->cfg;
+    if (!(srv->http_inference = listen_on(&c->inference_address, on_inference)))
+        return -1;
+    if (!(srv->http_management = listen_on(&c->management_address, on_management)))
+        return -1;
+    if (c->enable_metrics_api && !(srv->http_metrics = listen_on(&c->metrics_address, on_metrics)))
+        return -1;
+    return 0;
+}
+
+void http_servers_stop(void)
+{
+    if (srv->http_inference)
+        evhttp_free(srv->http_inference);
+    if (srv->http_management)
+        evhttp_free(srv->http_management);
+    if (srv->http_metrics)
+        evhttp_free(srv->http_metrics);
+    srv->http_inference = srv->http_management = srv->http_metrics = NULL;
+}

@@ -1,0 +1,257 @@
+/*
+ * http_stream: writes a job's frames to its HTTP client; see http_inference.c for the rules.
+ */
+#include "http_stream.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http_server.h"
+#include "log.h"
+#include "model.h"
+#include "server.h"
+
+#define SSE_KEEPALIVE_S 15
+
+static void call_free(struct http_call *c)
+{
+    if (c->keepalive)
+        event_free(c->keepalive);
+    if (c->job)
+        job_unref(c->job);
+    free(c);
+}
+
+struct http_call *http_call_new(struct evhttp_request *req, const char *rid,
+                                enum http_stream_mode mode)
+{
+    struct http_call *c = xcalloc(1, sizeof(*c));
+    c->req = req;
+    c->evcon = evhttp_request_get_connection(req);
+    snprintf(c->rid, sizeof(c->rid), "%s", rid);
+    if (mode == HTTP_STREAM_SSE) {
+        c->sse = 1;
+    } else if (mode == HTTP_STREAM_AUTO) {
+        const char *acc = evhttp_find_header(evhttp_request_get_input_headers(req), "Accept");
+        c->sse = acc && strcasestr(acc, "text/event-stream") != NULL;
+    }
+    return c;
+}
+
+static void on_close(struct evhttp_connection *evcon, void *arg)
+{
+    struct http_call *c = arg;
+    evhttp_connection_set_closecb(evcon, NULL, NULL);
+    LOG_REQ(LOG_LEVEL_INFO, c->rid, "client closed the connection");
+    if (c->job)
+        job_cancel(c->job);
+    /* evhttp detached the unfinished request from the dead connection: it is ours to free */
+    if (c->started)
+        evhttp_send_reply_end(c->req);
+    else
+        evhttp_request_free(c->req);
+    call_free(c);
+}
+
+void http_call_watch(struct http_call *c)
+{
+    if (c->evcon)
+        evhttp_connection_set_closecb(c->evcon, on_close, c);
+}
+
+/* The reply is complete (or abandoned): stop watching and free. */
+static void call_done(struct http_call *c)
+{
+    if (c->evcon)
+        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+    call_free(c);
+}
+
+static void copy_frame_headers(struct evkeyvalq *out, const struct otf_prediction *p)
+{
+    for (size_t i = 0; i < p->n_headers; i++) {
+        char *k = otf_strdup(p->headers[i].key), *v = otf_strdup(p->headers[i].val);
+        if (!strpbrk(k, "\r\n:") && !strpbrk(v, "\r\n"))
+            evhttp_add_header(out, k, v);
+        free(k);
+        free(v);
+    }
+}
+
+static void sse_write(struct http_call *c, const char *event, const char *data, size_t len)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (event)
+        evbuffer_add_printf(b, "event: %s\n", event);
+    else
+        evbuffer_add_printf(b, "id: %llu\n", (unsigned long long)c->events++);
+    /* one data: line per line of the payload, as SSE requires */
+    const char *s = data, *end = data + len;
+    do {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+        evbuffer_add(b, "data: ", 6);
+        evbuffer_add(b, s, n);
+        evbuffer_add(b, "\n", 1);
+        s = nl ? nl + 1 : end;
+    } while (s < end);
+    evbuffer_add(b, "\n", 1);
+    evhttp_send_reply_chunk(c->req, b);
+    evbuffer_free(b);
+    c->last_event_us = ts_now_us();
+}
+
+static void on_keepalive(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct http_call *c = arg;
+    if (ts_now_us() - c->last_event_us < (SSE_KEEPALIVE_S - 1) * 1000000LL)
+        return;
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add_printf(b, ": keep-alive\n\n");
+    evhttp_send_reply_chunk(c->req, b);
+    evbuffer_free(b);
+    c->last_event_us = ts_now_us();
+}
+
+static void start_stream(struct http_call *c, const struct otf_prediction *p)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
+    http_add_std_headers(c->req, c->rid);
+    int status = p->status > 0 ? p->status : 200;
+    if (c->sse) {
+        evhttp_remove_header(out, "Cache-Control");
+        evhttp_add_header(out, "Content-Type", "text/event-stream");
+        evhttp_add_header(out, "Cache-Control", "no-cache");
+        evhttp_add_header(out, "X-Accel-Buffering", "no");
+        struct timeval tv = {SSE_KEEPALIVE_S, 0};
+        c->keepalive = event_new(srv->base, -1, EV_PERSIST, on_keepalive, c);
+        event_add(c->keepalive, &tv);
+        c->last_event_us = ts_now_us();
+    } else {
+        char *ct = otf_strdup(p->ctype);
+        if (*ct)
+            evhttp_add_header(out, "Content-Type", ct);
+        free(ct);
+    }
+    copy_frame_headers(out, p);
+    /* the gap between chunks may exceed the idle timeout: a stream sets its own pace */
+    if (c->evcon)
+        evhttp_connection_set_timeout(c->evcon, 24 * 3600);
+    http_count_status(status);
+    evhttp_send_reply_start(c->req, status, http_reason(status));
+    c->started = 1;
+}
+
+static void write_chunk(struct http_call *c, const char *data, size_t len)
+{
+    if (c->sse) {
+        sse_write(c, NULL, data, len);
+        return;
+    }
+    if (len == 0)
+        return;
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add(b, data, len);
+    evhttp_send_reply_chunk(c->req, b);
+    evbuffer_free(b);
+}
+
+static void on_frame(struct job *j, const struct otf_prediction *p, int final)
+{
+    struct http_call *c = j->sink_arg;
+    size_t len = p->body.len > 0 ? (size_t)p->body.len : 0;
+    char *tx = c->transform ? c->transform(c, p, final, &len) : NULL;
+    const char *data = tx ? tx : p->body.p;
+
+    if (!c->started && final) {
+        int status = p->status > 0 ? p->status : 200;
+        struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
+        copy_frame_headers(out, p);
+        char *ct = c->ctype ? xstrdup(c->ctype) : otf_strdup(p->ctype);
+        if (c->sse) {
+            /* an SSE client asked for a stream: a whole answer is one event */
+            struct otf_prediction q = *p;
+            q.ctype = otf_s("");
+            start_stream(c, &q);
+            if (len)
+                sse_write(c, NULL, data, len);
+            evhttp_send_reply_end(c->req);
+        } else {
+            http_send(c->req, c->rid, status, ct, data, len);
+        }
+        free(ct);
+        free(tx);
+        call_done(c);
+        return;
+    }
+    if (!c->started)
+        start_stream(c, p);
+    if (len || c->sse)
+        if (len || !final)
+            write_chunk(c, data, len);
+    free(tx);
+    if (final) {
+        evhttp_send_reply_end(c->req);
+        call_done(c);
+    }
+}
+
+static void on_error(struct job *j, int status, const char *type, const char *msg)
+{
+    struct http_call *c = j->sink_arg;
+    LOG_REQ(LOG_LEVEL_WARN, c->rid, "request failed: %d %s", status, msg);
+    char *body = c->error_body ? c->error_body(c, status, type, msg)
+                               : http_error_json(status, type, msg);
+    if (!c->started) {
+        http_send(c->req, c->rid, status, "application/json", body, strlen(body));
+        free(body);
+        call_done(c);
+        return;
+    }
+    if (c->sse) {
+        size_t n = strlen(body);
+        while (n && body[n - 1] == '\n')
+            n--;
+        sse_write(c, "error", body, n);
+        evhttp_send_reply_end(c->req);
+        free(body);
+        call_done(c);
+        return;
+    }
+    /* plain chunks: the status already went out, so the error JSON is the last chunk */
+    write_chunk(c, body, strlen(body));
+    free(body);
+    evhttp_send_reply_end(c->req);
+    call_done(c);
+}
+
+const struct job_sink http_call_sink = {on_frame, on_error};
+
+void http_call_fail_unsubmitted(struct http_call *c, int rc, struct model *m)
+{
+    char msg[512];
+    int status = 503;
+    const char *type = "ServiceUnavailableException";
+    if (rc == TS_E_QUEUE_FULL)
+        snprintf(msg, sizeof(msg),
+                 "Model \"%s\" has no worker to serve inference request. Please use scale workers "
+                 "API to add workers. (job queue is full: %d requests queued)",
+                 m->name, m->queue_len);
+    else
+        snprintf(msg, sizeof(msg),
+                 "Model \"%s\" has no worker to serve inference request. Please use scale workers "
+                 "API to add workers.",
+                 m->name);
+    char *body = c->error_body ? c->error_body(c, status, type, msg)
+                               : http_error_json(status, type, msg);
+    http_send(c->req, c->rid, status, "application/json", body, strlen(body));
+    free(body);
+    call_free(c);
+}

@@ -1,0 +1,59 @@
+/*
+ * http_stream: the HTTP reply sink of a job (see http_inference.c for the streaming rules).
+ * Used by every HTTP inference entry point (TorchServe paths, OIP). Loop thread only.
+ * The call owns the transport's job reference and frees itself once the reply is complete or
+ * the client has gone.
+ */
+#ifndef TS_HTTP_STREAM_H
+#define TS_HTTP_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+
+struct evhttp_request;
+struct evhttp_connection;
+struct event;
+struct model;
+
+enum http_stream_mode { HTTP_STREAM_AUTO, HTTP_STREAM_SSE, HTTP_STREAM_CHUNKED };
+
+struct http_call;
+
+/* Optional per-transport formatting (OIP): turns a frame's body into what goes on the wire.
+ * Return a malloc'd buffer and its length, or NULL to send the body as is. */
+typedef char *http_transform_fn(struct http_call *c, const struct otf_prediction *p, int final,
+                                size_t *len);
+/* Optional error body format for errors before the stream starts (default: TorchServe's). */
+typedef char *http_error_body_fn(struct http_call *c, int status, const char *type,
+                                 const char *msg);
+
+struct http_call {
+    struct evhttp_request *req;
+    struct evhttp_connection *evcon;
+    struct job *job;
+    char rid[40];
+    int sse;
+    int started;
+    uint64_t events;
+    int64_t last_event_us;
+    struct event *keepalive;
+    http_transform_fn *transform;
+    http_error_body_fn *error_body;
+    void *arg; /* for transform / error_body */
+    const char *ctype; /* content type override for whole replies (OIP: application/json) */
+};
+
+extern const struct job_sink http_call_sink;
+
+struct http_call *http_call_new(struct evhttp_request *req, const char *rid,
+                                enum http_stream_mode mode);
+/* The job was queued: watch the connection for a client that goes away. */
+void http_call_watch(struct http_call *c);
+/* model_submit refused the job (rc): reply 503 and free everything. */
+void http_call_fail_unsubmitted(struct http_call *c, int rc, struct model *m);
+void http_submit_predict(struct evhttp_request *req, const char *rid, struct model *m,
+                         const char *url_path, int explain);
+
+#endif

@@ -1,0 +1,156 @@
+/*
+ * job: request data, references and the three ways a job ends (a final frame, a failure, or a
+ * cancel by its transport). The queue/worker side and the transport each hold a reference; see
+ * job.h for who calls what.
+ */
+#include "job.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "model.h"
+#include "worker_pool.h"
+
+struct job *job_new(const char *id, const struct job_sink *sink, void *sink_arg)
+{
+    struct job *j = xcalloc(1, sizeof(*j));
+    j->refs = 1;
+    j->state = JOB_NEW;
+    if (id && *id && strlen(id) < sizeof(j->id))
+        strcpy(j->id, id);
+    else
+        ts_uuid(j->id);
+    j->sink = sink;
+    j->sink_arg = sink_arg;
+    j->created_us = ts_now_us();
+    return j;
+}
+
+void job_ref(struct job *j)
+{
+    j->refs++;
+}
+
+void job_unref(struct job *j)
+{
+    if (--j->refs > 0)
+        return;
+    for (size_t i = 0; i < j->n_headers; i++) {
+        free(j->headers[i].key);
+        free(j->headers[i].val);
+    }
+    for (size_t i = 0; i < j->n_params; i++) {
+        free(j->params[i].name);
+        free(j->params[i].ctype);
+        free(j->params[i].value);
+    }
+    free(j->headers);
+    free(j->params);
+    free(j);
+}
+
+void job_add_header(struct job *j, const char *key, const char *val, size_t vlen)
+{
+    if (j->n_headers == j->cap_headers) {
+        j->cap_headers = j->cap_headers ? j->cap_headers * 2 : 16;
+        j->headers = xrealloc(j->headers, j->cap_headers * sizeof(*j->headers));
+    }
+    struct job_kv *kv = &j->headers[j->n_headers++];
+    kv->key = xstrdup(key);
+    kv->val = xstrndup(val, vlen);
+    kv->vlen = vlen;
+}
+
+void job_add_param_owned(struct job *j, const char *name, const char *ctype, char *value,
+                         size_t vlen)
+{
+    if (j->n_params == j->cap_params) {
+        j->cap_params = j->cap_params ? j->cap_params * 2 : 4;
+        j->params = xrealloc(j->params, j->cap_params * sizeof(*j->params));
+    }
+    struct job_param *p = &j->params[j->n_params++];
+    p->name = xstrdup(name);
+    p->ctype = xstrdup(ctype ? ctype : "");
+    p->value = value;
+    p->vlen = vlen;
+}
+
+const char *job_header(const struct job *j, const char *key)
+{
+    const char *found = NULL;
+    for (size_t i = 0; i < j->n_headers; i++)
+        if (!strcasecmp(j->headers[i].key, key))
+            found = j->headers[i].val;
+    return found;
+}
+
+void job_to_otf(const struct job *j, struct otf_request *r, struct otf_kv **hdrs,
+                struct otf_param **prms)
+{
+    struct otf_kv *h = xmalloc(sizeof(*h) * (j->n_headers + 1));
+    struct otf_param *p = xmalloc(sizeof(*p) * (j->n_params + 1));
+    for (size_t i = 0; i < j->n_headers; i++) {
+        h[i].key = otf_s(j->headers[i].key);
+        h[i].val = otf_sn(j->headers[i].val, j->headers[i].vlen);
+    }
+    for (size_t i = 0; i < j->n_params; i++) {
+        p[i].name = otf_s(j->params[i].name);
+        p[i].ctype = otf_s(j->params[i].ctype);
+        p[i].value = otf_sn(j->params[i].value, j->params[i].vlen);
+    }
+    r->id = otf_s(j->id);
+    r->headers = h;
+    r->n_headers = j->n_headers;
+    r->params = p;
+    r->n_params = j->n_params;
+    *hdrs = h;
+    *prms = p;
+}
+
+/* Ends the job on the queue/worker side and drops that side's reference. The caller has already
+ * unlinked it from the queue or the worker. */
+static void job_finish(struct job *j)
+{
+    j->state = JOB_DONE;
+    j->worker = NULL;
+    job_unref(j);
+}
+
+void job_deliver_frame(struct job *j, const struct otf_prediction *p, int final)
+{
+    j->frames++;
+    job_ref(j); /* the sink may drop the transport's reference */
+    if (j->sink)
+        j->sink->on_frame(j, p, final);
+    if (final)
+        job_finish(j);
+    job_unref(j);
+}
+
+void job_fail(struct job *j, int status, const char *type, const char *msg)
+{
+    job_ref(j);
+    if (j->sink)
+        j->sink->on_error(j, status, type, msg);
+    job_finish(j);
+    job_unref(j);
+}
+
+void job_cancel(struct job *j)
+{
+    j->sink = NULL;
+    j->sink_arg = NULL;
+    switch (j->state) {
+    case JOB_QUEUED:
+        model_dequeue(j->model, j);
+        job_finish(j);
+        break;
+    case JOB_RUNNING:
+        worker_cancel_job(j->worker, j);
+        job_finish(j);
+        break;
+    default:
+        break;
+    }
+}

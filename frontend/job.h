@@ -1,0 +1,88 @@
+/*
+ * job: one inference request on its way from a transport (HTTP, gRPC) to a worker and back.
+ *
+ * Owned by the loop thread. Refcounted: the transport holds one reference from job_new until it
+ * has written its reply; the model queue / worker holds another while the job is queued or
+ * running. The transport is reached only through the sink, and a transport that goes away calls
+ * job_cancel(), which clears the sink first, so the worker side never calls into a freed
+ * transport. Request data (headers, parameters) is owned by the job and freed with it.
+ */
+#ifndef TS_JOB_H
+#define TS_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "otf.h"
+
+struct job;
+struct model;
+struct worker;
+
+struct job_sink {
+    /* A response frame for the job. final = 1 for the last one (the job is then done). */
+    void (*on_frame)(struct job *j, const struct otf_prediction *p, int final);
+    /* The job failed (terminal). status is an HTTP status; type a TorchServe exception name. */
+    void (*on_error)(struct job *j, int status, const char *type, const char *msg);
+};
+
+enum job_state { JOB_NEW, JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+struct job_kv {
+    char *key;
+    char *val;
+    size_t vlen;
+};
+
+struct job_param {
+    char *name;
+    char *ctype;
+    char *value;
+    size_t vlen;
+};
+
+struct job {
+    int refs;
+    enum job_state state;
+    char id[40];
+    struct model *model;
+    const struct job_sink *sink;
+    void *sink_arg;
+    struct job_kv *headers;
+    size_t n_headers, cap_headers;
+    struct job_param *params;
+    size_t n_params, cap_params;
+    int64_t created_us;
+    int64_t dispatched_us;
+    struct worker *worker; /* while running */
+    int frames;            /* frames delivered so far */
+    TAILQ_ENTRY(job) link; /* model queue or worker in-flight list */
+};
+
+TAILQ_HEAD(job_list, job);
+
+/* New job with one reference (the caller's). id: x-request-id, or NULL for a fresh UUID. */
+struct job *job_new(const char *id, const struct job_sink *sink, void *sink_arg);
+void job_ref(struct job *j);
+void job_unref(struct job *j);
+
+void job_add_header(struct job *j, const char *key, const char *val, size_t vlen);
+/* Takes ownership of value (malloc'd) */
+void job_add_param_owned(struct job *j, const char *name, const char *ctype, char *value,
+                         size_t vlen);
+const char *job_header(const struct job *j, const char *key); /* case-insensitive */
+
+/* Builds the OTF request view of the job (pointers into the job; arrays malloc'd into *hdrs and
+ * *prms, freed by the caller). */
+void job_to_otf(const struct job *j, struct otf_request *r, struct otf_kv **hdrs,
+                struct otf_param **prms);
+
+/* Delivery, used by the worker side. Both end the job for good when final. */
+void job_deliver_frame(struct job *j, const struct otf_prediction *p, int final);
+void job_fail(struct job *j, int status, const char *type, const char *msg);
+
+/* The transport is going away: detach the sink and drop the job wherever it is. */
+void job_cancel(struct job *j);
+
+#endif

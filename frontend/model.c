@@ -1,0 +1,368 @@
+/*
+ * model: registry, registration from the model store, queueing and dispatch.
+ *
+ * Registration resolves a url strictly inside the model store (no "..", no absolute path
+ * outside it), extracts archives into the server's run directory, and reads MANIFEST.json and
+ * model-config.yaml. Settings follow TorchServe's precedence: register arguments >
+ * model-config.yaml > config.properties > defaults.
+ *
+ * Dispatch asks the batcher (a pure policy) what to send where, repeatedly, until nothing more
+ * can go out; a partial batch waiting for maxBatchDelay arms the model's batch timer.
+ */
+#include "model.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "archive.h"
+#include "batcher.h"
+#include "log.h"
+#include "server.h"
+#include "worker_pool.h"
+
+void model_reg_init(struct model_reg *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->batch_size = -1;
+    r->max_batch_delay_ms = -1;
+    r->initial_workers = -1;
+    r->response_timeout_s = -1;
+    r->startup_timeout_s = -1;
+}
+
+static int valid_model_name(const char *s)
+{
+    if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_' || *s == '-' || *s == '.'))
+            return 0;
+    return 1;
+}
+
+/* The model store path for url, or an error. Only plain names/relative paths inside the store,
+ * file:// URLs pointing into it, or absolute paths inside it are accepted. */
+static int resolve_url(const char *url, char **path, char *err, size_t errlen)
+{
+    const char *p = url;
+    if (!strncmp(p, "file://", 7))
+        p += 7;
+    else if (strstr(p, "://")) {
+        snprintf(err, errlen, "Given URL %s does not match any allowed URL(s)", url);
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    if (!*p) {
+        snprintf(err, errlen, "Model URL is empty");
+        return TS_E_BAD_INPUT;
+    }
+    if (strstr(p, "..")) {
+        snprintf(err, errlen, "Relative path is not allowed in url: %s", url);
+        return TS_E_BAD_INPUT;
+    }
+    char *full = p[0] == '/' ? xstrdup(p) : xasprintf("%s/%s", srv->model_store, p);
+    char real[PATH_MAX];
+    if (!realpath(full, real)) {
+        snprintf(err, errlen, "Model not found in model store: %s", url);
+        free(full);
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    free(full);
+    size_t n = strlen(srv->model_store);
+    if (strncmp(real, srv->model_store, n) || (real[n] != '/' && real[n] != '\0')) {
+        snprintf(err, errlen, "Model url %s is outside the model store", url);
+        return TS_E_BAD_INPUT;
+    }
+    *path = xstrdup(real);
+    return 0;
+}
+
+/* Archive base name without .mar / .tar.gz / .tgz / .zip */
+static char *name_from_path(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    char *s = xstrdup(b);
+    static const char *const exts[] = {".mar", ".tar.gz", ".tgz", ".zip", ".model"};
+    for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++) {
+        size_t n = strlen(s), e = strlen(exts[i]);
+        if (n > e && !strcmp(s + n - e, exts[i])) {
+            s[n - e] = '\0';
+            break;
+        }
+    }
+    return s;
+}
+
+static void model_free(struct model *m)
+{
+    if (m->batch_timer)
+        event_free(m->batch_timer);
+    manifest_free(&m->manifest);
+    if (m->tmp_dir) {
+        char *cmd = xasprintf("rm -rf '%s'", m->tmp_dir);
+        if (system(cmd) != 0)
+            LOG_WARN("could not remove %s", m->tmp_dir);
+        free(cmd);
+    }
+    free(m->name);
+    free(m->version);
+    free(m->url);
+    free(m->dir);
+    free(m->tmp_dir);
+    free(m->handler);
+    free(m);
+}
+
+static void on_batch_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    model_dispatch(arg);
+}
+
+int model_register(const struct model_reg *r, struct model **out, char *err, size_t errlen)
+{
+    char *path = NULL;
+    int rc = resolve_url(r->url, &path, err, errlen);
+    if (rc)
+        return rc;
+
+    struct model *m = xcalloc(1, sizeof(*m));
+    TAILQ_INIT(&m->queue);
+    TAILQ_INIT(&m->workers);
+    m->url = xstrdup(r->url);
+    m->loaded_at_startup = r->loaded_at_startup;
+
+    enum archive_format fmt;
+    if ((rc = archive_detect(path, &fmt))) {
+        snprintf(err, errlen, "%s is not a model archive (.mar, .tar.gz or directory)", r->url);
+        goto fail;
+    }
+    if (fmt == ARCHIVE_FMT_DIR) {
+        m->dir = xstrdup(path);
+    } else {
+        m->tmp_dir = xasprintf("%s/models/%s.XXXXXX", srv->run_dir, "m");
+        char *models = xasprintf("%s/models", srv->run_dir);
+        mkdir(models, 0700);
+        free(models);
+        if (!mkdtemp(m->tmp_dir)) {
+            snprintf(err, errlen, "cannot create extraction dir: %s", strerror(errno));
+            free(m->tmp_dir);
+            m->tmp_dir = NULL;
+            rc = -errno;
+            goto fail;
+        }
+        struct archive_limits lim;
+        archive_default_limits(&lim);
+        char aerr[512];
+        if ((rc = archive_extract(path, m->tmp_dir, &lim, aerr, sizeof(aerr)))) {
+            snprintf(err, errlen, "%s: %s", r->url, aerr);
+            goto fail;
+        }
+        m->dir = xstrdup(m->tmp_dir);
+    }
+
+    char merr[512];
+    if ((rc = manifest_load(m->dir, &m->manifest, merr, sizeof(merr)))) {
+        snprintf(err, errlen, "%s: %s", r->url, merr);
+        goto fail;
+    }
+    model_config_defaults(&m->mc);
+    if (m->manifest.config_file && *m->manifest.config_file) {
+        char *yp = xasprintf("%s/%s", m->dir, m->manifest.config_file);
+        rc = model_config_load(yp, &m->mc, merr, sizeof(merr));
+        free(yp);
+        if (rc) {
+            snprintf(err, errlen, "%s", merr);
+            rc = TS_E_BAD_CONFIG;
+            goto fail;
+        }
+    }
+
+    if (r->name && *r->name)
+        m->name = xstrdup(r->name);
+    else if (m->manifest.model_name && *m->manifest.model_name)
+        m->name = xstrdup(m->manifest.model_name);
+    else
+        m->name = name_from_path(path);
+    if (!valid_model_name(m->name)) {
+        snprintf(err, errlen,
+                 "Invalid model name '%s': it must start with a letter and contain only letters, "
+                 "digits, '_', '-' and '.'",
+                 m->name);
+        rc = TS_E_BAD_INPUT;
+        goto fail;
+    }
+    m->version = xstrdup(m->manifest.model_version && *m->manifest.model_version
+                             ? m->manifest.model_version
+                             : "1.0");
+    struct model *dup;
+    if (model_find(m->name, m->version, &dup) == 0) {
+        snprintf(err, errlen, "Model version %s for model %s already registered.", m->version,
+                 m->name);
+        rc = TS_E_EXISTS;
+        goto fail;
+    }
+    m->handler = xstrdup(r->handler && *r->handler ? r->handler : m->manifest.handler);
+
+    const struct config *c = &srv->cfg;
+    m->batch_size = r->batch_size > 0 ? r->batch_size : m->mc.batch_size > 0 ? m->mc.batch_size : 1;
+    m->max_batch_delay_ms = r->max_batch_delay_ms >= 0   ? r->max_batch_delay_ms
+                            : m->mc.max_batch_delay_ms >= 0 ? m->mc.max_batch_delay_ms
+                                                            : 100;
+    m->response_timeout_s = r->response_timeout_s > 0   ? r->response_timeout_s
+                            : m->mc.response_timeout_s > 0 ? m->mc.response_timeout_s
+                                                           : c->default_response_timeout;
+    m->startup_timeout_s = r->startup_timeout_s > 0   ? r->startup_timeout_s
+                           : m->mc.startup_timeout_s > 0 ? m->mc.startup_timeout_s
+                                                         : c->default_startup_timeout;
+    m->queue_max = m->mc.job_queue_size > 0 ? m->mc.job_queue_size : c->job_queue_size;
+    m->min_workers = m->mc.min_workers;
+    m->max_workers = m->mc.max_workers;
+    m->batch_timer = evtimer_new(srv->base, on_batch_timer, m);
+
+    struct model *def;
+    m->is_default = model_find(m->name, NULL, &def) != 0;
+    LIST_INSERT_HEAD(&srv->models, m, link);
+    LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)",
+             m->name, m->version, r->url, m->batch_size, m->max_batch_delay_ms);
+    free(path);
+    *out = m;
+    return 0;
+fail:
+    free(path);
+    model_free(m);
+    return rc;
+}
+
+void model_unregister(struct model *m)
+{
+    struct job *j;
+    while ((j = TAILQ_FIRST(&m->queue))) {
+        model_dequeue(m, j);
+        job_fail(j, 503, "ServiceUnavailableException", "Model was unregistered");
+    }
+    worker_pool_scale(m, 0);
+    LIST_REMOVE(m, link);
+    if (m->is_default) {
+        /* promote another version, as TorchServe keeps one default per name */
+        struct model *o;
+        LIST_FOREACH(o, &srv->models, link)
+        if (!strcmp(o->name, m->name)) {
+            o->is_default = 1;
+            break;
+        }
+    }
+    model_free(m);
+}
+
+void model_unregister_all(void)
+{
+    struct model *m;
+    while ((m = LIST_FIRST(&srv->models)))
+        model_unregister(m);
+}
+
+int model_find(const char *name, const char *version, struct model **out)
+{
+    struct model *m;
+    int name_seen = 0;
+    LIST_FOREACH(m, &srv->models, link)
+    {
+        if (strcmp(m->name, name))
+            continue;
+        name_seen = 1;
+        if ((!version || !*version) ? m->is_default : !strcmp(m->version, version)) {
+            *out = m;
+            return 0;
+        }
+    }
+    return name_seen ? TS_E_VERSION_NOT_FOUND : TS_E_MODEL_NOT_FOUND;
+}
+
+struct model *model_first(void)
+{
+    return LIST_FIRST(&srv->models);
+}
+
+struct model *model_next(struct model *m)
+{
+    return LIST_NEXT(m, link);
+}
+
+int model_submit(struct model *m, struct job *j)
+{
+    if (worker_pool_alive(m) == 0)
+        return TS_E_NO_WORKER;
+    if (m->queue_len >= m->queue_max)
+        return TS_E_QUEUE_FULL;
+    job_ref(j);
+    j->model = m;
+    j->state = JOB_QUEUED;
+    TAILQ_INSERT_TAIL(&m->queue, j, link);
+    m->queue_len++;
+    m->n_requests++;
+    model_dispatch(m);
+    return 0;
+}
+
+void model_dequeue(struct model *m, struct job *j)
+{
+    TAILQ_REMOVE(&m->queue, j, link);
+    m->queue_len--;
+}
+
+void model_dispatch(struct model *m)
+{
+    struct batcher_worker bw[64];
+    struct worker *ws[64];
+    for (;;) {
+        if (m->queue_len == 0)
+            return;
+        int n = 0;
+        struct worker *w;
+        TAILQ_FOREACH(w, &m->workers, link)
+        {
+            if (n == 64)
+                break;
+            bw[n].ready = w->state == WORKER_READY;
+            bw[n].inflight = w->n_inflight;
+            ws[n++] = w;
+        }
+        struct batcher_view v = {
+            .batch_size = m->batch_size,
+            .max_batch_delay_ms = m->max_batch_delay_ms,
+            .continuous = m->continuous,
+            .queue_len = m->queue_len,
+            .oldest_us = TAILQ_FIRST(&m->queue)->created_us,
+            .now_us = ts_now_us(),
+            .workers = bw,
+            .n_workers = n,
+        };
+        struct batcher_plan plan;
+        batcher_plan(&v, &plan);
+        if (plan.worker < 0) {
+            if (plan.wait_us >= 0 && !evtimer_pending(m->batch_timer, NULL)) {
+                struct timeval tv = {plan.wait_us / 1000000, plan.wait_us % 1000000};
+                evtimer_add(m->batch_timer, &tv);
+            }
+            return;
+        }
+        struct job *batch[plan.count];
+        for (int i = 0; i < plan.count; i++) {
+            batch[i] = TAILQ_FIRST(&m->queue);
+            model_dequeue(m, batch[i]);
+        }
+        m->n_batches++;
+        if ((uint64_t)plan.count > m->max_batch_seen)
+            m->max_batch_seen = (uint64_t)plan.count;
+        worker_send_batch(ws[plan.worker], batch, plan.count);
+    }
+}

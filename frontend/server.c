@@ -1,0 +1,259 @@
+/*
+ * server: start-up and shutdown of the frontend process (the foreground server).
+ *
+ * Order: config -> pidfile -> event base + signals -> listeners -> startup models (their
+ * workers load in the background; requests queue meanwhile) -> "Model server started." -> loop.
+ * SIGINT/SIGTERM break the loop; shutdown closes listeners, stops every worker and waits for it,
+ * removes the scratch directory and the pidfile.
+ */
+#include "server.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "http_server.h"
+#include "log.h"
+#include "model.h"
+#include "worker_pool.h"
+
+struct server *srv;
+
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    LOG_INFO("received signal %d, shutting down", (int)sig);
+    srv->stopping = 1;
+    event_base_loopbreak(srv->base);
+}
+
+static void config_warn(const char *msg, void *arg)
+{
+    (void)arg;
+    LOG_WARN("%s", msg);
+}
+
+static char *self_dir(void)
+{
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return xstrdup(".");
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash)
+        *slash = '\0';
+    return xstrdup(buf);
+}
+
+static int is_archive_name(const char *n)
+{
+    size_t l = strlen(n);
+    return (l > 4 && !strcmp(n + l - 4, ".mar")) || (l > 7 && !strcmp(n + l - 7, ".tar.gz")) ||
+           (l > 4 && !strcmp(n + l - 4, ".tgz")) || (l > 6 && !strcmp(n + l - 6, ".model"));
+}
+
+static int startup_workers(const struct model *m)
+{
+    if (m->mc.min_workers > 0 && m->mc.max_workers >= m->mc.min_workers)
+        return m->mc.min_workers;
+    if (srv->cfg.default_workers_per_model > 0)
+        return srv->cfg.default_workers_per_model;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void load_one(const char *spec)
+{
+    struct model_reg r;
+    model_reg_init(&r);
+    r.loaded_at_startup = 1;
+    char *copy = xstrdup(spec);
+    char *eq = strchr(copy, '=');
+    if (eq && !strstr(copy, "://")) {
+        *eq = '\0';
+        r.name = copy;
+        r.url = eq + 1;
+    } else {
+        r.url = copy;
+    }
+    struct model *m;
+    char err[1024];
+    if (model_register(&r, &m, err, sizeof(err)) != 0)
+        LOG_ERROR("cannot load startup model %s: %s", spec, err);
+    else
+        worker_pool_scale(m, startup_workers(m));
+    free(copy);
+}
+
+static void load_all(void)
+{
+    DIR *d = opendir(srv->model_store);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char *p = xasprintf("%s/%s", srv->model_store, e->d_name);
+        char *mf = xasprintf("%s/MAR-INF/MANIFEST.json", p);
+        struct stat st;
+        if (is_archive_name(e->d_name) || (stat(mf, &st) == 0))
+            load_one(e->d_name);
+        free(mf);
+        free(p);
+    }
+    closedir(d);
+}
+
+static void load_startup_models(const struct server_opts *o)
+{
+    if (o->n_models > 0) {
+        for (int i = 0; i < o->n_models; i++) {
+            if (!strcasecmp(o->models[i], "all"))
+                load_all();
+            else
+                load_one(o->models[i]);
+        }
+        return;
+    }
+    if (!srv->cfg.load_models)
+        return;
+    char *list = xstrdup(srv->cfg.load_models), *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        if (!strcasecmp(t, "all"))
+            load_all();
+        else if (*t)
+            load_one(t);
+    }
+    free(list);
+}
+
+static const char *config_path(const struct server_opts *o)
+{
+    const char *env = getenv("TS_CONFIG_FILE");
+    if (env && *env)
+        return env;
+    if (o->ts_config)
+        return o->ts_config;
+    if (access("config.properties", R_OK) == 0)
+        return "config.properties";
+    return NULL;
+}
+
+static void remove_tree(const char *dir)
+{
+    if (!dir)
+        return;
+    char *cmd = xasprintf("rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        LOG_WARN("could not remove %s", dir);
+    free(cmd);
+}
+
+int server_main(const struct server_opts *o)
+{
+    static struct server s;
+    srv = &s;
+    LIST_INIT(&srv->models);
+    srv->start_us = ts_now_us();
+    log_init('F', stderr);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    config_defaults(&srv->cfg);
+    const char *cp = config_path(o);
+    char err[1024];
+    if (cp && config_load(cp, &srv->cfg, config_warn, NULL, err, sizeof(err)) != 0) {
+        fprintf(stderr, "torchserve-c: %s\n", err);
+        return 1;
+    }
+    if (o->disable_token_auth)
+        srv->cfg.disable_token_authorization = 1;
+    if (o->enable_model_api)
+        srv->cfg.enable_model_api = 1;
+    const char *store = o->model_store ? o->model_store : srv->cfg.model_store;
+    if (!store) {
+        fprintf(stderr, "torchserve-c: --model-store is required (or model_store in "
+                        "config.properties)\n");
+        return 1;
+    }
+    char real[PATH_MAX];
+    if (!realpath(store, real)) {
+        fprintf(stderr, "torchserve-c: model store %s: %s\n", store, strerror(errno));
+        return 1;
+    }
+    srv->model_store = xstrdup(real);
+    srv->next_worker_id = srv->cfg.initial_worker_port;
+
+    char *dir = self_dir();
+    srv->worker_bin = xasprintf("%s/torchserve-c-worker", dir);
+    free(dir);
+    if (access(srv->worker_bin, X_OK) != 0) {
+        fprintf(stderr, "torchserve-c: worker binary %s: %s\n", srv->worker_bin, strerror(errno));
+        return 1;
+    }
+
+    if (cli_pidfile_acquire() != 0)
+        return 1;
+
+    const char *tmp = getenv("TMPDIR");
+    srv->run_dir = xasprintf("%s/torchserve-c.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(srv->run_dir)) {
+        fprintf(stderr, "torchserve-c: cannot create %s: %s\n", srv->run_dir, strerror(errno));
+        cli_pidfile_release();
+        return 1;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+    evthread_use_pthreads();
+    srv->base = event_base_new();
+    srv->ev_sigint = evsignal_new(srv->base, SIGINT, on_stop_signal, NULL);
+    srv->ev_sigterm = evsignal_new(srv->base, SIGTERM, on_stop_signal, NULL);
+    evsignal_add(srv->ev_sigint, NULL);
+    evsignal_add(srv->ev_sigterm, NULL);
+    worker_pool_init();
+
+    int rc = 1;
+    if (http_servers_start() != 0)
+        goto out;
+    load_startup_models(o);
+
+    printf("Model server started.\n");
+    fflush(stdout);
+    LOG_INFO("Model server started (model store %s)", srv->model_store);
+    if (o->ready_fd >= 0) {
+        if (write(o->ready_fd, "1", 1) != 1)
+            LOG_WARN("could not notify the launcher");
+        close(o->ready_fd);
+    }
+    event_base_dispatch(srv->base);
+    rc = 0;
+out:
+    http_servers_stop();
+    model_unregister_all();
+    worker_pool_shutdown();
+    event_free(srv->ev_sigint);
+    event_free(srv->ev_sigterm);
+    event_free(srv->ev_sigchld);
+    event_base_free(srv->base);
+    remove_tree(srv->run_dir);
+    free(srv->run_dir);
+    free(srv->worker_bin);
+    free(srv->model_store);
+    config_free(&srv->cfg);
+    cli_pidfile_release();
+    LOG_INFO("torchserve-c stopped");
+    return rc;
+}

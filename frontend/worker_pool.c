@@ -1,0 +1,565 @@
+/*
+ * worker_pool: worker processes and their sockets.
+ *
+ * Life of a worker: spawn (posix_spawn, socketpair end on fd 3) -> STARTING (load frame sent,
+ * startupTimeout armed) -> READY (load reply 200) -> ... -> death. Death is seen twice: the
+ * socket hits EOF (we SIGKILL to be sure) and SIGCHLD reaps the pid. The in-flight jobs are
+ * failed at reap time, when the exit status is known: 507 if the kernel's OOM killer took it
+ * (its oom_kill counter moved while the worker lived), 500 "Worker died." otherwise. A worker is
+ * then respawned after a bounded exponential back-off, unless it exited with code 2 (fatal:
+ * bad model or handler), or it was being stopped.
+ *
+ * A model being unregistered detaches its workers (model = NULL); they are freed when reaped.
+ */
+#include "worker_pool.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "model.h"
+#include "server.h"
+
+extern char **environ;
+
+#define BACKOFF_MAX_MS 30000
+
+static TAILQ_HEAD(, worker) all_workers = TAILQ_HEAD_INITIALIZER(all_workers);
+
+static void worker_spawn(struct worker *w);
+static void on_timer(evutil_socket_t fd, short what, void *arg);
+
+const char *worker_state_name(const struct worker *w)
+{
+    return w->state == WORKER_READY ? "READY" : "UNLOADING";
+}
+
+long worker_rss_kb(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    long size = 0, rss = 0;
+    if (fscanf(f, "%ld %ld", &size, &rss) != 2)
+        rss = 0;
+    fclose(f);
+    return rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static unsigned long oom_kill_count(void)
+{
+    FILE *f = fopen("/proc/vmstat", "r");
+    if (!f)
+        return 0;
+    char line[128];
+    unsigned long v = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "oom_kill %lu", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
+int worker_pool_alive(const struct model *m)
+{
+    int n = 0;
+    const struct worker *w;
+    TAILQ_FOREACH(w, &m->workers, link)
+    if (w->state == WORKER_STARTING || w->state == WORKER_READY || w->state == WORKER_BACKOFF)
+        n++;
+    return n;
+}
+
+static void arm_timer(struct worker *w, int64_t ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(w->timer, &tv);
+}
+
+static void fail_inflight(struct worker *w, int status, const char *type, const char *msg)
+{
+    struct job *j;
+    while ((j = TAILQ_FIRST(&w->inflight))) {
+        TAILQ_REMOVE(&w->inflight, j, link);
+        w->n_inflight--;
+        job_fail(j, status, type, msg);
+    }
+}
+
+/* Fails the model's queued jobs when no worker can ever serve them. */
+static void fail_queue_if_orphaned(struct model *m, const char *why)
+{
+    if (!m || worker_pool_alive(m) > 0)
+        return;
+    struct job *j;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "Model \"%s\" has no worker to serve inference request: %s",
+             m->name, why);
+    while ((j = TAILQ_FIRST(&m->queue))) {
+        model_dequeue(m, j);
+        job_fail(j, 503, "ServiceUnavailableException", msg);
+    }
+}
+
+static void close_conn(struct worker *w)
+{
+    if (w->bev) {
+        bufferevent_free(w->bev);
+        w->bev = NULL;
+    }
+}
+
+static void worker_free(struct worker *w)
+{
+    close_conn(w);
+    if (w->timer)
+        event_free(w->timer);
+    buf_free(&w->out);
+    free(w);
+}
+
+/* Kills the process; the reaper does the rest. */
+static void worker_kill(struct worker *w, const char *reason)
+{
+    if (!w->kill_reason)
+        w->kill_reason = reason;
+    close_conn(w);
+    if (w->pid > 0)
+        kill(w->pid, SIGKILL);
+}
+
+static void handle_load_reply(struct worker *w, const struct otf_response *r)
+{
+    struct model *m = w->model;
+    char *msg = otf_strdup(r->msg);
+    if (r->code != 200) {
+        LOG_ERROR("worker %d (model %s) failed to load: %s", w->id, m ? m->name : "-", msg);
+        free(msg);
+        return; /* it exits with code 2; the reaper handles it */
+    }
+    w->state = WORKER_READY;
+    w->ready_since_us = ts_now_us();
+    evtimer_del(w->timer);
+    if (m) {
+        m->continuous = strstr(msg, "continuous=1") != NULL;
+        LOG_INFO("worker %d (pid %d) loaded model %s %s in %lld ms%s", w->id, (int)w->pid,
+                 m->name, m->version, (long long)(ts_wall_ms() - w->start_wall_ms),
+                 m->continuous ? " (continuous batching)" : "");
+        model_dispatch(m);
+    }
+    free(msg);
+}
+
+static void handle_response(struct worker *w, const struct otf_response *r)
+{
+    w->steps++;
+    if (r->code != 200 && r->n_preds == 0) {
+        char *msg = otf_strdup(r->msg);
+        fail_inflight(w, r->code >= 400 ? r->code : 500, "InternalServerException", msg);
+        free(msg);
+    }
+    for (size_t i = 0; i < r->n_preds; i++) {
+        const struct otf_prediction *p = &r->preds[i];
+        struct job *j;
+        TAILQ_FOREACH(j, &w->inflight, link)
+        if (otf_str_eq(p->id, j->id))
+            break;
+        if (!j)
+            continue; /* cancelled: its frames are dropped */
+        const struct otf_kv *sn = otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT);
+        int final = !(sn && otf_str_eq(sn->val, "true"));
+        if (r->code != 200) {
+            char *msg = otf_strdup(r->msg);
+            TAILQ_REMOVE(&w->inflight, j, link);
+            w->n_inflight--;
+            job_fail(j, r->code >= 400 ? r->code : 500, "InternalServerException", msg);
+            free(msg);
+            continue;
+        }
+        if (final) {
+            TAILQ_REMOVE(&w->inflight, j, link);
+            w->n_inflight--;
+        }
+        job_deliver_frame(j, p, final);
+    }
+    if (w->n_inflight == 0)
+        evtimer_del(w->timer);
+    else if (w->model)
+        arm_timer(w, (int64_t)w->model->response_timeout_s * 1000);
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct worker *w = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    w->last_io_us = ts_now_us();
+    while (w->bev) {
+        size_t len = evbuffer_get_length(in);
+        if (len == 0)
+            break;
+        const uint8_t *p = evbuffer_pullup(in, -1);
+        struct otf_response r;
+        long n = otf_decode_response(p, len, (size_t)srv->cfg.max_response_size, &r);
+        if (n == TS_E_INCOMPLETE)
+            break;
+        if (n < 0) {
+            LOG_ERROR("worker %d sent a bad frame: %s", w->id, ts_strerror((int)n));
+            worker_kill(w, n == TS_E_TOO_LARGE
+                               ? "Worker response exceeds max_response_size"
+                               : "Worker sent a malformed frame");
+            return;
+        }
+        if (w->state == WORKER_STARTING)
+            handle_load_reply(w, &r);
+        else
+            handle_response(w, &r);
+        otf_response_free(&r);
+        if (w->bev)
+            evbuffer_drain(in, (size_t)n);
+    }
+    if (w->model)
+        model_dispatch(w->model);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct worker *w = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        LOG_DEBUG("worker %d socket closed", w->id);
+        worker_kill(w, NULL);
+    }
+}
+
+static void worker_spawn(struct worker *w)
+{
+    int sv[2];
+    w->kill_reason = NULL;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        LOG_ERROR("socketpair: %s", strerror(errno));
+        w->state = WORKER_BACKOFF;
+        arm_timer(w, 1000);
+        return;
+    }
+    char threads[16], maxreq[32];
+    snprintf(threads, sizeof(threads), "%d", srv->cfg.worker_threads);
+    snprintf(maxreq, sizeof(maxreq), "%ld", srv->cfg.max_request_size);
+    char *argv[] = {srv->worker_bin, "--threads",       threads, "--max-request-size",
+                    maxreq,          "--log-level",     (char *)(log_min_level == LOG_LEVEL_DEBUG ? "debug" : "info"),
+                    NULL};
+    size_t ne = 0;
+    while (environ[ne])
+        ne++;
+    char **envp = xcalloc(ne + 3, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "OMP_NUM_THREADS=", 16))
+            envp[k++] = environ[i];
+    char *omp = xasprintf("OMP_NUM_THREADS=%d", srv->cfg.worker_threads);
+    char *wid = xasprintf("TS_WORKER_ID=%d", w->id);
+    envp[k++] = omp;
+    envp[k++] = wid;
+
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+    w->oom_kills_at_spawn = oom_kill_count();
+    pid_t pid;
+    int rc = posix_spawn(&pid, srv->worker_bin, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    free(omp);
+    free(wid);
+    free(envp);
+    close(sv[1]);
+    if (rc != 0) {
+        LOG_ERROR("cannot spawn %s: %s", srv->worker_bin, strerror(rc));
+        close(sv[0]);
+        w->state = WORKER_FAILED;
+        return;
+    }
+    w->pid = pid;
+    w->state = WORKER_STARTING;
+    w->start_wall_ms = ts_wall_ms();
+    TAILQ_INSERT_TAIL(&all_workers, w, glink);
+    evutil_make_socket_nonblocking(sv[0]);
+    w->bev = bufferevent_socket_new(srv->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(w->bev, on_read, NULL, on_event, w);
+    bufferevent_enable(w->bev, EV_READ);
+
+    struct model *m = w->model;
+    struct otf_load l = {
+        .model_name = otf_s(m->name),
+        .model_path = otf_s(m->dir),
+        .batch_size = m->batch_size,
+        .handler = otf_s(m->handler),
+        .gpu_id = -1,
+        .envelope = otf_s(m->manifest.envelope),
+        .limit_max_image_pixels = 1,
+    };
+    buf_reset(&w->out);
+    otf_encode_load(&w->out, &l);
+    bufferevent_write(w->bev, w->out.data, w->out.len);
+    arm_timer(w, (int64_t)m->startup_timeout_s * 1000);
+    LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, m->name, m->version);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *w = arg;
+    switch (w->state) {
+    case WORKER_STARTING:
+        LOG_ERROR("worker %d did not load within startupTimeout; killing it", w->id);
+        worker_kill(w, "Worker did not load the model in given time");
+        break;
+    case WORKER_READY:
+        if (w->n_inflight > 0) {
+            LOG_ERROR("worker %d did not respond within responseTimeout; killing it", w->id);
+            worker_kill(w, "Worker did not respond in given time");
+        }
+        break;
+    case WORKER_BACKOFF:
+        if (w->model)
+            worker_spawn(w);
+        break;
+    default:
+        break;
+    }
+}
+
+static void reap(struct worker *w, int status)
+{
+    struct model *m = w->model;
+    TAILQ_REMOVE(&all_workers, w, glink);
+    w->pid = 0;
+    close_conn(w);
+    evtimer_del(w->timer);
+
+    char how[64];
+    int fatal = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+    int oom = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+              oom_kill_count() > w->oom_kills_at_spawn && !w->kill_reason;
+    if (WIFEXITED(status))
+        snprintf(how, sizeof(how), "exit code %d", WEXITSTATUS(status));
+    else
+        snprintf(how, sizeof(how), "signal %d", WTERMSIG(status));
+
+    if (w->n_inflight > 0) {
+        char msg[256];
+        if (w->kill_reason)
+            snprintf(msg, sizeof(msg), "%s", w->kill_reason);
+        else if (oom)
+            snprintf(msg, sizeof(msg), "Worker died: killed by the kernel, out of memory");
+        else
+            snprintf(msg, sizeof(msg), "Worker died. (%s)", how);
+        LOG_WARN("worker %d: failing %d in-flight request(s): %s", w->id, w->n_inflight, msg);
+        fail_inflight(w, oom ? 507 : 500, "InternalServerException", msg);
+    }
+
+    if (!m || w->state == WORKER_STOPPING) {
+        LOG_INFO("worker %d stopped (%s)", w->id, how);
+        if (m) {
+            TAILQ_REMOVE(&m->workers, w, link);
+            m->n_workers--;
+        }
+        worker_free(w);
+        return;
+    }
+    if (fatal) {
+        LOG_ERROR("worker %d of model %s exited with code 2 (fatal); not respawning", w->id,
+                  m->name);
+        w->state = WORKER_FAILED;
+        fail_queue_if_orphaned(m, "its workers failed to load the model");
+        return;
+    }
+    if (w->state == WORKER_READY && ts_now_us() - w->ready_since_us > 10 * 1000000LL)
+        w->retries = 0;
+    int delay = w->retries == 0 ? 0 : 250 << (w->retries - 1 < 8 ? w->retries - 1 : 8);
+    if (delay > BACKOFF_MAX_MS)
+        delay = BACKOFF_MAX_MS;
+    w->retries++;
+    LOG_WARN("worker %d of model %s died (%s); respawning in %d ms", w->id, m->name, how, delay);
+    w->state = WORKER_BACKOFF;
+    arm_timer(w, delay);
+}
+
+static void on_sigchld(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &all_workers, glink)
+        if (w->pid == pid)
+            break;
+        if (w)
+            reap(w, status);
+    }
+}
+
+int worker_pool_init(void)
+{
+    srv->ev_sigchld = evsignal_new(srv->base, SIGCHLD, on_sigchld, NULL);
+    return evsignal_add(srv->ev_sigchld, NULL);
+}
+
+static struct worker *worker_new(struct model *m)
+{
+    struct worker *w = xcalloc(1, sizeof(*w));
+    w->id = srv->next_worker_id++;
+    w->model = m;
+    TAILQ_INIT(&w->inflight);
+    buf_init(&w->out);
+    w->timer = evtimer_new(srv->base, on_timer, w);
+    TAILQ_INSERT_TAIL(&m->workers, w, link);
+    m->n_workers++;
+    return w;
+}
+
+/* Stops one worker: no new work; the process exits when its socket closes. */
+static void worker_stop(struct worker *w)
+{
+    if (w->pid <= 0) { /* backoff or failed: nothing running */
+        TAILQ_REMOVE(&w->model->workers, w, link);
+        w->model->n_workers--;
+        worker_free(w);
+        return;
+    }
+    w->state = WORKER_STOPPING;
+    evtimer_del(w->timer);
+    fail_inflight(w, 503, "ServiceUnavailableException", "Worker was stopped (scaled down)");
+    close_conn(w);
+}
+
+int worker_pool_scale(struct model *m, int n)
+{
+    int alive = 0;
+    struct worker *w, *tmp;
+    TAILQ_FOREACH(w, &m->workers, link)
+    if (w->state != WORKER_STOPPING)
+        alive++;
+    /* failed workers stay visible until scaled; scaling clears them */
+    TAILQ_FOREACH_SAFE(w, &m->workers, link, tmp)
+    if (w->state == WORKER_FAILED && n != alive) {
+        TAILQ_REMOVE(&m->workers, w, link);
+        m->n_workers--;
+        worker_free(w);
+        alive--;
+    }
+    while (alive < n) {
+        worker_spawn(worker_new(m));
+        alive++;
+    }
+    /* stop the newest first, preferring idle ones */
+    for (int pass = 0; pass < 2 && alive > n; pass++) {
+        TAILQ_FOREACH_REVERSE_SAFE(w, &m->workers, worker_list, link, tmp)
+        {
+            if (alive <= n)
+                break;
+            if (w->state == WORKER_STOPPING || (pass == 0 && w->n_inflight > 0))
+                continue;
+            worker_stop(w);
+            alive--;
+        }
+    }
+    if (n == 0) {
+        /* the model is going away: stopping workers are reaped without it */
+        TAILQ_FOREACH_SAFE(w, &m->workers, link, tmp)
+        {
+            TAILQ_REMOVE(&m->workers, w, link);
+            m->n_workers--;
+            w->model = NULL;
+        }
+    }
+    return 0;
+}
+
+void worker_send_batch(struct worker *w, struct job **jobs, int n)
+{
+    buf_reset(&w->out);
+    otf_encode_infer_begin(&w->out);
+    for (int i = 0; i < n; i++) {
+        struct job *j = jobs[i];
+        struct otf_request r;
+        struct otf_kv *h;
+        struct otf_param *p;
+        job_to_otf(j, &r, &h, &p);
+        otf_encode_request(&w->out, &r);
+        free(h);
+        free(p);
+        j->state = JOB_RUNNING;
+        j->worker = w;
+        j->dispatched_us = ts_now_us();
+        TAILQ_INSERT_TAIL(&w->inflight, j, link);
+        w->n_inflight++;
+    }
+    otf_encode_list_end(&w->out);
+    bufferevent_write(w->bev, w->out.data, w->out.len);
+    if (!evtimer_pending(w->timer, NULL))
+        arm_timer(w, (int64_t)w->model->response_timeout_s * 1000);
+}
+
+void worker_cancel_job(struct worker *w, struct job *j)
+{
+    TAILQ_REMOVE(&w->inflight, j, link);
+    w->n_inflight--;
+    if (w->bev) {
+        struct otf_str id = otf_s(j->id);
+        buf_reset(&w->out);
+        otf_encode_cancel(&w->out, &id, 1);
+        bufferevent_write(w->bev, w->out.data, w->out.len);
+    }
+    LOG_REQ(LOG_LEVEL_INFO, j->id, "client went away; cancelled on worker %d", w->id);
+    if (w->n_inflight == 0)
+        evtimer_del(w->timer);
+    if (w->model)
+        model_dispatch(w->model);
+}
+
+void worker_pool_shutdown(void)
+{
+    struct worker *w;
+    TAILQ_FOREACH(w, &all_workers, glink)
+    {
+        w->state = WORKER_STOPPING;
+        close_conn(w);
+    }
+    int64_t deadline = ts_now_us() + 5 * 1000000LL;
+    while (!TAILQ_EMPTY(&all_workers)) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            TAILQ_FOREACH(w, &all_workers, glink)
+            if (w->pid == pid)
+                break;
+            if (w)
+                reap(w, status);
+            continue;
+        }
+        if (pid < 0 && errno == ECHILD)
+            break;
+        if (ts_now_us() > deadline) {
+            TAILQ_FOREACH(w, &all_workers, glink)
+            if (w->pid > 0)
+                kill(w->pid, SIGKILL);
+            deadline = ts_now_us() + 5 * 1000000LL;
+        }
+        usleep(10000);
+    }
+}
