@@ -1,0 +1,569 @@
+/*
+ * ctx: the handler ABI (handler.h) over the worker's request lists and output buffer.
+ *
+ * Requests are deep copies with NUL-terminated strings, so handlers can treat bodies as C
+ * strings and the receive buffer can be compacted under them. Responses are encoded into
+ * c->out as soon as they are known; a frame is closed and written by worker_flush(). A frame
+ * never carries two predictions for the same request: a second one (a partial followed by the
+ * final, or two partials in one call) starts a new frame, so a frontend can match predictions to
+ * jobs by id within a frame and still see them in order.
+ */
+#include "ctx.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "log.h"
+#include "worker.h"
+
+#define PREDICTION_MSG "Prediction success"
+
+void ctx_init(struct ts_ctx *c, int fd, size_t max_field)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = fd;
+    c->max_field = max_field;
+    c->batch_size = 1;
+    buf_init(&c->out);
+    buf_init(&c->rx);
+}
+
+static void free_list(struct wreq *r)
+{
+    while (r) {
+        struct wreq *next = r->next;
+        wreq_free(r);
+        r = next;
+    }
+}
+
+void ctx_destroy(struct ts_ctx *c)
+{
+    free_list(c->pending_head);
+    free_list(c->held_head);
+    if (c->h && c->h->destroy && c->loaded)
+        c->h->destroy(c->hstate);
+    free(c->model_name);
+    free(c->model_dir);
+    free(c->serialized_file);
+    free(c->state_dir);
+    yflat_free(&c->cfg);
+    free(c->cur);
+    free(c->out_ids);
+    for (size_t i = 0; i < c->n_counters; i++)
+        free(c->counters[i].name);
+    free(c->counters);
+    for (size_t i = 0; i < c->n_seq; i++)
+        free(c->seq[i].seq_id);
+    free(c->seq);
+    buf_free(&c->out);
+    buf_free(&c->rx);
+    memset(c, 0, sizeof(*c));
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static char *dup_otf(struct otf_str s, size_t *len)
+{
+    size_t n = s.len > 0 ? (size_t)s.len : 0;
+    char *p = xmalloc(n + 1);
+    if (n)
+        memcpy(p, s.p, n);
+    p[n] = '\0';
+    if (len)
+        *len = n;
+    return p;
+}
+
+struct wreq *wreq_from_otf(const struct otf_request *q)
+{
+    struct wreq *r = xcalloc(1, sizeof(*r));
+    r->id = dup_otf(q->id, NULL);
+    r->n_headers = q->n_headers;
+    r->headers = xcalloc(q->n_headers ? q->n_headers : 1, sizeof(*r->headers));
+    for (size_t i = 0; i < q->n_headers; i++) {
+        r->headers[i].key = dup_otf(q->headers[i].key, NULL);
+        r->headers[i].val = dup_otf(q->headers[i].val, NULL);
+    }
+    r->n_params = q->n_params;
+    r->params = xcalloc(q->n_params ? q->n_params : 1, sizeof(*r->params));
+    for (size_t i = 0; i < q->n_params; i++) {
+        r->params[i].name = dup_otf(q->params[i].name, NULL);
+        r->params[i].ctype = dup_otf(q->params[i].ctype, NULL);
+        r->params[i].value = dup_otf(q->params[i].value, &r->params[i].len);
+    }
+    r->is_new = 1;
+    return r;
+}
+
+static void free_kvs(struct wkv *kv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(kv[i].key);
+        free(kv[i].val);
+    }
+    free(kv);
+}
+
+void wreq_free(struct wreq *r)
+{
+    if (!r)
+        return;
+    if (r->user && r->user_free)
+        r->user_free(r->user);
+    free(r->id);
+    free_kvs(r->headers, r->n_headers);
+    for (size_t i = 0; i < r->n_params; i++) {
+        free(r->params[i].name);
+        free(r->params[i].ctype);
+        free(r->params[i].value);
+    }
+    free(r->params);
+    free(r->phrase);
+    free(r->ctype);
+    free(r->body);
+    free_kvs(r->rheaders, r->n_rheaders);
+    free(r);
+}
+
+/* The request at idx of the current call, or NULL (a handler bug: logged once per call). */
+static struct wreq *req_at(struct ts_ctx *c, size_t idx)
+{
+    if (idx < c->ncur)
+        return c->cur[idx];
+    LOG_ERROR("handler used request index %zu, the call has %zu", idx, c->ncur);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- output frames */
+
+static const char *error_type(int status)
+{
+    switch (status) {
+    case 400: return "BadRequestException";
+    case 404: return "ResourceNotFoundException";
+    case 408: return "RequestTimeoutException";
+    case 413: return "RequestEntityTooLargeException";
+    case 503: return "ServiceUnavailableException";
+    case 507: return "OutOfMemoryException";
+    default: return "InternalServerException";
+    }
+}
+
+char *ctx_error_json(int status, const char *msg)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "code", json_integer(status));
+    json_object_set_new(o, "type", json_string(error_type(status)));
+    /* json_string refuses invalid UTF-8; a message quoting client bytes may contain some */
+    json_t *m = json_string(msg);
+    json_object_set_new(o, "message", m ? m : json_string("(message is not valid UTF-8)"));
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!s)
+        abort();
+    return s;
+}
+
+void ctx_close_frame(struct ts_ctx *c)
+{
+    if (!c->out_open)
+        return;
+    otf_encode_list_end(&c->out);
+    c->out_open = 0;
+    c->n_out_ids = 0;
+}
+
+static void open_frame_for(struct ts_ctx *c, const struct wreq *r)
+{
+    for (size_t i = 0; c->out_open && i < c->n_out_ids; i++)
+        if (c->out_ids[i] == r) {
+            ctx_close_frame(c);
+            break;
+        }
+    if (!c->out_open) {
+        otf_encode_response_begin(&c->out, 200, otf_s(PREDICTION_MSG));
+        c->out_open = 1;
+    }
+    if (c->n_out_ids == c->out_ids_cap) {
+        c->out_ids_cap = c->out_ids_cap ? c->out_ids_cap * 2 : 16;
+        c->out_ids = xrealloc(c->out_ids, c->out_ids_cap * sizeof(*c->out_ids));
+    }
+    c->out_ids[c->n_out_ids++] = r;
+}
+
+void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, size_t len,
+                          const char *stream_next)
+{
+    size_t nh = r->n_rheaders + c->n_counters + 2;
+    struct otf_kv *kv = xcalloc(nh, sizeof(*kv));
+    char (*vals)[24] = xcalloc(c->n_counters + 1, sizeof(*vals));
+    char **keys = xcalloc(c->n_counters + 1, sizeof(*keys));
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_rheaders; i++, k++) {
+        kv[k].key = otf_s(r->rheaders[i].key);
+        kv[k].val = otf_s(r->rheaders[i].val);
+    }
+    if (stream_next) {
+        kv[k].key = otf_s(OTF_STREAM_NEXT);
+        kv[k++].val = otf_s(stream_next);
+    }
+    for (size_t i = 0; i < c->n_counters; i++, k++) {
+        keys[i] = xasprintf("x-ts-worker-%s", c->counters[i].name);
+        snprintf(vals[i], sizeof(vals[i]), "%lld", (long long)c->counters[i].total);
+        kv[k].key = otf_s(keys[i]);
+        kv[k].val = otf_s(vals[i]);
+    }
+    snprintf(vals[c->n_counters], sizeof(vals[0]), "%zu", c->ncur);
+    kv[k].key = otf_s("x-ts-worker-batch");
+    kv[k++].val = otf_s(vals[c->n_counters]);
+
+    open_frame_for(c, r);
+    struct otf_prediction p = {
+        .id = otf_s(r->id),
+        .ctype = otf_s(r->ctype ? r->ctype : ""),
+        .status = r->status ? r->status : 200,
+        .phrase = otf_s(r->phrase ? r->phrase : ""),
+        .headers = kv,
+        .n_headers = k,
+        .body = otf_sn(body ? body : "", len),
+    };
+    otf_encode_prediction(&c->out, &p);
+    for (size_t i = 0; i < c->n_counters; i++)
+        free(keys[i]);
+    free(keys);
+    free(vals);
+    free(kv);
+}
+
+void ctx_queue_final(struct ts_ctx *c, struct wreq *r)
+{
+    const char *next = r->streamed ? "false" : NULL;
+    if (!r->has_response && !r->streamed) {
+        LOG_REQ(LOG_LEVEL_ERROR, r->id, "handler %s produced no response", c->h->name);
+        char *err = ctx_error_json(500, "handler produced no response");
+        r->status = 500;
+        free(r->ctype);
+        r->ctype = xstrdup("application/json");
+        ctx_queue_prediction(c, r, err, strlen(err), NULL);
+        free(err);
+        return;
+    }
+    ctx_queue_prediction(c, r, r->body, r->body_len, next);
+}
+
+/* ---------------------------------------------------------------- handler ABI: model */
+
+const char *ts_model_name(struct ts_ctx *ctx)
+{
+    return ctx->model_name;
+}
+
+const char *ts_model_dir(struct ts_ctx *ctx)
+{
+    return ctx->model_dir;
+}
+
+int ts_batch_size(struct ts_ctx *ctx)
+{
+    return ctx->batch_size;
+}
+
+const char *ts_serialized_file(struct ts_ctx *ctx)
+{
+    return ctx->serialized_file ? ctx->serialized_file : "";
+}
+
+const char *ts_config_get(struct ts_ctx *ctx, const char *path)
+{
+    const struct yflat_entry *e = yflat_get(&ctx->cfg, path);
+    return e ? e->value : NULL;
+}
+
+long ts_config_get_long(struct ts_ctx *ctx, const char *path, long dflt)
+{
+    const char *v = ts_config_get(ctx, path);
+    long out;
+    if (!v)
+        return dflt;
+    if (ts_parse_long(v, -__LONG_MAX__ - 1, __LONG_MAX__, &out)) {
+        LOG_WARN("model-config.yaml: %s: \"%s\" is not an integer, using %ld", path, v, dflt);
+        return dflt;
+    }
+    return out;
+}
+
+void ts_set_load_error(struct ts_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->load_err, sizeof(ctx->load_err), fmt, ap);
+    va_end(ap);
+}
+
+/* ---------------------------------------------------------------- handler ABI: requests */
+
+const char *ts_request_id(struct ts_ctx *ctx, size_t idx)
+{
+    struct wreq *r = req_at(ctx, idx);
+    return r ? r->id : NULL;
+}
+
+const char *ts_get_header(struct ts_ctx *ctx, size_t idx, const char *name)
+{
+    struct wreq *r = req_at(ctx, idx);
+    const char *found = NULL;
+    for (size_t i = 0; r && i < r->n_headers; i++)
+        if (!strcasecmp(r->headers[i].key, name))
+            found = r->headers[i].val;
+    return found;
+}
+
+static const void *param_out(const struct wparam *p, size_t *len, const char **ctype)
+{
+    if (len)
+        *len = p->len;
+    if (ctype)
+        *ctype = p->ctype;
+    return p->value;
+}
+
+const void *ts_get_param(struct ts_ctx *ctx, size_t idx, const char *name, size_t *len,
+                         const char **ctype)
+{
+    struct wreq *r = req_at(ctx, idx);
+    for (size_t i = 0; r && i < r->n_params; i++)
+        if (!strcmp(r->params[i].name, name))
+            return param_out(&r->params[i], len, ctype);
+    return NULL;
+}
+
+const void *ts_get_body(struct ts_ctx *ctx, size_t idx, size_t *len, const char **ctype)
+{
+    const void *p = ts_get_param(ctx, idx, "body", len, ctype);
+    if (!p)
+        p = ts_get_param(ctx, idx, "data", len, ctype);
+    struct wreq *r = req_at(ctx, idx);
+    if (!p && r && r->n_params)
+        p = param_out(&r->params[0], len, ctype);
+    return p;
+}
+
+size_t ts_param_count(struct ts_ctx *ctx, size_t idx)
+{
+    struct wreq *r = req_at(ctx, idx);
+    return r ? r->n_params : 0;
+}
+
+const void *ts_param_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name, size_t *len,
+                        const char **ctype)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r || i >= r->n_params)
+        return NULL;
+    if (name)
+        *name = r->params[i].name;
+    return param_out(&r->params[i], len, ctype);
+}
+
+int ts_is_new(struct ts_ctx *ctx, size_t idx)
+{
+    struct wreq *r = req_at(ctx, idx);
+    return r ? r->is_new : 0;
+}
+
+void *ts_get_user(struct ts_ctx *ctx, size_t idx)
+{
+    struct wreq *r = req_at(ctx, idx);
+    return r ? r->user : NULL;
+}
+
+void ts_set_user(struct ts_ctx *ctx, size_t idx, void *user, void (*free_fn)(void *))
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return;
+    if (r->user && r->user != user && r->user_free)
+        r->user_free(r->user);
+    r->user = user;
+    r->user_free = free_fn;
+}
+
+const char *ts_sequence_id(struct ts_ctx *ctx, size_t idx)
+{
+    return ts_get_header(ctx, idx, "ts_request_sequence_id");
+}
+
+int ts_is_cancelled(struct ts_ctx *ctx, size_t idx)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return 1;
+    if (!r->cancelled)
+        worker_poll_input(ctx);
+    return r->cancelled;
+}
+
+/* ---------------------------------------------------------------- handler ABI: responses */
+
+void ts_set_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t len)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return;
+    free(r->body);
+    r->body = xmalloc(len + 1);
+    if (len)
+        memcpy(r->body, data, len);
+    r->body[len] = '\0';
+    r->body_len = len;
+    r->has_response = 1;
+}
+
+void ts_set_status(struct ts_ctx *ctx, size_t idx, int status, const char *phrase)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return;
+    r->status = status;
+    free(r->phrase);
+    r->phrase = xstrdup(phrase ? phrase : "");
+    r->has_response = 1;
+}
+
+void ts_set_content_type(struct ts_ctx *ctx, size_t idx, const char *ctype)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return;
+    free(r->ctype);
+    r->ctype = xstrdup(ctype ? ctype : "");
+}
+
+void ts_set_header(struct ts_ctx *ctx, size_t idx, const char *key, const char *val)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r || !key)
+        return;
+    for (size_t i = 0; i < r->n_rheaders; i++)
+        if (!strcasecmp(r->rheaders[i].key, key)) {
+            free(r->rheaders[i].val);
+            r->rheaders[i].val = xstrdup(val ? val : "");
+            return;
+        }
+    r->rheaders = xrealloc(r->rheaders, (r->n_rheaders + 1) * sizeof(*r->rheaders));
+    r->rheaders[r->n_rheaders].key = xstrdup(key);
+    r->rheaders[r->n_rheaders].val = xstrdup(val ? val : "");
+    r->n_rheaders++;
+}
+
+void ts_set_error(struct ts_ctx *ctx, size_t idx, int status, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return;
+    char *body = ctx_error_json(status, msg);
+    ts_set_response(ctx, idx, body, strlen(body));
+    free(body);
+    ts_set_status(ctx, idx, status, "");
+    ts_set_content_type(ctx, idx, "application/json");
+}
+
+int ts_send_intermediate_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t len)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return -EINVAL;
+    if (r->cancelled)
+        return -ECANCELED;
+    r->streamed = 1;
+    ctx_queue_prediction(ctx, r, data, len, "true");
+    return 0;
+}
+
+int ts_flush(struct ts_ctx *ctx)
+{
+    return worker_flush(ctx);
+}
+
+void ts_continue(struct ts_ctx *ctx, size_t idx, int64_t delay_us)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return;
+    if (!(ctx->h->flags & TS_HANDLER_CONTINUOUS)) {
+        LOG_REQ(LOG_LEVEL_ERROR, r->id,
+                "handler %s called ts_continue without TS_HANDLER_CONTINUOUS; ignored",
+                ctx->h->name);
+        return;
+    }
+    r->continued = 1;
+    r->delay_us = delay_us > 0 ? delay_us : 0;
+}
+
+/* ---------------------------------------------------------------- state, counters, log */
+
+const void *ts_state_get(struct ts_ctx *ctx, size_t idx, size_t *len)
+{
+    (void)ctx;
+    (void)idx;
+    if (len)
+        *len = 0;
+    errno = ENOSYS;
+    return NULL;
+}
+
+int ts_state_put(struct ts_ctx *ctx, size_t idx, const void *data, size_t len)
+{
+    (void)ctx;
+    (void)idx;
+    (void)data;
+    (void)len;
+    return -ENOSYS;
+}
+
+int ts_state_del(struct ts_ctx *ctx, size_t idx)
+{
+    (void)ctx;
+    (void)idx;
+    return -ENOSYS;
+}
+
+void ts_counter_add(struct ts_ctx *ctx, const char *name, int64_t delta)
+{
+    for (size_t i = 0; i < ctx->n_counters; i++)
+        if (!strcmp(ctx->counters[i].name, name)) {
+            ctx->counters[i].total += delta;
+            return;
+        }
+    ctx->counters = xrealloc(ctx->counters, (ctx->n_counters + 1) * sizeof(*ctx->counters));
+    ctx->counters[ctx->n_counters].name = xstrdup(name);
+    ctx->counters[ctx->n_counters].total = delta;
+    ctx->n_counters++;
+}
+
+void ts_log(struct ts_ctx *ctx, int level, const char *fmt, ...)
+{
+    (void)ctx;
+    if (level < log_min_level)
+        return;
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    log_write(level < LOG_LEVEL_DEBUG ? LOG_LEVEL_DEBUG
+                                      : (level > LOG_LEVEL_ERROR ? LOG_LEVEL_ERROR : level),
+              NULL, "%s", msg);
+}

@@ -1,0 +1,125 @@
+/*
+ * ctx: the worker's one `struct ts_ctx` (model, requests, output frames, counters) and the
+ * implementation of the handler ABI (handler.h) on top of it.
+ *
+ * Owns: every request from the moment its 'I' frame is decoded (a deep copy, so the receive
+ * buffer can move) until it finishes or is cancelled; the output buffer of response frames.
+ * Threading: the worker's single thread only. Socket I/O is worker.c's (worker.h); ctx calls it
+ * for ts_flush() and ts_is_cancelled().
+ */
+#ifndef TS_CTX_H
+#define TS_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handler.h"
+#include "otf.h"
+#include "util.h"
+#include "yaml_flat.h"
+
+struct wkv {
+    char *key;
+    char *val;
+};
+
+struct wparam {
+    char *name;
+    char *ctype;
+    char *value; /* NUL-terminated after len */
+    size_t len;
+};
+
+/* One request held by the worker. */
+struct wreq {
+    struct wreq *next; /* pending / held list */
+    char *id;
+    struct wkv *headers;
+    size_t n_headers;
+    struct wparam *params;
+    size_t n_params;
+    void *user;
+    void (*user_free)(void *);
+    int is_new;    /* not yet passed to a completed handle call */
+    int cancelled; /* a cancel arrived while it was in the current call */
+    int streamed;  /* at least one intermediate response was queued */
+    int continued; /* ts_continue() called during the current call */
+    int64_t delay_us;
+    int64_t wake_us; /* held: due at this monotonic time */
+    /* response */
+    int has_response;
+    int status;
+    char *phrase;
+    char *ctype;
+    char *body;
+    size_t body_len;
+    struct wkv *rheaders;
+    size_t n_rheaders;
+};
+
+struct counter {
+    char *name;
+    int64_t total;
+};
+
+struct seq_ev {
+    char *seq_id;
+    int event;
+};
+
+struct ts_ctx {
+    /* model */
+    char *model_name;
+    char *model_dir;
+    char *serialized_file;
+    int batch_size;
+    struct yflat cfg;
+    char load_err[1024];
+    const struct ts_handler *h;
+    void *hstate;
+    int loaded;
+    /* requests: pending = new, FIFO; held = continuing (TS_HANDLER_CONTINUOUS) in arrival order */
+    struct wreq *pending_head, *pending_tail;
+    struct wreq *held_head, *held_tail;
+    struct wreq **cur; /* the requests of the current handle call */
+    size_t ncur, cur_cap;
+    int in_handle;
+    /* response frames waiting to be written */
+    struct buf out;
+    int out_open;                /* a frame is open in out (code + msg written) */
+    const struct wreq **out_ids; /* requests with a prediction in the open frame */
+    size_t n_out_ids, out_ids_cap;
+    struct counter *counters;
+    size_t n_counters;
+    /* sequence events, delivered after the current step */
+    struct seq_ev *seq;
+    size_t n_seq, seq_cap;
+    /* socket */
+    int fd;
+    int eof; /* 1: the frontend closed the socket or a write failed; 2: protocol error */
+    struct buf rx;
+    size_t rx_off;
+    size_t max_field;
+    char *state_dir;
+};
+
+void ctx_init(struct ts_ctx *c, int fd, size_t max_field);
+void ctx_destroy(struct ts_ctx *c);
+
+/* Deep copy of a decoded request. */
+struct wreq *wreq_from_otf(const struct otf_request *q);
+/* Frees the request and its user data. */
+void wreq_free(struct wreq *r);
+
+/* Queue a prediction for r into the output buffer. stream_next: "true", "false" or NULL. */
+void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, size_t len,
+                          const char *stream_next);
+/* Queue r's final response (the step is over for it and it did not continue). */
+void ctx_queue_final(struct ts_ctx *c, struct wreq *r);
+/* Closes the open frame, if any; the bytes stay in c->out for the caller to write. */
+void ctx_close_frame(struct ts_ctx *c);
+
+/* Error body {"code": status, "type": ..., "message": msg}, malloc'd. */
+char *ctx_error_json(int status, const char *msg);
+
+#endif

@@ -1,0 +1,113 @@
+/*
+ * handler_loader: built-ins by name, else dlopen from the model directory.
+ *
+ * A library path is taken relative to the model directory and may not climb out of it ("..") or
+ * be absolute: the archive decides what runs, not a path that happens to exist on the host.
+ * RTLD_LOCAL keeps two models' libraries from resolving each other's symbols; the worker exports
+ * the ts_* ABI with -rdynamic, so a library resolves those against the worker.
+ */
+#include "handler_loader.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct builtin {
+    const char *name;
+    ts_handler_get_fn *get;
+};
+
+static const struct builtin builtins[] = {
+    {"torchscript", ts_handler_torchscript},
+    {"TorchScriptHandler", ts_handler_torchscript},
+    {"", ts_handler_torchscript},
+    {"identity_text", ts_handler_identity_text},
+};
+
+static int has_suffix(const char *s, size_t n, const char *suf)
+{
+    size_t m = strlen(suf);
+    return n >= m && !memcmp(s + n - m, suf, m);
+}
+
+static const struct ts_handler *check_abi(const struct ts_handler *h, const char *what, char *err,
+                                          size_t errlen)
+{
+    if (!h) {
+        snprintf(err, errlen, "handler %s: returned no handler", what);
+        return NULL;
+    }
+    if (h->abi_version != TS_HANDLER_ABI_VERSION) {
+        snprintf(err, errlen, "handler %s: ABI version %d, this worker implements %d", what,
+                 h->abi_version, TS_HANDLER_ABI_VERSION);
+        return NULL;
+    }
+    if (!h->init || !h->handle) {
+        snprintf(err, errlen, "handler %s: init and handle are required", what);
+        return NULL;
+    }
+    return h;
+}
+
+static const struct ts_handler *load_library(const char *spec, const char *model_dir, char *err,
+                                             size_t errlen)
+{
+    const char *colon = strchr(spec, ':');
+    size_t liblen = colon ? (size_t)(colon - spec) : strlen(spec);
+    const char *sym = colon ? colon + 1 : "ts_handler_v1";
+    if (!*sym) {
+        snprintf(err, errlen, "handler \"%s\": empty symbol name", spec);
+        return NULL;
+    }
+    char *lib = xstrndup(spec, liblen);
+    if (lib[0] == '/' || !strncmp(lib, "../", 3) || strstr(lib, "/../")) {
+        snprintf(err, errlen, "handler \"%s\": the library must be inside the model directory",
+                 spec);
+        free(lib);
+        return NULL;
+    }
+    char *path = xasprintf("%s/%s", model_dir, lib);
+    free(lib);
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        snprintf(err, errlen, "handler \"%s\": %s", spec, dlerror());
+        free(path);
+        return NULL;
+    }
+    free(path);
+    dlerror();
+    /* POSIX: a function pointer round-trips through void * returned by dlsym */
+    ts_handler_get_fn *get;
+    *(void **)&get = dlsym(dl, sym);
+    if (!get) {
+        snprintf(err, errlen, "handler \"%s\": symbol %s not found", spec, sym);
+        dlclose(dl);
+        return NULL;
+    }
+    const struct ts_handler *h = check_abi(get(), spec, err, errlen);
+    if (!h)
+        dlclose(dl);
+    return h;
+}
+
+const struct ts_handler *handler_loader_find(const char *spec, const char *model_dir, char *err,
+                                             size_t errlen)
+{
+    if (!spec)
+        spec = "";
+    for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
+        if (!strcmp(spec, builtins[i].name))
+            return check_abi(builtins[i].get(), spec, err, errlen);
+    const char *colon = strchr(spec, ':');
+    size_t liblen = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (has_suffix(spec, liblen, ".so") || memmem(spec, liblen, ".so.", 4))
+        return load_library(spec, model_dir, err, errlen);
+    snprintf(err, errlen,
+             "unknown handler \"%s\" (built-in: torchscript, identity_text; or libfoo.so[:symbol] "
+             "in the model archive)",
+             spec);
+    return NULL;
+}

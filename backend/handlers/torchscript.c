@@ -1,0 +1,324 @@
+/*
+ * torchscript: the built-in handler for TorchScript archives (TorchServe's "TorchScriptHandler").
+ *
+ * init loads <model_dir>/<serializedFile> through the shim and, when model-config.yaml gives the
+ * per-sample shape (handler.input_shape: [64]), runs one warm-up forward. Each step validates every
+ * request on its own first (shape, element types, JSON syntax): a bad request gets its own 400 and
+ * leaves the batch. The good ones are concatenated along dim 0 and run as ONE forward; the output
+ * rows are split back per request. Without input_shape each request is one sample of whatever
+ * shape it has, and requests of equal shape are stacked into one forward.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "handler.h"
+#include "handler_loader.h"
+#include "log.h"
+#include "tjson.h"
+#include "torch_shim.h"
+#include "util.h"
+
+struct tsc_state {
+    struct tsh_model *m;
+    int has_shape;
+    int64_t shape[TSH_MAX_DIMS]; /* per-sample input shape */
+    int ndim;
+};
+
+struct item {
+    int ok;
+    int grouped;
+    struct tjson_input in;
+    int64_t rows;
+    int single; /* the request is one sample: answer the row itself, not a list of rows */
+    int64_t sample[TSH_MAX_DIMS];
+    int sdim;
+};
+
+/* handler.input_shape as [a, b] (entries .0, .1, ...) or a single integer. */
+static int read_input_shape(struct ts_ctx *ctx, struct tsc_state *s)
+{
+    char key[64];
+    for (int i = 0;; i++) {
+        snprintf(key, sizeof(key), "handler.input_shape.%d", i);
+        const char *v = ts_config_get(ctx, key);
+        if (!v)
+            break;
+        long n;
+        if (i == TSH_MAX_DIMS - 1 || ts_parse_long(v, 1, 1L << 40, &n)) {
+            ts_set_load_error(ctx, "model-config.yaml: %s: \"%s\" is not a dimension size "
+                                   "(or more than %d dimensions)",
+                              key, v, TSH_MAX_DIMS - 1);
+            return -1;
+        }
+        s->shape[s->ndim++] = n;
+    }
+    const char *v = ts_config_get(ctx, "handler.input_shape");
+    if (!s->ndim && v) {
+        long n;
+        if (ts_parse_long(v, 1, 1L << 40, &n)) {
+            ts_set_load_error(ctx, "model-config.yaml: handler.input_shape: \"%s\" is not a "
+                                   "list of sizes",
+                              v);
+            return -1;
+        }
+        s->shape[s->ndim++] = n;
+    }
+    s->has_shape = s->ndim > 0;
+    return 0;
+}
+
+static void warm_up(struct ts_ctx *ctx, struct tsc_state *s)
+{
+    struct tsh_tensor in = {.dtype = TSH_FLOAT32, .ndim = s->ndim + 1};
+    in.shape[0] = 1;
+    memcpy(in.shape + 1, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+    int64_t numel = tsh_numel(in.shape, in.ndim);
+    in.nbytes = (size_t)numel * sizeof(float);
+    in.data = xcalloc((size_t)numel, sizeof(float));
+    struct tsh_tensor *out = NULL;
+    size_t nout = 0;
+    char *err = NULL;
+    int64_t t0 = ts_now_us();
+    if (tsh_forward(s->m, &in, 1, &out, &nout, &err)) {
+        ts_log(ctx, LOG_LEVEL_WARN, "warm-up forward with input_shape failed: %s", err);
+        free(err);
+    } else {
+        ts_log(ctx, LOG_LEVEL_INFO, "warm-up forward: %.2f ms",
+               (double)(ts_now_us() - t0) / 1000.0);
+    }
+    tsh_tensors_free(out, nout);
+    free(in.data);
+}
+
+static int tsc_init(struct ts_ctx *ctx, void **state)
+{
+    const char *file = ts_serialized_file(ctx);
+    if (!*file) {
+        ts_set_load_error(ctx, "MANIFEST.json has no model.serializedFile for the torchscript "
+                               "handler");
+        return -1;
+    }
+    struct tsc_state *s = xcalloc(1, sizeof(*s));
+    if (read_input_shape(ctx, s)) {
+        free(s);
+        return -1;
+    }
+    char *path = xasprintf("%s/%s", ts_model_dir(ctx), file);
+    char *err = NULL;
+    int64_t t0 = ts_now_us();
+    s->m = tsh_load(path, &err);
+    if (!s->m) {
+        ts_set_load_error(ctx, "cannot load %s: %s", file, err);
+        free(err);
+        free(path);
+        free(s);
+        return -1;
+    }
+    ts_log(ctx, LOG_LEVEL_INFO, "loaded %s in %.1f ms", path, (double)(ts_now_us() - t0) / 1000.0);
+    free(path);
+    if (s->has_shape)
+        warm_up(ctx, s);
+    *state = s;
+    return 0;
+}
+
+static int shape_eq(const int64_t *a, int na, const int64_t *b, int nb)
+{
+    return na == nb && !memcmp(a, b, sizeof(int64_t) * (size_t)na);
+}
+
+/* Decides the item's rows against the model's per-sample shape. */
+static int fit_shape(const struct tsc_state *s, struct item *it, char *err, size_t errlen)
+{
+    const struct tjson_input *in = &it->in;
+    if (!s->has_shape) {
+        it->rows = 1;
+        it->single = 1;
+        it->sdim = in->ndim;
+        memcpy(it->sample, in->shape, sizeof(int64_t) * (size_t)in->ndim);
+        return 0;
+    }
+    it->sdim = s->ndim;
+    memcpy(it->sample, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+    if (shape_eq(in->shape, in->ndim, s->shape, s->ndim)) {
+        it->rows = 1;
+        it->single = 1;
+        return 0;
+    }
+    if (in->ndim == s->ndim + 1 && shape_eq(in->shape + 1, s->ndim, s->shape, s->ndim)) {
+        it->rows = in->shape[0];
+        return 0;
+    }
+    char got[160], want[160];
+    tjson_format_shape(got, sizeof(got), in->shape, in->ndim);
+    tjson_format_shape(want, sizeof(want), s->shape, s->ndim);
+    snprintf(err, errlen, "input shape %s does not match the model input %s", got, want);
+    return -1;
+}
+
+static int parse_request(struct ts_ctx *ctx, size_t i, const struct tsc_state *s,
+                         struct item *it, char *err, size_t errlen)
+{
+    size_t len = 0;
+    const char *ctype = NULL;
+    const char *body = ts_get_body(ctx, i, &len, &ctype);
+    if (!ctype || !*ctype)
+        ctype = ts_get_header(ctx, i, "content-type");
+    if (ctype && strstr(ctype, "octet-stream")) {
+        int64_t shape[TSH_MAX_DIMS];
+        int ndim = 0;
+        const char *xs = ts_get_header(ctx, i, "x-shape");
+        if (xs) {
+            if (tjson_parse_shape(xs, shape, &ndim, err, errlen))
+                return -1;
+        } else if (s->has_shape) {
+            int64_t per = tsh_numel(s->shape, s->ndim);
+            int64_t numel = (int64_t)(len / sizeof(float));
+            if (len % sizeof(float) == 0 && numel % per == 0 && numel > per) {
+                shape[0] = numel / per;
+                memcpy(shape + 1, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+                ndim = s->ndim + 1;
+            } else {
+                memcpy(shape, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+                ndim = s->ndim;
+            }
+        } else {
+            snprintf(err, errlen, "a raw float32 body needs an X-Shape header (e.g. X-Shape: 2,64)");
+            return -1;
+        }
+        if (tjson_parse_raw(body, body ? len : 0, shape, ndim, &it->in, err, errlen))
+            return -1;
+    } else if (tjson_parse_json(body, body ? len : 0, TSH_MAX_DIMS - 1, &it->in, err, errlen)) {
+        return -1;
+    }
+    if (fit_shape(s, it, err, errlen)) {
+        tjson_input_free(&it->in);
+        return -1;
+    }
+    return 0;
+}
+
+/* One forward over the good items whose sample shape equals items[first]'s. */
+static void run_group(struct ts_ctx *ctx, struct tsc_state *s, struct item *items, size_t n,
+                      size_t first)
+{
+    struct item *lead = &items[first];
+    int64_t per = tsh_numel(lead->sample, lead->sdim);
+    int64_t total = 0;
+    for (size_t i = first; i < n; i++)
+        if (items[i].ok && !items[i].grouped &&
+            shape_eq(items[i].sample, items[i].sdim, lead->sample, lead->sdim)) {
+            items[i].grouped = 2; /* member of this group */
+            total += items[i].rows;
+        }
+    struct tsh_tensor in = {.dtype = TSH_FLOAT32, .ndim = lead->sdim + 1};
+    in.shape[0] = total;
+    memcpy(in.shape + 1, lead->sample, sizeof(int64_t) * (size_t)lead->sdim);
+    in.nbytes = (size_t)(total * per) * sizeof(float);
+    in.data = xmalloc(in.nbytes ? in.nbytes : 1);
+    size_t off = 0;
+    for (size_t i = first; i < n; i++)
+        if (items[i].grouped == 2) {
+            size_t nb = (size_t)(items[i].rows * per) * sizeof(float);
+            memcpy((char *)in.data + off, items[i].in.data, nb);
+            off += nb;
+        }
+
+    struct tsh_tensor *out = NULL;
+    size_t nout = 0;
+    char *err = NULL;
+    char msg[512] = "";
+    int64_t t0 = ts_now_us();
+    if (tsh_forward(s->m, &in, 1, &out, &nout, &err)) {
+        snprintf(msg, sizeof(msg), "%s", err);
+        free(err);
+    } else {
+        ts_log(ctx, LOG_LEVEL_DEBUG, "forward: %lld row(s), %lld us", (long long)total,
+               (long long)(ts_now_us() - t0));
+        if (!nout)
+            snprintf(msg, sizeof(msg), "the model returned no tensor");
+        for (size_t k = 0; k < nout && !msg[0]; k++)
+            if (out[k].ndim < 1 || out[k].shape[0] != total) {
+                char sh[160];
+                tjson_format_shape(sh, sizeof(sh), out[k].shape, out[k].ndim);
+                snprintf(msg, sizeof(msg),
+                         "model output %zu has shape %s: expected %lld row(s) in dim 0", k, sh,
+                         (long long)total);
+            }
+    }
+    free(in.data);
+
+    int64_t row = 0;
+    struct buf b;
+    buf_init(&b);
+    for (size_t i = first; i < n; i++) {
+        if (items[i].grouped != 2)
+            continue;
+        items[i].grouped = 1;
+        if (msg[0]) {
+            ts_set_error(ctx, i, 500, "%s", msg);
+            continue;
+        }
+        buf_reset(&b);
+        if (nout > 1)
+            buf_put_u8(&b, '[');
+        for (size_t k = 0; k < nout; k++) {
+            if (k)
+                buf_put(&b, ", ", 2);
+            tjson_write_rows(&b, &out[k], row, items[i].rows, items[i].single);
+        }
+        if (nout > 1)
+            buf_put_u8(&b, ']');
+        row += items[i].rows;
+        ts_set_response(ctx, i, b.data, b.len);
+        ts_set_content_type(ctx, i, "application/json");
+    }
+    buf_free(&b);
+    tsh_tensors_free(out, nout);
+}
+
+static void tsc_handle(void *state, struct ts_ctx *ctx, size_t n)
+{
+    struct tsc_state *s = state;
+    struct item *items = xcalloc(n ? n : 1, sizeof(*items));
+    char err[512];
+    for (size_t i = 0; i < n; i++) {
+        if (ts_is_cancelled(ctx, i))
+            continue;
+        if (parse_request(ctx, i, s, &items[i], err, sizeof(err))) {
+            ts_log(ctx, LOG_LEVEL_DEBUG, "request %s: %s", ts_request_id(ctx, i), err);
+            ts_set_error(ctx, i, 400, "%s", err);
+            continue;
+        }
+        items[i].ok = 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (items[i].ok && !items[i].grouped)
+            run_group(ctx, s, items, n, i);
+    for (size_t i = 0; i < n; i++)
+        tjson_input_free(&items[i].in);
+    free(items);
+}
+
+static void tsc_destroy(void *state)
+{
+    struct tsc_state *s = state;
+    tsh_model_free(s->m);
+    free(s);
+}
+
+static const struct ts_handler torchscript = {
+    .abi_version = TS_HANDLER_ABI_VERSION,
+    .name = "torchscript",
+    .flags = 0,
+    .init = tsc_init,
+    .handle = tsc_handle,
+    .seq_event = NULL,
+    .destroy = tsc_destroy,
+};
+
+const struct ts_handler *ts_handler_torchscript(void)
+{
+    return &torchscript;
+}

@@ -1,0 +1,514 @@
+/*
+ * torchserve-c-worker: one model per process, driven by the frontend over fd 3.
+ *
+ * The frontend spawns us with its end of a SOCK_STREAM socketpair on fd 3. The first frame is
+ * 'L' (load); we answer 200 "loaded model <name>" (+ " continuous=1" for continuous handlers)
+ * or 500 <reason> and exit(2), which the frontend reads as "fatal, do not respawn". After that:
+ * 'I' adds requests, 'C' cancels them, 'S' delivers a sequence event; EOF means exit(0).
+ *
+ * The loop is single-threaded. Each step takes the held (continuing) requests whose wake-up time
+ * has passed, then new ones, at most batch_size, makes one handle() call, and writes the step's
+ * predictions. Between steps it waits in ppoll() on fd 3 until the next wake-up, so a streaming
+ * handler never sleeps inside handle(): waiting is the loop's job, and new requests join the next
+ * step (continuous batching). The socket is non-blocking for reads; writes are whole (the loop
+ * polls for POLLOUT on a full socket buffer).
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "handler_loader.h"
+#include "log.h"
+#include "manifest.h"
+#include "torch_shim.h"
+
+#define WORKER_FD 3
+#define DEFAULT_MAX_REQUEST_SIZE 6553500L
+#define READ_CHUNK 65536
+
+/* exit codes the frontend acts on */
+#define EXIT_FATAL 2 /* bad model / handler: do not respawn */
+
+struct options {
+    int threads;
+    long max_request_size;
+    const char *state_dir;
+    const char *log_level;
+};
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: torchserve-c-worker [--threads N] [--max-request-size BYTES] "
+                    "[--state-dir DIR] [--log-level debug|info|warn|error]\n"
+                    "The frontend's socket must be on fd 3.\n");
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+        const char *eq = strchr(a, '=');
+        size_t klen = eq ? (size_t)(eq - a) : strlen(a);
+        if (eq)
+            v = eq + 1;
+        else if (i + 1 < argc)
+            v = argv[i + 1];
+#define OPT(name) (klen == strlen(name) && !strncmp(a, name, klen))
+        if (OPT("--help") || OPT("-h")) {
+            usage();
+            exit(0);
+        }
+        if (!v) {
+            fprintf(stderr, "torchserve-c-worker: %s needs a value\n", a);
+            return -1;
+        }
+        long n;
+        if (OPT("--threads")) {
+            if (ts_parse_long(v, 0, 1024, &n))
+                goto bad;
+            o->threads = (int)n;
+        } else if (OPT("--max-request-size")) {
+            if (ts_parse_long(v, 1024, 0x7fffffffL, &n))
+                goto bad;
+            o->max_request_size = n;
+        } else if (OPT("--state-dir")) {
+            o->state_dir = v;
+        } else if (OPT("--log-level")) {
+            o->log_level = v;
+        } else {
+            fprintf(stderr, "torchserve-c-worker: unknown option %s\n", a);
+            return -1;
+        }
+#undef OPT
+        if (!eq)
+            i++;
+        continue;
+    bad:
+        fprintf(stderr, "torchserve-c-worker: bad value for %.*s: %s\n", (int)klen, a, v);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- socket */
+
+static void write_all(struct ts_ctx *c, const uint8_t *p, size_t len)
+{
+    while (len && !c->eof) {
+        ssize_t n = write(c->fd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (n < 0 && errno == EAGAIN) {
+            struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+            poll(&pfd, 1, -1);
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else {
+            LOG_INFO("frontend socket closed on write (%s); exiting", strerror(errno));
+            c->eof = 1;
+        }
+    }
+}
+
+int worker_flush(struct ts_ctx *c)
+{
+    ctx_close_frame(c);
+    if (c->out.len)
+        write_all(c, c->out.data, c->out.len);
+    buf_reset(&c->out);
+    return c->eof ? -EPIPE : 0;
+}
+
+/* A load reply or any other frame without predictions. */
+static void send_status_frame(struct ts_ctx *c, int code, const char *msg)
+{
+    ctx_close_frame(c);
+    otf_encode_response_begin(&c->out, code, otf_s(msg));
+    otf_encode_list_end(&c->out);
+    worker_flush(c);
+}
+
+static void load_fail(struct ts_ctx *c, const char *msg)
+{
+    LOG_ERROR("load failed: %s", msg);
+    send_status_frame(c, 500, msg);
+    ctx_destroy(c);
+    exit(EXIT_FATAL);
+}
+
+/* ---------------------------------------------------------------- load */
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void do_load(struct ts_ctx *c, const struct otf_load *l)
+{
+    char err[1024];
+    int64_t t0 = ts_now_us();
+    c->model_name = otf_strdup(l->model_name);
+    c->model_dir = otf_strdup(l->model_path);
+    c->batch_size = l->batch_size > 0 ? l->batch_size : 1;
+
+    struct manifest m;
+    if (manifest_load(c->model_dir, &m, err, sizeof(err)))
+        load_fail(c, err);
+    c->serialized_file = xstrdup(m.serialized_file);
+
+    char *cfg_path = NULL;
+    if (*m.config_file) {
+        cfg_path = xasprintf("%s/%s", c->model_dir, m.config_file);
+    } else {
+        cfg_path = xasprintf("%s/model-config.yaml", c->model_dir);
+        if (!file_exists(cfg_path)) {
+            free(cfg_path);
+            cfg_path = NULL;
+        }
+    }
+    if (cfg_path) {
+        const char *base = strrchr(cfg_path, '/');
+        int rc = yflat_parse_file(cfg_path, base ? base + 1 : cfg_path, &c->cfg, err,
+                                  sizeof(err));
+        free(cfg_path);
+        if (rc) {
+            manifest_free(&m);
+            load_fail(c, err);
+        }
+    }
+
+    /* TorchServe sends the model path again when the handler is null (a frontend quirk) */
+    char *spec = otf_strdup(l->handler);
+    if (!*spec || !strcmp(spec, c->model_dir)) {
+        free(spec);
+        spec = xstrdup(*m.handler ? m.handler : "torchscript");
+    }
+    manifest_free(&m);
+
+    c->h = handler_loader_find(spec, c->model_dir, err, sizeof(err));
+    if (!c->h) {
+        free(spec);
+        load_fail(c, err);
+    }
+    if (c->h->init(c, &c->hstate) < 0) {
+        free(spec);
+        load_fail(c, c->load_err[0] ? c->load_err : "handler init failed");
+    }
+    c->loaded = 1;
+    int continuous = (c->h->flags & TS_HANDLER_CONTINUOUS) != 0;
+    LOG_INFO("loaded model %s from %s: handler %s (%s), batch size %d%s, %.1f ms", c->model_name,
+             c->model_dir, c->h->name, spec, c->batch_size, continuous ? ", continuous" : "",
+             (double)(ts_now_us() - t0) / 1000.0);
+    free(spec);
+    char *msg = xasprintf("loaded model %s%s", c->model_name, continuous ? " continuous=1" : "");
+    send_status_frame(c, 200, msg);
+    free(msg);
+}
+
+/* ---------------------------------------------------------------- frames */
+
+static void list_append(struct wreq **head, struct wreq **tail, struct wreq *r)
+{
+    r->next = NULL;
+    if (*tail)
+        (*tail)->next = r;
+    else
+        *head = r;
+    *tail = r;
+}
+
+/* Removes and frees the request with this id from a list; 1 if found. */
+static int list_drop(struct wreq **head, struct wreq **tail, const char *id)
+{
+    struct wreq *prev = NULL;
+    for (struct wreq *r = *head; r; prev = r, r = r->next) {
+        if (strcmp(r->id, id))
+            continue;
+        if (prev)
+            prev->next = r->next;
+        else
+            *head = r->next;
+        if (*tail == r)
+            *tail = prev;
+        wreq_free(r);
+        return 1;
+    }
+    return 0;
+}
+
+static void cancel_one(struct ts_ctx *c, const char *id)
+{
+    if (list_drop(&c->pending_head, &c->pending_tail, id) ||
+        list_drop(&c->held_head, &c->held_tail, id)) {
+        LOG_REQ(LOG_LEVEL_DEBUG, id, "cancelled");
+        return;
+    }
+    for (size_t i = 0; i < c->ncur; i++)
+        if (!strcmp(c->cur[i]->id, id)) {
+            c->cur[i]->cancelled = 1;
+            LOG_REQ(LOG_LEVEL_DEBUG, id, "cancelled during a handle call");
+            return;
+        }
+    LOG_REQ(LOG_LEVEL_DEBUG, id, "cancel for a request the worker does not hold");
+}
+
+static void process_command(struct ts_ctx *c, const struct otf_command *cmd)
+{
+    switch (cmd->cmd) {
+    case OTF_CMD_LOAD:
+        if (c->loaded || c->in_handle) {
+            LOG_WARN("ignoring a second load frame");
+            return;
+        }
+        do_load(c, &cmd->load);
+        return;
+    case OTF_CMD_INFER:
+        if (!c->loaded) {
+            LOG_ERROR("protocol error: inference frame before the load frame");
+            c->eof = 2;
+            return;
+        }
+        for (size_t i = 0; i < cmd->n_reqs; i++) {
+            struct wreq *r = wreq_from_otf(&cmd->reqs[i]);
+            LOG_REQ(LOG_LEVEL_DEBUG, r->id, "received");
+            list_append(&c->pending_head, &c->pending_tail, r);
+        }
+        return;
+    case OTF_CMD_CANCEL:
+        for (size_t i = 0; i < cmd->n_ids; i++) {
+            char *id = otf_strdup(cmd->ids[i]);
+            cancel_one(c, id);
+            free(id);
+        }
+        return;
+    case OTF_CMD_SEQ_EVENT:
+        if (c->n_seq == c->seq_cap) {
+            c->seq_cap = c->seq_cap ? c->seq_cap * 2 : 8;
+            c->seq = xrealloc(c->seq, c->seq_cap * sizeof(*c->seq));
+        }
+        c->seq[c->n_seq].seq_id = otf_strdup(cmd->seq_id);
+        c->seq[c->n_seq].event = cmd->seq_event;
+        c->n_seq++;
+        return;
+    default:
+        return; /* the decoder refuses unknown commands */
+    }
+}
+
+/* Decodes and processes every complete frame in rx. */
+static void drain_rx(struct ts_ctx *c)
+{
+    while (c->rx_off < c->rx.len && !c->eof) {
+        struct otf_command cmd;
+        long n = otf_decode_command(c->rx.data + c->rx_off, c->rx.len - c->rx_off, c->max_field,
+                                    &cmd);
+        if (n == TS_E_INCOMPLETE)
+            break;
+        if (n < 0) {
+            /* frames carry no length: there is no way to skip a bad one and resynchronise */
+            LOG_ERROR("protocol error from the frontend: %s (command byte 0x%02x); exiting",
+                      ts_strerror((int)n), c->rx.data[c->rx_off]);
+            c->eof = 2;
+            break;
+        }
+        c->rx_off += (size_t)n;
+        process_command(c, &cmd);
+        otf_command_free(&cmd);
+    }
+    if (c->rx_off == c->rx.len) {
+        buf_reset(&c->rx);
+        c->rx_off = 0;
+    } else if (c->rx_off > 0) {
+        memmove(c->rx.data, c->rx.data + c->rx_off, c->rx.len - c->rx_off);
+        c->rx.len -= c->rx_off;
+        c->rx_off = 0;
+    }
+}
+
+void worker_poll_input(struct ts_ctx *c)
+{
+    int got = 0;
+    while (!c->eof) {
+        buf_reserve(&c->rx, READ_CHUNK);
+        ssize_t n = read(c->fd, c->rx.data + c->rx.len, c->rx.cap - c->rx.len - 1);
+        if (n > 0) {
+            c->rx.len += (size_t)n;
+            got = 1;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n == 0)
+            LOG_INFO("frontend closed the socket; exiting");
+        else
+            LOG_ERROR("read from the frontend: %s; exiting", strerror(errno));
+        c->eof = 1;
+    }
+    if (got)
+        drain_rx(c);
+}
+
+/* ---------------------------------------------------------------- steps */
+
+static void cur_push(struct ts_ctx *c, struct wreq *r)
+{
+    if (c->ncur == c->cur_cap) {
+        c->cur_cap = c->cur_cap ? c->cur_cap * 2 : 16;
+        c->cur = xrealloc(c->cur, c->cur_cap * sizeof(*c->cur));
+    }
+    r->next = NULL;
+    c->cur[c->ncur++] = r;
+}
+
+/* Microseconds until the next step is due: 0 now, -1 nothing to do. */
+static int64_t next_step_in(struct ts_ctx *c, int64_t now)
+{
+    if (c->pending_head)
+        return 0;
+    int64_t best = -1;
+    for (struct wreq *r = c->held_head; r; r = r->next) {
+        int64_t d = r->wake_us > now ? r->wake_us - now : 0;
+        if (best < 0 || d < best)
+            best = d;
+    }
+    return best;
+}
+
+static void run_step(struct ts_ctx *c)
+{
+    int64_t now = ts_now_us();
+    size_t bs = (size_t)c->batch_size;
+    c->ncur = 0;
+    struct wreq *prev = NULL, *r = c->held_head;
+    while (r && c->ncur < bs) {
+        struct wreq *next = r->next;
+        if (r->wake_us <= now) {
+            if (prev)
+                prev->next = next;
+            else
+                c->held_head = next;
+            if (c->held_tail == r)
+                c->held_tail = prev;
+            cur_push(c, r);
+        } else {
+            prev = r;
+        }
+        r = next;
+    }
+    while (c->pending_head && c->ncur < bs) {
+        r = c->pending_head;
+        c->pending_head = r->next;
+        if (!c->pending_head)
+            c->pending_tail = NULL;
+        cur_push(c, r);
+    }
+    if (!c->ncur)
+        return;
+    for (size_t i = 0; i < c->ncur; i++)
+        c->cur[i]->continued = 0;
+
+    c->in_handle = 1;
+    int64_t t0 = ts_now_us();
+    c->h->handle(c->hstate, c, c->ncur);
+    int64_t t1 = ts_now_us();
+    c->in_handle = 0;
+    LOG_DEBUG("step: %zu request(s), handle %lld us", c->ncur, (long long)(t1 - t0));
+
+    for (size_t i = 0; i < c->ncur; i++) {
+        r = c->cur[i];
+        if (r->cancelled) {
+            wreq_free(r);
+        } else if (r->continued) {
+            r->is_new = 0;
+            r->wake_us = t1 + r->delay_us;
+            list_append(&c->held_head, &c->held_tail, r);
+        } else {
+            ctx_queue_final(c, r);
+            wreq_free(r);
+        }
+    }
+    c->ncur = 0;
+    worker_flush(c);
+}
+
+static void deliver_seq_events(struct ts_ctx *c)
+{
+    for (size_t i = 0; i < c->n_seq; i++) {
+        LOG_DEBUG("sequence %s: event %d", c->seq[i].seq_id, c->seq[i].event);
+        if (c->loaded && c->h->seq_event)
+            c->h->seq_event(c->hstate, c, c->seq[i].seq_id, c->seq[i].event);
+        free(c->seq[i].seq_id);
+    }
+    c->n_seq = 0;
+}
+
+static void serve(struct ts_ctx *c)
+{
+    while (!c->eof) {
+        int64_t wait = c->loaded ? next_step_in(c, ts_now_us()) : -1;
+        struct timespec ts = {.tv_sec = wait / 1000000, .tv_nsec = (wait % 1000000) * 1000};
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        int n = ppoll(&pfd, 1, wait < 0 ? NULL : &ts, NULL);
+        if (n < 0 && errno != EINTR) {
+            LOG_ERROR("poll: %s", strerror(errno));
+            break;
+        }
+        if (n > 0)
+            worker_poll_input(c);
+        if (c->loaded && !c->eof && next_step_in(c, ts_now_us()) == 0)
+            run_step(c);
+        deliver_seq_events(c);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {.threads = 0, .max_request_size = DEFAULT_MAX_REQUEST_SIZE};
+    log_init('W', stderr);
+    if (parse_args(argc, argv, &o)) {
+        usage();
+        return EXIT_FATAL;
+    }
+    if (o.log_level)
+        log_set_level_name(o.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    int fl = fcntl(WORKER_FD, F_GETFL);
+    if (fl < 0) {
+        LOG_ERROR("fd %d is not open: start the worker from the frontend", WORKER_FD);
+        return EXIT_FATAL;
+    }
+    fcntl(WORKER_FD, F_SETFL, fl | O_NONBLOCK);
+    fcntl(WORKER_FD, F_SETFD, FD_CLOEXEC);
+
+    char *err = NULL;
+    if (tsh_init(o.threads, &err)) {
+        LOG_WARN("libtorch thread setup: %s", err);
+        free(err);
+    }
+
+    struct ts_ctx c;
+    ctx_init(&c, WORKER_FD, (size_t)o.max_request_size);
+    if (o.state_dir)
+        c.state_dir = xstrdup(o.state_dir);
+    LOG_INFO("worker started (threads %d, max request size %ld)", o.threads,
+             o.max_request_size);
+    serve(&c);
+    int code = c.eof == 2 ? 1 : 0;
+    ctx_destroy(&c);
+    return code;
+}
