@@ -1,0 +1,260 @@
+"""Shared fixtures for the integration tests: start the real torchserve-c binaries on ephemeral
+ports from a config written into a temp dir, and stop only the processes we started, by pid.
+
+    def test_x(server_factory):
+        srv = server_factory(models=["mlp"], config={"job_queue_size": 10},
+                             yaml={"mlp": {"batchSize": 8}})
+        srv.post("/predictions/mlp", json={"data": [...]})
+
+`yaml` overrides keys of a model's model-config.yaml: the fixture unpacks the model's archive
+from model-store/ into a private model store, edits the yaml, and serves the directory.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import zipfile
+
+import pytest
+import requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, os.environ.get("TS_BUILD", "build"))
+BIN = os.path.join(BUILD, "bin")
+MODEL_STORE = os.path.join(ROOT, "model-store")
+PYSTUBS = os.path.join(BUILD, "py")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "smoke: quick end-to-end checks (also run under sanitizers)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _yaml_dump(d, indent=0):
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.append(" " * indent + f"{k}:")
+            out.append(_yaml_dump(v, indent + 2))
+        elif isinstance(v, bool):
+            out.append(" " * indent + f"{k}: {'true' if v else 'false'}")
+        elif isinstance(v, list):
+            out.append(" " * indent + f"{k}: [{', '.join(str(x) for x in v)}]")
+        else:
+            out.append(" " * indent + f"{k}: {v}")
+    return "\n".join(out)
+
+
+def _load_yaml_simple(path):
+    """Reads the flat/nested key: value yaml our example models use (no PyYAML on Debian's
+    minimal set is assumed)."""
+    root, stack = {}, [(-1, None)]
+    stack = [(-1, root)]
+    with open(path) as f:
+        for raw in f:
+            line = raw.split("#", 1)[0].rstrip()
+            if not line.strip():
+                continue
+            ind = len(line) - len(line.lstrip())
+            key, _, val = line.strip().partition(":")
+            val = val.strip()
+            while stack and stack[-1][0] >= ind:
+                stack.pop()
+            parent = stack[-1][1]
+            if val == "":
+                parent[key] = {}
+                stack.append((ind, parent[key]))
+            else:
+                parent[key] = val
+    return root
+
+
+def _merge(a, b):
+    for k, v in b.items():
+        if isinstance(v, dict) and isinstance(a.get(k), dict):
+            _merge(a[k], v)
+        else:
+            a[k] = v
+    return a
+
+
+class Server:
+    def __init__(self, tmp, proc, ports, store):
+        self.tmp = tmp
+        self.proc = proc
+        self.ports = ports
+        self.store = store
+        self.log_path = os.path.join(tmp, "server.log")
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def url(self, path="", api="inference"):
+        return f"http://127.0.0.1:{self.ports[api]}{path}"
+
+    def get(self, path, api="inference", **kw):
+        kw.setdefault("timeout", 30)
+        return requests.get(self.url(path, api), **kw)
+
+    def post(self, path, api="inference", **kw):
+        kw.setdefault("timeout", 30)
+        return requests.post(self.url(path, api), **kw)
+
+    def put(self, path, api="management", **kw):
+        kw.setdefault("timeout", 30)
+        return requests.put(self.url(path, api), **kw)
+
+    def delete(self, path, api="management", **kw):
+        kw.setdefault("timeout", 30)
+        return requests.delete(self.url(path, api), **kw)
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def worker_pids(self):
+        """Live worker processes whose parent is this server."""
+        pids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            ppid = int(st.rsplit(")", 1)[1].split()[1])
+            state = st.rsplit(")", 1)[1].split()[0]
+            if ppid == self.pid and b"torchserve-c-worker" in cmd and state != "Z":
+                pids.append(int(d))
+        return sorted(pids)
+
+    def wait_ready(self, model, timeout=60, body=None, path=None):
+        """Polls until a prediction on model succeeds (workers load in the background)."""
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            try:
+                r = requests.get(self.url("/ping"), timeout=5)
+                if r.status_code == 200 and body is not None:
+                    r = requests.post(self.url(path or f"/predictions/{model}"), timeout=30, **body)
+                    if r.status_code == 200:
+                        return r
+                    last = r
+                elif r.status_code == 200:
+                    return r
+            except requests.RequestException as e:
+                last = e
+            time.sleep(0.1)
+        raise AssertionError(f"model {model} not ready: {last}\n{self.log()[-3000:]}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def prepare_store(tmp, models, yaml_overrides):
+    """A private model store with the named models, unpacked when their yaml is overridden."""
+    store = os.path.join(tmp, "store")
+    os.makedirs(store)
+    for m in models:
+        mar = os.path.join(MODEL_STORE, f"{m}.mar")
+        if not os.path.exists(mar):
+            raise AssertionError(f"{mar} missing: run `make models`")
+        if m in yaml_overrides:
+            d = os.path.join(store, m)
+            with zipfile.ZipFile(mar) as z:
+                z.extractall(d)
+            manifest = json.load(open(os.path.join(d, "MAR-INF", "MANIFEST.json")))
+            cfg = manifest["model"].get("configFile") or "model-config.yaml"
+            manifest["model"]["configFile"] = cfg
+            json.dump(manifest, open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w"))
+            ypath = os.path.join(d, cfg)
+            base = _load_yaml_simple(ypath) if os.path.exists(ypath) else {}
+            with open(ypath, "w") as f:
+                f.write(_yaml_dump(_merge(base, yaml_overrides[m])) + "\n")
+        else:
+            shutil.copy(mar, store)
+    return store
+
+
+def start_server(tmp, models=(), config=None, yaml=None, extra_args=(), store=None,
+                 load=True, env=None):
+    yaml = yaml or {}
+    ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpc_mgmt")}
+    cfg = {
+        "inference_address": f"http://127.0.0.1:{ports['inference']}",
+        "management_address": f"http://127.0.0.1:{ports['management']}",
+        "metrics_address": f"http://127.0.0.1:{ports['metrics']}",
+        "grpc_inference_port": ports["grpc"],
+        "grpc_management_port": ports["grpc_mgmt"],
+        "disable_token_authorization": "true",
+        "default_workers_per_model": 1,
+    }
+    cfg.update(config or {})
+    cfg_path = os.path.join(tmp, "config.properties")
+    with open(cfg_path, "w") as f:
+        for k, v in cfg.items():
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            f.write(f"{k}={v}\n")
+    if store is None:
+        store = prepare_store(tmp, models, yaml)
+    args = [os.path.join(BIN, "torchserve-c"), "--start", "--foreground", "--model-store", store,
+            "--ts-config", cfg_path]
+    if load and models:
+        args += ["--models", *models]
+    args += list(extra_args)
+    penv = dict(os.environ)
+    penv["TMPDIR"] = tmp
+    penv.update(env or {})
+    log = open(os.path.join(tmp, "server.log"), "w")
+    proc = subprocess.Popen(args, cwd=tmp, stdout=subprocess.PIPE, stderr=log, env=penv)
+    deadline = time.time() + 30
+    line = b""
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line or b"Model server started." in line:
+            break
+    if b"Model server started." not in line:
+        proc.kill()
+        proc.wait()
+        log.close()
+        raise AssertionError("server did not start:\n" + open(os.path.join(tmp, "server.log")).read())
+    return Server(tmp, proc, ports, store)
+
+
+@pytest.fixture
+def server_factory():
+    started = []
+    tmps = []
+
+    def make(**kw):
+        tmp = tempfile.mkdtemp(prefix="tsc-test-")
+        tmps.append(tmp)
+        s = start_server(tmp, **kw)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+    for t in tmps:
+        shutil.rmtree(t, ignore_errors=True)
