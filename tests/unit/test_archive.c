@@ -1,6 +1,32 @@
 #include "../../frontend/archive.c"
 #include "tap.h"
 
+#include <ftw.h>
+
+/* Every test's files live under one directory made by main() and removed at the end. */
+static char tbase[64];
+
+static int tbase_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+static void tbase_make(const char *name)
+{
+    snprintf(tbase, sizeof tbase, "/tmp/%s.XXXXXX", name);
+    if (!mkdtemp(tbase)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+static void tbase_remove(void)
+{
+    nftw(tbase, tbase_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 #include <sys/sysmacros.h>
 
 /* One entry of a hand-made (possibly malicious) archive. */
@@ -12,11 +38,11 @@ struct tentry {
     int no_size;      /* leave the size out of the header */
 };
 
-static char tmp[64];
+static char tmp[96];
 
 static void mktmp(void)
 {
-    strcpy(tmp, "/tmp/test_archive.XXXXXX");
+    snprintf(tmp, sizeof tmp, "%s/t.XXXXXX", tbase);
     CHECK(mkdtemp(tmp));
 }
 
@@ -394,6 +420,7 @@ TEST(detect_and_corrupt)
 
 int main(void)
 {
+    tbase_make("test_archive");
     RUN(refuses_dotdot);
     RUN(refuses_absolute);
     RUN(refuses_symlink_out);
@@ -407,5 +434,6 @@ int main(void)
     RUN(zip_is_deflated);
     RUN(copy_tree_format);
     RUN(detect_and_corrupt);
+    tbase_remove();
     return tap_done();
 }

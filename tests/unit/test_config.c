@@ -1,6 +1,32 @@
 #include "../../frontend/config.c"
 #include "tap.h"
 
+#include <ftw.h>
+
+/* Every test's files live under one directory made by main() and removed at the end. */
+static char tbase[64];
+
+static int tbase_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+static void tbase_make(const char *name)
+{
+    snprintf(tbase, sizeof tbase, "/tmp/%s.XXXXXX", name);
+    if (!mkdtemp(tbase)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+static void tbase_remove(void)
+{
+    nftw(tbase, tbase_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static char path[256];
 static char warnings[2048];
 
@@ -13,7 +39,8 @@ static void warn_cb(const char *msg, void *arg)
 
 static void write_cfg(const char *text)
 {
-    char dir[] = "/tmp/test_config.XXXXXX";
+    char dir[96];
+    snprintf(dir, sizeof dir, "%s/t.XXXXXX", tbase);
     CHECK(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/config.properties", dir);
     FILE *f = fopen(path, "w");
@@ -279,11 +306,13 @@ TEST(missing_file)
 
 int main(void)
 {
+    tbase_make("test_config");
     RUN(defaults);
     RUN(addresses);
     RUN(load_every_key);
     RUN(unknown_key_warns);
     RUN(bad_values);
     RUN(missing_file);
+    tbase_remove();
     return tap_done();
 }

@@ -1,7 +1,33 @@
 #include "../../common/manifest.c"
 #include "tap.h"
 
-static char dir[64];
+#include <ftw.h>
+
+/* Every test's files live under one directory made by main() and removed at the end. */
+static char tbase[64];
+
+static int tbase_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+static void tbase_make(const char *name)
+{
+    snprintf(tbase, sizeof tbase, "/tmp/%s.XXXXXX", name);
+    if (!mkdtemp(tbase)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+static void tbase_remove(void)
+{
+    nftw(tbase, tbase_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static char dir[96];
 
 static void write_manifest(const char *text)
 {
@@ -17,7 +43,7 @@ static void write_manifest(const char *text)
 
 static void mkdir_tmp(void)
 {
-    strcpy(dir, "/tmp/test_manifest.XXXXXX");
+    snprintf(dir, sizeof dir, "%s/t.XXXXXX", tbase);
     CHECK(mkdtemp(dir));
 }
 
@@ -136,10 +162,12 @@ TEST(round_trip)
 
 int main(void)
 {
+    tbase_make("test_manifest");
     RUN(missing_file_is_empty);
     RUN(reads_torchserve_manifest);
     RUN(bad_json_names_file_and_line);
     RUN(bad_field_type_names_json_path);
     RUN(round_trip);
+    tbase_remove();
     return tap_done();
 }

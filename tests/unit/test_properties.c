@@ -1,6 +1,32 @@
 #include "../../common/properties.c"
 #include "tap.h"
 
+#include <ftw.h>
+
+/* Every test's files live under one directory made by main() and removed at the end. */
+static char tbase[64];
+
+static int tbase_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+static void tbase_make(const char *name)
+{
+    snprintf(tbase, sizeof tbase, "/tmp/%s.XXXXXX", name);
+    if (!mkdtemp(tbase)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+static void tbase_remove(void)
+{
+    nftw(tbase, tbase_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static int parse(const char *t, struct props *ps, char *err, size_t errlen)
 {
     return props_parse_string(t, strlen(t), ps, err, errlen);
@@ -108,7 +134,8 @@ TEST(errors_name_line)
 
 TEST(parse_file)
 {
-    char dir[] = "/tmp/test_props.XXXXXX";
+    char dir[96];
+    snprintf(dir, sizeof dir, "%s/t.XXXXXX", tbase);
     CHECK(mkdtemp(dir));
     char path[512];
     snprintf(path, sizeof path, "%s/config.properties", dir);
@@ -135,11 +162,13 @@ TEST(parse_file)
 
 int main(void)
 {
+    tbase_make("test_properties");
     RUN(separators_comments_trim);
     RUN(continuation_and_escapes);
     RUN(env_substitution);
     RUN(last_wins);
     RUN(errors_name_line);
     RUN(parse_file);
+    tbase_remove();
     return tap_done();
 }

@@ -1,6 +1,32 @@
 #include "../../common/yaml_flat.c"
 #include "tap.h"
 
+#include <ftw.h>
+
+/* Every test's files live under one directory made by main() and removed at the end. */
+static char tbase[64];
+
+static int tbase_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+static void tbase_make(const char *name)
+{
+    snprintf(tbase, sizeof tbase, "/tmp/%s.XXXXXX", name);
+    if (!mkdtemp(tbase)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+static void tbase_remove(void)
+{
+    nftw(tbase, tbase_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static int parse(const char *text, struct yflat *y, char *err, size_t errlen)
 {
     return yflat_parse_string(text, strlen(text), "model-config.yaml", y, err, errlen);
@@ -101,7 +127,8 @@ TEST(top_level_scalar_and_alias_refused)
 
 TEST(parse_file)
 {
-    char dir[] = "/tmp/test_yflat.XXXXXX";
+    char dir[96];
+    snprintf(dir, sizeof dir, "%s/t.XXXXXX", tbase);
     CHECK(mkdtemp(dir));
     char path[512];
     snprintf(path, sizeof path, "%s/model-config.yaml", dir);
@@ -123,11 +150,13 @@ TEST(parse_file)
 
 int main(void)
 {
+    tbase_make("test_yaml_flat");
     RUN(nested_paths_and_lines);
     RUN(empty_value_and_empty_doc);
     RUN(duplicate_key_last_wins);
     RUN(syntax_error_names_file_and_line);
     RUN(top_level_scalar_and_alias_refused);
     RUN(parse_file);
+    tbase_remove();
     return tap_done();
 }
