@@ -178,9 +178,9 @@ static int check_symlink(const char *rel, const char *target, char *why, size_t 
     return 0;
 }
 
-/* Creates the parent directories of rel under root, refusing to go through a symbolic link or
- * a non-directory. NULL if fine, else the reason (errno-based reasons in *e). */
-static const char *make_parents(const char *root, const char *rel, int *e)
+/* Creates (if create) the parent directories of rel under root, refusing to go through a
+ * symbolic link or a non-directory. NULL if fine, else the reason (errno-based ones in *e). */
+static const char *make_parents(const char *root, const char *rel, int create, int *e)
 {
     *e = 0;
     char *full = xasprintf("%s/%s", root, rel);
@@ -192,7 +192,7 @@ static const char *make_parents(const char *root, const char *rel, int *e)
         *c = '\0';
         struct stat st;
         if (lstat(full, &st) != 0) {
-            if (errno != ENOENT || mkdir(full, 0755) != 0) {
+            if (errno != ENOENT || !create || mkdir(full, 0755) != 0) {
                 *e = errno;
                 why = "cannot create its directory";
             }
@@ -324,7 +324,7 @@ static int extract_entry(struct xstate *x, struct archive *a, struct archive_ent
         free(rel);
         return rc;
     }
-    if ((why = make_parents(x->dest, rel, &e))) {
+    if ((why = make_parents(x->dest, rel, 1, &e))) {
         free(rel);
         return refuse(x, name, why, e);
     }
@@ -343,7 +343,7 @@ static int extract_entry(struct xstate *x, struct archive *a, struct archive_ent
             char *tfull = xasprintf("%s/%s", x->dest, trel);
             int dummy;
             /* the target must be a file we extracted, reached without links */
-            if (make_parents(x->dest, trel, &dummy) || lstat(tfull, &st) != 0 ||
+            if (make_parents(x->dest, trel, 0, &dummy) || lstat(tfull, &st) != 0 ||
                 !S_ISREG(st.st_mode))
                 rc = refuse(x, name, "hard link target is not a file extracted earlier", 0);
             else if (lstat(full, &st) == 0)

@@ -22,11 +22,16 @@ enum archive_format { ARCHIVE_FMT_ZIP, ARCHIVE_FMT_TGZ, ARCHIVE_FMT_DIR };
 void archive_default_limits(struct archive_limits *l);
 /* Detects the format of src by name/content: directory, zip (.mar/.zip) or gzip tar. */
 int archive_detect(const char *src, enum archive_format *fmt);
-/* Extracts src (zip or tgz) into dest_dir (created, must not exist or be empty).
- * 0, or TS_E_BAD_ARCHIVE with err like "entry '../x': path escapes the archive". */
+/* Extracts src (zip or tgz) into dest_dir (created, must not exist or be empty; its parent
+ * must exist). lim NULL = archive_default_limits. 0, TS_E_EXISTS if dest_dir is not empty,
+ * -errno for I/O errors, or TS_E_BAD_ARCHIVE with err like
+ * "archive entry '../x': path escapes the archive directory". On failure dest_dir is removed
+ * (or emptied, if it existed before). A directory src is refused: the caller uses it in place. */
 int archive_extract(const char *src, const char *dest_dir, const struct archive_limits *lim,
                     char *err, size_t errlen);
-/* Packs every file under src_dir (recursively, relative paths) into out_path as zip or tgz. */
+/* Packs every file under src_dir (recursively, relative paths, name order) into out_path as zip
+ * (deflate) or tgz, written to a temporary name and renamed into place. ARCHIVE_FMT_DIR copies the
+ * tree to the directory out_path instead. 0, -errno or TS_E_BAD_ARCHIVE with err set. */
 int archive_create(const char *src_dir, const char *out_path, enum archive_format fmt, char *err,
                    size_t errlen);
 
