@@ -323,8 +323,7 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
 int config_load(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg, char *err,
                 size_t errlen)
 {
-    config_defaults(c);
-    c->path = xstrdup(path);
+    set_str(&c->path, path);
     struct props ps;
     int rc = props_parse_file(path, &ps, err, errlen);
     if (rc) {

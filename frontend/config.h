@@ -52,10 +52,10 @@ struct config {
 typedef void config_warn_fn(const char *msg, void *arg);
 
 void config_defaults(struct config *c);
-/* Initialises c with config_defaults() itself (c need not be initialised; do not call
- * config_defaults first, that would leak), then reads path over the defaults.
+/* Reads path over c, which config_defaults() (or an earlier config_load) initialised.
  * 0, or TS_E_BAD_CONFIG / -errno with err = "file:line: reason". Whatever the result, c holds
- * valid values and must be released with config_free. warn may be NULL. */
+ * valid values (keys before the bad one applied) and is released with config_free.
+ * warn may be NULL. */
 int config_load(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg, char *err,
                 size_t errlen);
 /* Parses "http(s)://host[:port]" (TorchServe's address syntax; the port defaults to 80/443, an

@@ -55,6 +55,7 @@ static int load(const char *text, struct config *c, char *err, size_t errlen)
     write_cfg(text);
     warnings[0] = '\0';
     char raw[512] = "";
+    config_defaults(c);
     int rc = config_load(path, c, warn_cb, NULL, raw, sizeof raw);
     const char *slash = strrchr(path, '/');
     size_t dl = (size_t)(slash - path);
@@ -239,6 +240,7 @@ TEST(unknown_key_warns)
     CHECK_EQ_INT(c.job_queue_size, 5);
     config_free(&c);
     /* a NULL warn_fn is allowed */
+    config_defaults(&c);
     CHECK_EQ_INT(config_load(path, &c, NULL, NULL, err, sizeof err), 0);
     config_free(&c);
 }
@@ -297,6 +299,7 @@ TEST(missing_file)
 {
     struct config c;
     char err[512];
+    config_defaults(&c);
     CHECK_EQ_INT(config_load("/nonexistent/config.properties", &c, NULL, NULL, err, sizeof err),
                  -ENOENT);
     CHECK(strstr(err, "/nonexistent/config.properties") == err);
