@@ -25,9 +25,12 @@ LDFLAGS  += $(SANFLAGS)
 endif
 
 COMMON_SRCS   := $(wildcard common/*.c)
-PROTOS        := $(wildcard proto/*.proto)
+# proto/ holds our protos plus the vendored google/rpc/status.proto (Debian ships none); the
+# well-known types they import (empty, any) are generated from libprotobuf-dev's copies.
+PROTOS        := $(wildcard proto/*.proto proto/google/rpc/*.proto)
+PROTO_WKT     := empty any
 PROTO_C       := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
-PROTO_C       += $(if $(PROTOS),$(BUILD)/gen/google/protobuf/empty.pb-c.c)
+PROTO_C       += $(if $(PROTOS),$(patsubst %,$(BUILD)/gen/google/protobuf/%.pb-c.c,$(PROTO_WKT)))
 FRONTEND_SRCS := $(filter-out frontend/archiver.c,$(wildcard frontend/*.c))
 ARCHIVER_SRCS := frontend/archiver.c frontend/archive.c
 BACKEND_SRCS  := $(wildcard backend/*.c) $(wildcard backend/handlers/*.c)
@@ -57,11 +60,15 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
 
+# protoc-c 1.4 refuses proto3 `optional`; on the wire an optional scalar is the same field, so the
+# C code is generated from a copy without the keyword (only the presence of "" is lost).
 $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
-	@mkdir -p $(BUILD)/gen
-	protoc-c --c_out=$(BUILD)/gen -Iproto -I/usr/include $<
+	@mkdir -p $(BUILD)/gen/c-proto/$(dir $*)
+	sed -E 's/^([[:space:]]*)optional /\1/' $< > $(BUILD)/gen/c-proto/$*.proto
+	protoc-c --c_out=$(BUILD)/gen -I$(BUILD)/gen/c-proto -Iproto -I/usr/include \
+	    $(BUILD)/gen/c-proto/$*.proto
 
-$(BUILD)/gen/google/protobuf/empty.pb-c.c: /usr/include/google/protobuf/empty.proto
+$(BUILD)/gen/google/protobuf/%.pb-c.c $(BUILD)/gen/google/protobuf/%.pb-c.h: /usr/include/google/protobuf/%.proto
 	@mkdir -p $(BUILD)/gen
 	protoc-c --c_out=$(BUILD)/gen -I/usr/include $<
 
