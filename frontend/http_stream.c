@@ -18,7 +18,7 @@
 
 #define SSE_KEEPALIVE_S 15
 
-static void call_free(struct http_call *c)
+void http_call_free(struct http_call *c)
 {
     if (c->keepalive)
         event_free(c->keepalive);
@@ -55,7 +55,7 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
         evhttp_send_reply_end(c->req);
     else
         evhttp_request_free(c->req);
-    call_free(c);
+    http_call_free(c);
 }
 
 void http_call_watch(struct http_call *c)
@@ -69,7 +69,18 @@ static void call_done(struct http_call *c)
 {
     if (c->evcon)
         evhttp_connection_set_closecb(c->evcon, NULL, NULL);
-    call_free(c);
+    http_call_free(c);
+}
+
+/* Every response of a sequence names it, generated ids included. */
+static void add_seq_header(struct http_call *c)
+{
+    if (!c->job || !c->job->seq_id)
+        return;
+    struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
+    const char *name = srv->cfg.ts_header_key_sequence_id;
+    if (!evhttp_find_header(out, name))
+        evhttp_add_header(out, name, c->job->seq_id);
 }
 
 static void copy_frame_headers(struct evkeyvalq *out, const struct otf_prediction *p)
@@ -141,6 +152,7 @@ static void start_stream(struct http_call *c, const struct otf_prediction *p)
         free(ct);
     }
     copy_frame_headers(out, p);
+    add_seq_header(c);
     /* the gap between chunks may exceed the idle timeout: a stream sets its own pace */
     if (c->evcon)
         evhttp_connection_set_timeout(c->evcon, 24 * 3600);
@@ -174,6 +186,7 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
         int status = p->status > 0 ? p->status : 200;
         struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
         copy_frame_headers(out, p);
+        add_seq_header(c);
         char *ct = c->ctype ? xstrdup(c->ctype) : otf_strdup(p->ctype);
         if (c->sse) {
             /* an SSE client asked for a stream: a whole answer is one event */
@@ -210,6 +223,7 @@ static void on_error(struct job *j, int status, const char *type, const char *ms
     char *body = c->error_body ? c->error_body(c, status, type, msg)
                                : http_error_json(status, type, msg);
     if (!c->started) {
+        add_seq_header(c);
         http_send(c->req, c->rid, status, "application/json", body, strlen(body));
         free(body);
         call_done(c);
@@ -234,6 +248,16 @@ static void on_error(struct job *j, int status, const char *type, const char *ms
 
 const struct job_sink http_call_sink = {on_frame, on_error};
 
+void http_call_reject(struct http_call *c, int status, const char *type, const char *msg)
+{
+    char *body = c->error_body ? c->error_body(c, status, type, msg)
+                               : http_error_json(status, type, msg);
+    add_seq_header(c);
+    http_send(c->req, c->rid, status, "application/json", body, strlen(body));
+    free(body);
+    http_call_free(c);
+}
+
 void http_call_fail_unsubmitted(struct http_call *c, int rc, struct model *m)
 {
     char msg[512];
@@ -253,5 +277,5 @@ void http_call_fail_unsubmitted(struct http_call *c, int rc, struct model *m)
                                : http_error_json(status, type, msg);
     http_send(c->req, c->rid, status, "application/json", body, strlen(body));
     free(body);
-    call_free(c);
+    http_call_free(c);
 }

@@ -53,6 +53,11 @@ struct http_call *http_call_new(struct evhttp_request *req, const char *rid,
 void http_call_watch(struct http_call *c);
 /* model_submit refused the job (rc): reply 503 and free everything. */
 void http_call_fail_unsubmitted(struct http_call *c, int rc, struct model *m);
+/* Frees a call whose reply was already sent (or never will be). */
+void http_call_free(struct http_call *c);
+/* Refuses a job before submission with status/type/msg (the transport's error format). */
+void http_call_reject(struct http_call *c, int status, const char *type, const char *msg);
+/* Builds the job of an HTTP inference request and submits it (sequences included). */
 void http_submit_predict(struct evhttp_request *req, const char *rid, struct model *m,
                          const char *url_path, int explain);
 

@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "model.h"
+#include "sequence.h"
 #include "worker_pool.h"
 
 struct job *job_new(const char *id, const struct job_sink *sink, void *sink_arg)
@@ -47,6 +48,7 @@ void job_unref(struct job *j)
     }
     free(j->headers);
     free(j->params);
+    free(j->seq_id);
     free(j);
 }
 
@@ -112,6 +114,9 @@ void job_to_otf(const struct job *j, struct otf_request *r, struct otf_kv **hdrs
  * unlinked it from the queue or the worker. */
 static void job_finish(struct job *j)
 {
+    int was_running = j->state == JOB_RUNNING;
+    if (j->seq)
+        sequence_job_done(j, was_running);
     j->state = JOB_DONE;
     j->worker = NULL;
     job_unref(j);

@@ -19,6 +19,7 @@
 struct job;
 struct model;
 struct worker;
+struct seq;
 
 struct job_sink {
     /* A response frame for the job. final = 1 for the last one (the job is then done). */
@@ -57,6 +58,9 @@ struct job {
     int64_t dispatched_us;
     struct worker *worker; /* while running */
     int frames;            /* frames delivered so far */
+    struct seq *seq;       /* its sequence while queued or running (sequence.c) */
+    int seq_end;           /* the request ends its sequence */
+    char *seq_id;          /* echoed to the client in ts_request_sequence_id */
     TAILQ_ENTRY(job) link; /* model queue or worker in-flight list */
 };
 

@@ -23,6 +23,7 @@
 #include "archive.h"
 #include "batcher.h"
 #include "log.h"
+#include "sequence.h"
 #include "server.h"
 #include "worker_pool.h"
 
@@ -102,6 +103,7 @@ static char *name_from_path(const char *path)
 
 static void model_free(struct model *m)
 {
+    sequence_model_free(m);
     if (m->batch_timer)
         event_free(m->batch_timer);
     manifest_free(&m->manifest);
@@ -249,6 +251,7 @@ void model_unregister(struct model *m)
         model_dequeue(m, j);
         job_fail(j, 503, "ServiceUnavailableException", "Model was unregistered");
     }
+    sequence_model_fail_queued(m);
     worker_pool_scale(m, 0);
     LIST_REMOVE(m, link);
     if (m->is_default) {
@@ -315,6 +318,10 @@ int model_submit(struct model *m, struct job *j)
 
 void model_dequeue(struct model *m, struct job *j)
 {
+    if (j->seq) {
+        sequence_dequeue(j);
+        return;
+    }
     TAILQ_REMOVE(&m->queue, j, link);
     m->queue_len--;
 }
@@ -323,6 +330,10 @@ void model_dispatch(struct model *m)
 {
     struct batcher_worker bw[64];
     struct worker *ws[64];
+    if (m->mc.sequence_batching) {
+        sequence_dispatch(m);
+        return;
+    }
     for (;;) {
         if (m->queue_len == 0)
             return;

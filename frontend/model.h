@@ -17,6 +17,7 @@
 
 struct event;
 struct worker;
+struct seq_table;
 TAILQ_HEAD(worker_list, worker);
 
 struct model {
@@ -46,6 +47,7 @@ struct model {
     /* workers */
     struct worker_list workers;
     int n_workers;
+    struct seq_table *seqs; /* sequenceBatching: job groups (sequence.c) */
     /* stats */
     uint64_t n_requests;
     uint64_t n_batches;

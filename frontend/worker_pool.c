@@ -28,6 +28,7 @@
 
 #include "log.h"
 #include "model.h"
+#include "sequence.h"
 #include "server.h"
 
 extern char **environ;
@@ -119,6 +120,18 @@ static void close_conn(struct worker *w)
         bufferevent_free(w->bev);
         w->bev = NULL;
     }
+}
+
+/* Takes the worker out of its model for good (its sequences get re-pinned). */
+static void detach_from_model(struct worker *w)
+{
+    struct model *m = w->model;
+    if (!m)
+        return;
+    TAILQ_REMOVE(&m->workers, w, link);
+    m->n_workers--;
+    sequence_worker_gone(m, w);
+    w->model = NULL;
 }
 
 static void worker_free(struct worker *w)
@@ -371,10 +384,7 @@ static void reap(struct worker *w, int status)
 
     if (!m || w->state == WORKER_STOPPING) {
         LOG_INFO("worker %d stopped (%s)", w->id, how);
-        if (m) {
-            TAILQ_REMOVE(&m->workers, w, link);
-            m->n_workers--;
-        }
+        detach_from_model(w);
         worker_free(w);
         return;
     }
@@ -436,8 +446,7 @@ static struct worker *worker_new(struct model *m)
 static void worker_stop(struct worker *w)
 {
     if (w->pid <= 0) { /* backoff or failed: nothing running */
-        TAILQ_REMOVE(&w->model->workers, w, link);
-        w->model->n_workers--;
+        detach_from_model(w);
         worker_free(w);
         return;
     }
@@ -457,8 +466,7 @@ int worker_pool_scale(struct model *m, int n)
     /* failed workers stay visible until scaled; scaling clears them */
     TAILQ_FOREACH_SAFE(w, &m->workers, link, tmp)
     if (w->state == WORKER_FAILED && n != alive) {
-        TAILQ_REMOVE(&m->workers, w, link);
-        m->n_workers--;
+        detach_from_model(w);
         worker_free(w);
         alive--;
     }
@@ -481,11 +489,7 @@ int worker_pool_scale(struct model *m, int n)
     if (n == 0) {
         /* the model is going away: stopping workers are reaped without it */
         TAILQ_FOREACH_SAFE(w, &m->workers, link, tmp)
-        {
-            TAILQ_REMOVE(&m->workers, w, link);
-            m->n_workers--;
-            w->model = NULL;
-        }
+        detach_from_model(w);
     }
     return 0;
 }
@@ -513,6 +517,15 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
     bufferevent_write(w->bev, w->out.data, w->out.len);
     if (!evtimer_pending(w->timer, NULL))
         arm_timer(w, (int64_t)w->model->response_timeout_s * 1000);
+}
+
+void worker_send_seq_event(struct worker *w, const char *seq_id, int event)
+{
+    if (!w->bev)
+        return; /* a respawned worker learns from the state store instead */
+    buf_reset(&w->out);
+    otf_encode_seq_event(&w->out, otf_s(seq_id), event);
+    bufferevent_write(w->bev, w->out.data, w->out.len);
 }
 
 void worker_cancel_job(struct worker *w, struct job *j)

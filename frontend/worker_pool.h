@@ -56,6 +56,8 @@ int worker_pool_init(void);
 int worker_pool_scale(struct model *m, int n);
 /* Sends a batch of jobs to a ready worker (moves them to its in-flight list). */
 void worker_send_batch(struct worker *w, struct job **jobs, int n);
+/* Tells the worker that a sequence ended (OTF 'S' frame, OTF_SEQ_* event). */
+void worker_send_seq_event(struct worker *w, const char *seq_id, int event);
 /* A running job's client went away: tell the worker, free the slot. */
 void worker_cancel_job(struct worker *w, struct job *j);
 /* Number of workers in the model that are alive (starting or ready). */

@@ -1,0 +1,548 @@
+/*
+ * sequence: job groups, pinning and the sequence aggregator (see sequence.h).
+ *
+ * The table is a fixed-size chained hash of sequence records per model. Open sequences are also
+ * kept on a list in round-robin order: the aggregator walks it and takes, for each worker with
+ * free slots, the first queued request of each sequence pinned to that worker whose previous
+ * request is done (or, under continuousBatching, still streaming); a sequence served is moved to
+ * the back, so no sequence starves. A closed sequence stays in the table as a tombstone (its id,
+ * why and when it closed) so that a late request learns what happened; the oldest tombstones are
+ * evicted beyond SEQ_MAX_TOMBSTONES.
+ *
+ * A sequence record is referenced by the jobs attached to it (n_jobs); it is freed only when it
+ * is a tombstone nobody points at, or when its model goes away (after every job was failed).
+ */
+#include "sequence.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job.h"
+#include "log.h"
+#include "model.h"
+#include "otf.h"
+#include "server.h"
+#include "worker_pool.h"
+
+#define SEQ_BUCKETS 1024
+#define SEQ_MAX_TOMBSTONES 4096
+
+enum seq_state { SEQ_OPEN, SEQ_ENDED, SEQ_CANCELLED, SEQ_IDLE, SEQ_TIMEOUT };
+
+struct seq {
+    char *id;
+    struct model *m;
+    enum seq_state state;
+    struct worker *worker; /* pinned */
+    struct job_list queue;
+    int qlen;
+    int inflight;
+    int n_jobs; /* attached jobs: queued + running */
+    int end_pending;
+    int64_t created_us;
+    struct event *idle_timer;
+    struct event *session_timer;
+    TAILQ_ENTRY(seq) olink; /* open list, or the tombstone list once closed */
+    struct seq *hnext;
+};
+
+TAILQ_HEAD(seq_list, seq);
+
+struct seq_table {
+    struct seq *buckets[SEQ_BUCKETS];
+    struct seq_list open;
+    int n_open;
+    struct seq_list closed;
+    int n_closed;
+};
+
+static unsigned hash(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % SEQ_BUCKETS;
+}
+
+static struct seq_table *table(struct model *m)
+{
+    if (!m->seqs) {
+        m->seqs = xcalloc(1, sizeof(*m->seqs));
+        TAILQ_INIT(&m->seqs->open);
+        TAILQ_INIT(&m->seqs->closed);
+    }
+    return m->seqs;
+}
+
+static struct seq *find(struct seq_table *t, const char *id)
+{
+    for (struct seq *s = t->buckets[hash(id)]; s; s = s->hnext)
+        if (!strcmp(s->id, id))
+            return s;
+    return NULL;
+}
+
+static void unhash(struct seq_table *t, struct seq *s)
+{
+    struct seq **pp = &t->buckets[hash(s->id)];
+    while (*pp && *pp != s)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = s->hnext;
+}
+
+static void seq_free(struct seq *s)
+{
+    if (s->idle_timer)
+        event_free(s->idle_timer);
+    if (s->session_timer)
+        event_free(s->session_timer);
+    free(s->id);
+    free(s);
+}
+
+void sequence_request_from_job(const struct job *j, struct seq_request *r)
+{
+    const struct config *c = &srv->cfg;
+    int b;
+    memset(r, 0, sizeof(*r));
+    r->id = job_header(j, c->ts_header_key_sequence_id);
+    const char *v = job_header(j, c->ts_header_key_sequence_start);
+    r->start = v && ts_parse_bool(v, &b) == 0 && b;
+    v = job_header(j, c->ts_header_key_sequence_end);
+    r->end = v && ts_parse_bool(v, &b) == 0 && b;
+    v = job_header(j, SEQ_HDR_CANCEL);
+    r->cancel = v && ts_parse_bool(v, &b) == 0 && b;
+}
+
+int sequence_max_num(const struct model *m)
+{
+    if (m->mc.max_num_sequence > 0)
+        return m->mc.max_num_sequence;
+    int w = m->max_workers > 0 ? m->max_workers : m->min_workers > 0 ? m->min_workers : 1;
+    if (w < m->n_workers)
+        w = m->n_workers;
+    return (m->batch_size > 0 ? m->batch_size : 1) * w;
+}
+
+int sequence_open_count(const struct model *m)
+{
+    return m->seqs ? m->seqs->n_open : 0;
+}
+
+static const char *closed_reason(const struct seq *s, char *buf, size_t n)
+{
+    switch (s->state) {
+    case SEQ_ENDED:
+        snprintf(buf, n, "Sequence %s was ended", s->id);
+        break;
+    case SEQ_CANCELLED:
+        snprintf(buf, n, "Sequence %s was cancelled", s->id);
+        break;
+    case SEQ_IDLE:
+        snprintf(buf, n, "Sequence %s expired (idle %d ms)", s->id, s->m->mc.seq_max_idle_ms);
+        break;
+    case SEQ_TIMEOUT:
+        snprintf(buf, n, "Sequence %s expired (session timeout %d ms)", s->id,
+                 s->m->mc.seq_timeout_ms);
+        break;
+    default:
+        snprintf(buf, n, "Sequence %s is open", s->id);
+    }
+    return buf;
+}
+
+static void evict_tombstones(struct seq_table *t)
+{
+    struct seq *s, *tmp;
+    TAILQ_FOREACH_SAFE(s, &t->closed, olink, tmp)
+    {
+        if (t->n_closed <= SEQ_MAX_TOMBSTONES)
+            break;
+        if (s->n_jobs > 0)
+            continue;
+        TAILQ_REMOVE(&t->closed, s, olink);
+        t->n_closed--;
+        unhash(t, s);
+        seq_free(s);
+    }
+}
+
+static void send_event(struct seq *s, int event)
+{
+    if (s->worker)
+        worker_send_seq_event(s->worker, s->id, event);
+}
+
+/* Ends a sequence for good: queued requests fail with the reason, the worker drops the state. */
+static void seq_close(struct seq *s, enum seq_state why)
+{
+    struct seq_table *t = s->m->seqs;
+    if (s->state != SEQ_OPEN)
+        return;
+    s->state = why;
+    evtimer_del(s->idle_timer);
+    evtimer_del(s->session_timer);
+    TAILQ_REMOVE(&t->open, s, olink);
+    t->n_open--;
+    TAILQ_INSERT_TAIL(&t->closed, s, olink);
+    t->n_closed++;
+    char msg[512];
+    closed_reason(s, msg, sizeof(msg));
+    LOG_INFO("model %s: %s", s->m->name, msg);
+    static const int events[] = {0, OTF_SEQ_END, OTF_SEQ_CANCEL, OTF_SEQ_IDLE, OTF_SEQ_TIMEOUT};
+    send_event(s, events[why]);
+    struct job *j;
+    while ((j = TAILQ_FIRST(&s->queue))) {
+        TAILQ_REMOVE(&s->queue, j, link);
+        s->qlen--;
+        job_fail(j, 410, "SequenceClosedException", msg);
+    }
+    if (why == SEQ_CANCELLED && s->worker) {
+        /* running requests of the sequence stop now (their worker got a cancel frame) */
+        struct job *tmp;
+        TAILQ_FOREACH_SAFE(j, &s->worker->inflight, link, tmp)
+        if (j->seq == s) {
+            worker_cancel_job(s->worker, j);
+            job_fail(j, 410, "SequenceClosedException", msg);
+        }
+    }
+    evict_tombstones(t);
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct seq *s = arg;
+    if (s->qlen == 0 && s->inflight == 0)
+        seq_close(s, SEQ_IDLE);
+}
+
+static void on_session(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    seq_close(arg, SEQ_TIMEOUT);
+}
+
+static void arm_ms(struct event *ev, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(ev, &tv);
+}
+
+static struct worker *least_loaded(struct model *m)
+{
+    struct worker *w, *best = NULL;
+    int best_n = 0;
+    TAILQ_FOREACH(w, &m->workers, link)
+    {
+        if (w->state == WORKER_STOPPING || w->state == WORKER_FAILED)
+            continue;
+        int n = 0;
+        struct seq *s;
+        TAILQ_FOREACH(s, &m->seqs->open, olink)
+        if (s->worker == w)
+            n++;
+        if (!best || n < best_n) {
+            best = w;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
+static struct seq *seq_new(struct model *m, const char *id)
+{
+    struct seq_table *t = m->seqs;
+    struct seq *s = xcalloc(1, sizeof(*s));
+    s->id = xstrdup(id);
+    s->m = m;
+    s->state = SEQ_OPEN;
+    s->created_us = ts_now_us();
+    TAILQ_INIT(&s->queue);
+    s->idle_timer = evtimer_new(srv->base, on_idle, s);
+    s->session_timer = evtimer_new(srv->base, on_session, s);
+    unsigned h = hash(id);
+    s->hnext = t->buckets[h];
+    t->buckets[h] = s;
+    TAILQ_INSERT_TAIL(&t->open, s, olink);
+    t->n_open++;
+    s->worker = least_loaded(m);
+    if (m->mc.seq_timeout_ms > 0)
+        arm_ms(s->session_timer, m->mc.seq_timeout_ms);
+    return s;
+}
+
+static void set_header(struct job *j, const char *k, const char *v)
+{
+    job_add_header(j, k, v, strlen(v));
+}
+
+int sequence_submit(struct model *m, struct job *j, const struct seq_request *r, int *status,
+                    char *msg, size_t msglen)
+{
+    struct seq_table *t = table(m);
+    char gen[48];
+    const char *id = r->id && *r->id ? r->id : NULL;
+    struct seq *s = id ? find(t, id) : NULL;
+
+    if (r->cancel) {
+        if (!s) {
+            *status = 404;
+            snprintf(msg, msglen, "Sequence %s not found", id ? id : "(none given)");
+            return TS_E_BAD_INPUT;
+        }
+        if (s->state != SEQ_OPEN) {
+            *status = 410;
+            closed_reason(s, msg, msglen);
+            return TS_E_BAD_INPUT;
+        }
+        seq_close(s, SEQ_CANCELLED);
+        snprintf(msg, msglen, "Sequence %s cancelled", s->id);
+        free(j->seq_id);
+        j->seq_id = xstrdup(s->id);
+        return 1;
+    }
+    int start = r->start || !id;
+    if (!id) {
+        char u[37];
+        ts_uuid(u);
+        snprintf(gen, sizeof(gen), "ts-seq-%s", u);
+        id = gen;
+    }
+    if (start) {
+        if (s && s->state == SEQ_OPEN) {
+            *status = 409;
+            snprintf(msg, msglen, "Sequence %s already started", id);
+            return TS_E_EXISTS;
+        }
+        if (t->n_open >= sequence_max_num(m)) {
+            *status = 429;
+            snprintf(msg, msglen,
+                     "Too many open sequences for model %s (maxNumSequence %d); retry later",
+                     m->name, sequence_max_num(m));
+            return TS_E_QUEUE_FULL;
+        }
+        if (worker_pool_alive(m) == 0) {
+            *status = 503;
+            snprintf(msg, msglen, "Model \"%s\" has no worker to serve inference request.",
+                     m->name);
+            return TS_E_NO_WORKER;
+        }
+        if (s) { /* an explicit restart of a closed id: forget the tombstone */
+            if (s->n_jobs == 0) {
+                TAILQ_REMOVE(&t->closed, s, olink);
+                t->n_closed--;
+                unhash(t, s);
+                seq_free(s);
+            } else {
+                *status = 409;
+                snprintf(msg, msglen, "Sequence %s is still closing; retry", id);
+                return TS_E_EXISTS;
+            }
+        }
+        s = seq_new(m, id);
+    } else {
+        if (!s) {
+            *status = 404;
+            snprintf(msg, msglen,
+                     "Sequence %s not found: start a sequence with %s: true or without an id", id,
+                     srv->cfg.ts_header_key_sequence_start);
+            return TS_E_BAD_INPUT;
+        }
+        if (s->state != SEQ_OPEN) {
+            *status = 410;
+            closed_reason(s, msg, msglen);
+            return TS_E_BAD_INPUT;
+        }
+    }
+    if (s->end_pending) {
+        *status = 410;
+        snprintf(msg, msglen, "Sequence %s is ending: its end was already requested", s->id);
+        return TS_E_BAD_INPUT;
+    }
+    int qmax = m->mc.max_seq_job_queue > 0 ? m->mc.max_seq_job_queue : 1;
+    if (s->qlen >= qmax) {
+        *status = 429;
+        snprintf(msg, msglen, "Sequence %s job queue is full (maxSequenceJobQueueSize %d)", s->id,
+                 qmax);
+        return TS_E_QUEUE_FULL;
+    }
+
+    /* the worker always sees the canonical names */
+    set_header(j, SEQ_HDR_ID, s->id);
+    if (start)
+        set_header(j, SEQ_HDR_START, "true");
+    if (r->end) {
+        set_header(j, SEQ_HDR_END, "true");
+        s->end_pending = 1;
+        j->seq_end = 1;
+    }
+    free(j->seq_id);
+    j->seq_id = xstrdup(s->id);
+    job_ref(j);
+    j->model = m;
+    j->seq = s;
+    j->state = JOB_QUEUED;
+    TAILQ_INSERT_TAIL(&s->queue, j, link);
+    s->qlen++;
+    s->n_jobs++;
+    m->n_requests++;
+    evtimer_del(s->idle_timer);
+    sequence_dispatch(m);
+    return 0;
+}
+
+const char *sequence_error_type(int status)
+{
+    switch (status) {
+    case 404:
+        return "SequenceNotFoundException";
+    case 409:
+        return "ConflictException";
+    case 410:
+        return "SequenceClosedException";
+    case 429:
+        return "TooManyRequestsException";
+    default:
+        return "ServiceUnavailableException";
+    }
+}
+
+void sequence_dequeue(struct job *j)
+{
+    struct seq *s = j->seq;
+    TAILQ_REMOVE(&s->queue, j, link);
+    s->qlen--;
+}
+
+void sequence_job_done(struct job *j, int was_running)
+{
+    struct seq *s = j->seq;
+    j->seq = NULL;
+    s->n_jobs--;
+    if (was_running)
+        s->inflight--;
+    if (s->state != SEQ_OPEN) {
+        if (s->n_jobs == 0)
+            evict_tombstones(s->m->seqs);
+        return;
+    }
+    if (j->seq_end && s->inflight == 0 && s->qlen == 0)
+        seq_close(s, SEQ_ENDED);
+    else if (s->qlen == 0 && s->inflight == 0 && s->m->mc.seq_max_idle_ms > 0)
+        arm_ms(s->idle_timer, s->m->mc.seq_max_idle_ms);
+}
+
+void sequence_dispatch(struct model *m)
+{
+    if (!m->seqs)
+        return;
+    struct worker *w;
+    TAILQ_FOREACH(w, &m->workers, link)
+    {
+        if (w->state != WORKER_READY)
+            continue;
+        if (!m->continuous && w->n_inflight > 0)
+            continue;
+        int free_slots = m->batch_size - w->n_inflight;
+        if (free_slots <= 0)
+            continue;
+        struct seq *pick[free_slots];
+        int n = 0;
+        int64_t oldest = INT64_MAX;
+        struct seq *s;
+        TAILQ_FOREACH(s, &m->seqs->open, olink)
+        {
+            if (n == free_slots)
+                break;
+            if (!s->worker)
+                s->worker = w;
+            if (s->worker != w || s->qlen == 0 ||
+                (s->inflight > 0 && !m->mc.continuous_batching))
+                continue;
+            pick[n++] = s;
+            if (TAILQ_FIRST(&s->queue)->created_us < oldest)
+                oldest = TAILQ_FIRST(&s->queue)->created_us;
+        }
+        if (n == 0)
+            continue;
+        if (n < free_slots && !m->continuous && m->batch_size > 1 && w->n_inflight == 0) {
+            int64_t due = oldest + (int64_t)m->max_batch_delay_ms * 1000;
+            int64_t now = ts_now_us();
+            if (now < due) {
+                if (!evtimer_pending(m->batch_timer, NULL)) {
+                    struct timeval tv = {(due - now) / 1000000, (due - now) % 1000000};
+                    evtimer_add(m->batch_timer, &tv);
+                }
+                continue;
+            }
+        }
+        struct job *batch[n];
+        for (int i = 0; i < n; i++) {
+            s = pick[i];
+            batch[i] = TAILQ_FIRST(&s->queue);
+            TAILQ_REMOVE(&s->queue, batch[i], link);
+            s->qlen--;
+            s->inflight++;
+            /* round robin: the sequence just served goes to the back */
+            TAILQ_REMOVE(&m->seqs->open, s, olink);
+            TAILQ_INSERT_TAIL(&m->seqs->open, s, olink);
+        }
+        m->n_batches++;
+        if ((uint64_t)n > m->max_batch_seen)
+            m->max_batch_seen = (uint64_t)n;
+        worker_send_batch(w, batch, n);
+    }
+}
+
+void sequence_worker_gone(struct model *m, struct worker *w)
+{
+    if (!m || !m->seqs)
+        return;
+    struct seq *s;
+    TAILQ_FOREACH(s, &m->seqs->open, olink)
+    if (s->worker == w)
+        s->worker = NULL; /* re-pinned at the next dispatch */
+    TAILQ_FOREACH(s, &m->seqs->closed, olink)
+    if (s->worker == w)
+        s->worker = NULL;
+}
+
+void sequence_model_fail_queued(struct model *m)
+{
+    if (!m->seqs)
+        return;
+    struct seq *s;
+    TAILQ_FOREACH(s, &m->seqs->open, olink)
+    {
+        struct job *j;
+        while ((j = TAILQ_FIRST(&s->queue))) {
+            TAILQ_REMOVE(&s->queue, j, link);
+            s->qlen--;
+            job_fail(j, 503, "ServiceUnavailableException", "Model was unregistered");
+        }
+    }
+}
+
+void sequence_model_free(struct model *m)
+{
+    struct seq_table *t = m->seqs;
+    if (!t)
+        return;
+    sequence_model_fail_queued(m);
+    for (int i = 0; i < SEQ_BUCKETS; i++) {
+        struct seq *s = t->buckets[i];
+        while (s) {
+            struct seq *n = s->hnext;
+            seq_free(s);
+            s = n;
+        }
+    }
+    free(t);
+    m->seqs = NULL;
+}

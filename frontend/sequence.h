@@ -1,0 +1,65 @@
+/*
+ * sequence: stateful sequences of a model (sequenceBatching: true). Each sequence is a job
+ * group: its own queue (bounded by maxSequenceJobQueueSize), the worker it is pinned to for its
+ * whole life, its idle and session deadlines. The aggregator builds each batch for a worker from
+ * at most one request per sequence, so order within a sequence holds while many sequences share
+ * a batch. Every end of life (end header, cancel, idle, session timeout) is an explicit event:
+ * the pinned worker is told with an 'S' frame, and the id is remembered as closed, so a later
+ * request gets a distinct error instead of silently starting a new sequence.
+ *
+ * Loop thread only. A model owns its sequences (struct model.seqs); a sequence holds queue
+ * references on its queued jobs; a job points at its sequence while it is queued or running.
+ */
+#ifndef TS_SEQUENCE_H
+#define TS_SEQUENCE_H
+
+#include <stddef.h>
+
+struct model;
+struct job;
+struct worker;
+struct seq_table;
+
+/* What a request says about its sequence (from headers, gRPC fields or OIP parameters). */
+struct seq_request {
+    const char *id; /* NULL or "" = none given */
+    int start;
+    int end;
+    int cancel;
+};
+
+/* Canonical header names sent to the worker, whatever names the client used. */
+#define SEQ_HDR_ID "ts_request_sequence_id"
+#define SEQ_HDR_START "ts_request_sequence_start"
+#define SEQ_HDR_END "ts_request_sequence_end"
+#define SEQ_HDR_CANCEL "ts_request_sequence_cancel"
+
+/* Reads the (configurable) sequence headers of a job. */
+void sequence_request_from_job(const struct job *j, struct seq_request *r);
+
+/* Attaches the job to its sequence and queues it. Returns 0 when queued; 1 when the request
+ * was a cancel that has been carried out (reply 200 with msg, do not expect frames); or a
+ * negative code with *status (404, 409, 410, 429, 503) and msg for the client. */
+int sequence_submit(struct model *m, struct job *j, const struct seq_request *r, int *status,
+                    char *msg, size_t msglen);
+/* TorchServe-style exception name for a sequence_submit status. */
+const char *sequence_error_type(int status);
+/* A job of a sequence ended (final frame, failure or cancel); was_running: it had reached a
+ * worker. */
+void sequence_job_done(struct job *j, int was_running);
+/* Removes a queued job from its sequence queue (the caller drops the queue reference). */
+void sequence_dequeue(struct job *j);
+/* Fails every queued request of every sequence (the model is going away). */
+void sequence_model_fail_queued(struct model *m);
+/* Sends ready sequence requests to workers with free slots. */
+void sequence_dispatch(struct model *m);
+/* The worker is going away for good: re-pin its sequences elsewhere. */
+void sequence_worker_gone(struct model *m, struct worker *w);
+/* Number of open sequences, for describe/metrics. */
+int sequence_open_count(const struct model *m);
+/* Effective maxNumSequence (yaml, else batchSize x maxWorkers). */
+int sequence_max_num(const struct model *m);
+/* Frees every sequence of the model, failing queued jobs. */
+void sequence_model_free(struct model *m);
+
+#endif
