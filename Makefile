@@ -101,7 +101,7 @@ $(BUILD)/py/%_pb2.py: proto/%.proto
 	    --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin -Iproto -I/usr/include $<
 
 # ---- example models ----
-MODELS := $(notdir $(wildcard scripts/models/*))
+MODELS := $(notdir $(patsubst %/archive.conf,%,$(wildcard scripts/models/*/archive.conf)))
 MARS   := $(patsubst %,model-store/%.mar,$(MODELS))
 models: $(MARS)
 model-store/%.mar: scripts/models/%/* scripts/models/build_model.sh $(BUILD)/bin/torchserve-c-archiver
