@@ -24,6 +24,8 @@ void http_call_free(struct http_call *c)
         event_free(c->keepalive);
     if (c->job)
         job_unref(c->job);
+    if (c->arg_free)
+        c->arg_free(c->arg);
     free(c);
 }
 
@@ -99,7 +101,7 @@ static void sse_write(struct http_call *c, const char *event, const char *data, 
     struct evbuffer *b = evbuffer_new();
     if (event)
         evbuffer_add_printf(b, "event: %s\n", event);
-    else
+    else if (!c->sse_bare)
         evbuffer_add_printf(b, "id: %llu\n", (unsigned long long)c->events++);
     /* one data: line per line of the payload, as SSE requires */
     const char *s = data, *end = data + len;
@@ -182,6 +184,23 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
     char *tx = c->transform ? c->transform(c, p, final, &len) : NULL;
     const char *data = tx ? tx : p->body.p;
 
+    if (c->whole && !final) {
+        free(tx);
+        return;
+    }
+    if (c->sse_bare && c->sse && final && p->status >= 400) {
+        if (!c->started) {
+            http_send(c->req, c->rid, p->status, "application/json", data, len);
+        } else {
+            while (len && data[len - 1] == '\n')
+                len--;
+            sse_write(c, "error", data, len);
+            evhttp_send_reply_end(c->req);
+        }
+        free(tx);
+        call_done(c);
+        return;
+    }
     if (!c->started && final) {
         int status = p->status > 0 ? p->status : 200;
         struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
