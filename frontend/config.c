@@ -169,7 +169,7 @@ void config_defaults(struct config *c)
     c->ts_header_key_sequence_id = xstrdup("ts_request_sequence_id");
     c->ts_header_key_sequence_start = xstrdup("ts_request_sequence_start");
     c->ts_header_key_sequence_end = xstrdup("ts_request_sequence_end");
-    c->state_dir = xstrdup("/tmp/torchserve-c");
+    c->state_dir = NULL; /* default: <run dir>/state, see server.c */
     c->log_location = xstrdup("logs/");
 }
 

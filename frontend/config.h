@@ -45,7 +45,7 @@ struct config {
     char *ts_header_key_sequence_start;    /* ts_request_sequence_start */
     char *ts_header_key_sequence_end;      /* ts_request_sequence_end */
     char *models_json;                     /* `models=` JSON, NULL unless set */
-    char *state_dir;                       /* our key: state_dir, default /tmp/torchserve-c */
+    char *state_dir;                       /* our key: state_dir; default <run dir>/state */
     char *log_location;                    /* logs/ */
 };
 

@@ -125,6 +125,8 @@ static void job_finish(struct job *j)
 void job_deliver_frame(struct job *j, const struct otf_prediction *p, int final)
 {
     j->frames++;
+    if (j->seq)
+        sequence_frame_seen(j, p);
     job_ref(j); /* the sink may drop the transport's reference */
     if (j->sink)
         j->sink->on_frame(j, p, final);

@@ -41,6 +41,7 @@ struct seq {
     int inflight;
     int n_jobs; /* attached jobs: queued + running */
     int end_pending;
+    int cancel_pending; /* the handler cancelled it (ends as CANCELLED) */
     int64_t created_us;
     struct event *idle_timer;
     struct event *session_timer;
@@ -420,6 +421,18 @@ void sequence_dequeue(struct job *j)
     s->qlen--;
 }
 
+void sequence_frame_seen(struct job *j, const struct otf_prediction *p)
+{
+    const struct otf_kv *kv = otf_find_kv(p->headers, p->n_headers, SEQ_HDR_CANCEL);
+    if (kv && !otf_str_eq(kv->val, "false")) {
+        j->seq->cancel_pending = 1;
+        j->seq_end = 1;
+    }
+    kv = otf_find_kv(p->headers, p->n_headers, SEQ_HDR_END);
+    if (kv && !otf_str_eq(kv->val, "false"))
+        j->seq_end = 1;
+}
+
 void sequence_job_done(struct job *j, int was_running)
 {
     struct seq *s = j->seq;
@@ -432,8 +445,10 @@ void sequence_job_done(struct job *j, int was_running)
             evict_tombstones(s->m->seqs);
         return;
     }
-    if (j->seq_end && s->inflight == 0 && s->qlen == 0)
-        seq_close(s, SEQ_ENDED);
+    if (j->seq_end)
+        s->end_pending = 1;
+    if (s->end_pending && s->inflight == 0)
+        seq_close(s, s->cancel_pending ? SEQ_CANCELLED : SEQ_ENDED);
     else if (s->qlen == 0 && s->inflight == 0 && s->m->mc.seq_max_idle_ms > 0)
         arm_ms(s->idle_timer, s->m->mc.seq_max_idle_ms);
 }

@@ -19,6 +19,7 @@ struct model;
 struct job;
 struct worker;
 struct seq_table;
+struct otf_prediction;
 
 /* What a request says about its sequence (from headers, gRPC fields or OIP parameters). */
 struct seq_request {
@@ -51,6 +52,9 @@ void sequence_job_done(struct job *j, int was_running);
 void sequence_dequeue(struct job *j);
 /* Fails every queued request of every sequence (the model is going away). */
 void sequence_model_fail_queued(struct model *m);
+/* A frame of a sequence's job: the handler may end (response header ts_request_sequence_end) or
+ * cancel (ts_request_sequence_cancel) the sequence, as TorchServe's stateful handlers do. */
+void sequence_frame_seen(struct job *j, const struct otf_prediction *p);
 /* Sends ready sequence requests to workers with free slots. */
 void sequence_dispatch(struct model *m);
 /* The worker is going away for good: re-pin its sequences elsewhere. */

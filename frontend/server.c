@@ -216,6 +216,10 @@ int server_main(const struct server_opts *o)
         return 1;
     }
 
+    if (!srv->cfg.state_dir)
+        srv->cfg.state_dir = xasprintf("%s/state", srv->run_dir);
+    mkdir(srv->cfg.state_dir, 0700);
+
     signal(SIGPIPE, SIG_IGN);
     evthread_use_pthreads();
     srv->base = event_base_new();

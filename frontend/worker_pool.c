@@ -269,8 +269,16 @@ static void worker_spawn(struct worker *w)
     char threads[16], maxreq[32];
     snprintf(threads, sizeof(threads), "%d", srv->cfg.worker_threads);
     snprintf(maxreq, sizeof(maxreq), "%ld", srv->cfg.max_request_size);
-    char *argv[] = {srv->worker_bin, "--threads",       threads, "--max-request-size",
-                    maxreq,          "--log-level",     (char *)(log_min_level == LOG_LEVEL_DEBUG ? "debug" : "info"),
+    char *state = xasprintf("%s/%s-%s", srv->cfg.state_dir, w->model->name, w->model->version);
+    char *argv[] = {srv->worker_bin,
+                    "--threads",
+                    threads,
+                    "--max-request-size",
+                    maxreq,
+                    "--state-dir",
+                    state,
+                    "--log-level",
+                    (char *)(log_min_level == LOG_LEVEL_DEBUG ? "debug" : "info"),
                     NULL};
     size_t ne = 0;
     while (environ[ne])
@@ -295,6 +303,7 @@ static void worker_spawn(struct worker *w)
     free(omp);
     free(wid);
     free(envp);
+    free(state);
     close(sv[1]);
     if (rc != 0) {
         LOG_ERROR("cannot spawn %s: %s", srv->worker_bin, strerror(rc));
