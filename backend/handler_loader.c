@@ -25,6 +25,7 @@ static const struct builtin builtins[] = {
     {"TorchScriptHandler", ts_handler_torchscript},
     {"", ts_handler_torchscript},
     {"identity_text", ts_handler_identity_text},
+    {"char_lm", ts_handler_char_lm},
 };
 
 static int has_suffix(const char *s, size_t n, const char *suf)
@@ -106,8 +107,8 @@ const struct ts_handler *handler_loader_find(const char *spec, const char *model
     if (has_suffix(spec, liblen, ".so") || memmem(spec, liblen, ".so.", 4))
         return load_library(spec, model_dir, err, errlen);
     snprintf(err, errlen,
-             "unknown handler \"%s\" (built-in: torchscript, identity_text; or libfoo.so[:symbol] "
-             "in the model archive)",
+             "unknown handler \"%s\" (built-in: torchscript, identity_text, char_lm; or "
+             "libfoo.so[:symbol] in the model archive)",
              spec);
     return NULL;
 }

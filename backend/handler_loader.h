@@ -20,5 +20,6 @@ const struct ts_handler *handler_loader_find(const char *spec, const char *model
 /* Built-in handlers (backend/handlers/). */
 const struct ts_handler *ts_handler_torchscript(void);
 const struct ts_handler *ts_handler_identity_text(void);
+const struct ts_handler *ts_handler_char_lm(void);
 
 #endif
