@@ -405,7 +405,9 @@ int ts_is_cancelled(struct ts_ctx *ctx, size_t idx)
     struct wreq *r = req_at(ctx, idx);
     if (!r)
         return 1;
-    if (!r->cancelled)
+    /* a read() per call would cost a syscall per request per step; a cancel seen within a
+     * millisecond is soon enough */
+    if (!r->cancelled && ts_now_us() - ctx->last_read_us >= 1000)
         worker_poll_input(ctx);
     return r->cancelled;
 }

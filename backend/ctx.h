@@ -99,6 +99,7 @@ struct ts_ctx {
     int eof; /* 1: the frontend closed the socket or a write failed; 2: protocol error */
     struct buf rx;
     size_t rx_off;
+    int64_t last_read_us; /* when the socket was last read (ts_is_cancelled rate limit) */
     size_t max_field;
     char *state_dir;
 };

@@ -266,7 +266,11 @@ static void put_double(struct buf *b, double v, int digits)
     else if (isinf(v))
         buf_puts(b, v > 0 ? "Infinity" : "-Infinity");
     else {
-        int n = snprintf(s, sizeof(s), "%.*g", digits, v);
+        /* literal formats: a '*' precision sends glibc down its slow positional path */
+        int n = digits == 9    ? snprintf(s, sizeof(s), "%.9g", v)
+                : digits == 17 ? snprintf(s, sizeof(s), "%.17g", v)
+                : digits == 5  ? snprintf(s, sizeof(s), "%.5g", v)
+                               : snprintf(s, sizeof(s), "%.4g", v);
         buf_put(b, s, (size_t)n);
     }
 }

@@ -340,6 +340,7 @@ static void drain_rx(struct ts_ctx *c)
 void worker_poll_input(struct ts_ctx *c)
 {
     int got = 0;
+    c->last_read_us = ts_now_us();
     while (!c->eof) {
         buf_reserve(&c->rx, READ_CHUNK);
         ssize_t n = read(c->fd, c->rx.data + c->rx.len, c->rx.cap - c->rx.len - 1);

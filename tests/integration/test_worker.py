@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -46,8 +47,10 @@ class Worker:
 
         # close_fds=False: pass_fds would close fd 3 after preexec_fn; Python's own fds are
         # non-inheritable anyway
+        # stderr to a file, not a pipe: a debug-logging worker would block on a full pipe
+        self.errfile = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([WORKER] + list(args), close_fds=False,
-                                     preexec_fn=put_on_fd3, env=cenv, stderr=subprocess.PIPE)
+                                     preexec_fn=put_on_fd3, env=cenv, stderr=self.errfile)
         child.close()
         self.buf = bytearray()
         self.off = 0
@@ -94,8 +97,12 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        err = self.proc.stderr.read().decode(errors="replace")
-        self.proc.stderr.close()
+        self.errfile.seek(0)
+        err = self.errfile.read().decode(errors="replace")
+        self.errfile.close()
+        # under `make SANITIZE=...` a sanitizer report is a failure even if the protocol was fine
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+            assert marker not in err, err
         return err
 
 
@@ -428,3 +435,86 @@ def test_eof_exits_zero(mlp_dir):
     assert w.load("mlp", mlp_dir).code == 200
     w.close()
     assert w.proc.returncode == 0
+
+
+# A handler shipped as a shared library: loops inside one handle call, streaming with ts_flush()
+# and polling ts_is_cancelled(), as a generation loop that owns its decoding would.
+LOOP_HANDLER_C = r"""
+#include <stdio.h>
+#include <time.h>
+#include "handler.h"
+
+static int init(struct ts_ctx *ctx, void **state) { (void)ctx; *state = NULL; return 0; }
+
+static void handle(void *state, struct ts_ctx *ctx, size_t n)
+{
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        int k;
+        for (k = 0; k < 200 && !ts_is_cancelled(ctx, i); k++) {
+            char s[16];
+            int len = snprintf(s, sizeof s, "%d;", k);
+            ts_send_intermediate_response(ctx, i, s, (size_t)len);
+            ts_flush(ctx);
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        ts_counter_add(ctx, "loops", k);
+        ts_set_response(ctx, i, "done", 4);
+    }
+}
+
+static const struct ts_handler h = {ABI, "loop", 0, init, handle, NULL, NULL};
+const struct ts_handler *SYMBOL(void) { return &h; }
+"""
+
+
+def build_handler_lib(tmp, abi="TS_HANDLER_ABI_VERSION", symbol="ts_handler_v1"):
+    src = os.path.join(str(tmp), "loop.c")
+    with open(src, "w") as f:
+        f.write(LOOP_HANDLER_C)
+    lib = os.path.join(str(tmp), "libloop.so")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror",
+                    "-I", os.path.join(ROOT, "backend"), "-DABI=" + abi, "-DSYMBOL=" + symbol,
+                    "-o", lib, src], check=True)
+    os.makedirs(os.path.join(str(tmp), "MAR-INF"), exist_ok=True)
+    with open(os.path.join(str(tmp), "MAR-INF", "MANIFEST.json"), "w") as f:
+        json.dump({"model": {"modelName": "loop", "handler": "libloop.so"}}, f)
+    return str(tmp)
+
+
+def test_library_handler_cancel_during_call(tmp_path):
+    d = build_handler_lib(tmp_path, symbol="my_handler")
+    w = Worker()
+    try:
+        r = w.load("loop", d, handler="libloop.so:my_handler")
+        assert (r.code, r.msg) == (200, "loaded model loop")
+        w.send(otf.encode_infer([("L", {}, [("body", "text/plain", "x")])]))
+        first = w.recv()
+        assert first.preds[0].body == b"0;" and first.preds[0].header("ts_stream_next") == "true"
+        w.send(otf.encode_cancel(["L"]))
+        # the handler sees the cancel within its loop and stops; the request gets no final frame
+        deadline = time.monotonic() + 10
+        n = 1
+        while not w.quiet_for(0.5):
+            assert time.monotonic() < deadline
+            n += len(w.recv().preds)
+        assert n < 200
+        # next request: the counter shows the cancelled loop stopped early
+        w.send(otf.encode_infer([("M", {}, [("body", "text/plain", "y")])]))
+        got, _ = collect_stream(w, ["M"])
+        final = got["M"][-1]
+        assert final.body == b"done" and final.header("ts_stream_next") == "false"
+        assert len(got["M"]) == 201
+        assert int(final.header("x-ts-worker-loops")) < 400
+    finally:
+        w.close()
+
+
+def test_library_handler_abi_mismatch(tmp_path):
+    d = build_handler_lib(tmp_path, abi="99")
+    w = Worker()
+    r = w.load("loop", d)  # handler from MANIFEST.json
+    assert r.code == 500 and "ABI version 99" in r.msg, r.msg
+    w.close()
+    assert w.proc.returncode == 2
