@@ -29,7 +29,6 @@
 #include "job.h"
 #include "log.h"
 #include "model.h"
-#include "sequence.h"
 #include "server.h"
 #include "worker_pool.h"
 
@@ -92,33 +91,20 @@ void http_submit_predict(struct evhttp_request *req, const char *rid, struct mod
     body[len] = '\0';
     job_add_param_owned(j, "body", ctype ? ctype : "", body, len);
 
-    if (m->mc.sequence_batching) {
-        struct seq_request sr;
-        int status = 0;
-        char msg[512];
-        sequence_request_from_job(j, &sr);
-        int rc = sequence_submit(m, j, &sr, &status, msg, sizeof(msg));
-        if (rc == 1) { /* a cancel, carried out by the frontend */
-            json_t *o = json_object();
-            json_object_set_new(o, "status", json_string(msg));
-            evhttp_add_header(evhttp_request_get_output_headers(req),
-                              srv->cfg.ts_header_key_sequence_id, j->seq_id);
-            http_send_json(req, rid, 200, o);
-            job_unref(j);
-            c->job = NULL;
-            http_call_free(c);
-            return;
-        }
-        if (rc < 0) {
-            http_call_reject(c, status, sequence_error_type(status), msg);
-            return;
-        }
-    } else {
-        int rc = model_submit(m, j);
-        if (rc) {
-            http_call_fail_unsubmitted(c, rc, m);
-            return;
-        }
+    struct submit_error e;
+    int rc = model_submit_request(m, j, &e);
+    if (rc == 1) { /* a sequence cancel, carried out by the frontend */
+        json_t *o = json_object();
+        json_object_set_new(o, "status", json_string(e.msg));
+        evhttp_add_header(evhttp_request_get_output_headers(req),
+                          srv->cfg.ts_header_key_sequence_id, j->seq_id);
+        http_send_json(req, rid, 200, o);
+        http_call_free(c);
+        return;
+    }
+    if (rc < 0) {
+        http_call_reject(c, e.status, e.type, e.msg);
+        return;
     }
     http_call_watch(c);
 }

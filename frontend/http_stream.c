@@ -276,25 +276,3 @@ void http_call_reject(struct http_call *c, int status, const char *type, const c
     free(body);
     http_call_free(c);
 }
-
-void http_call_fail_unsubmitted(struct http_call *c, int rc, struct model *m)
-{
-    char msg[512];
-    int status = 503;
-    const char *type = "ServiceUnavailableException";
-    if (rc == TS_E_QUEUE_FULL)
-        snprintf(msg, sizeof(msg),
-                 "Model \"%s\" has no worker to serve inference request. Please use scale workers "
-                 "API to add workers. (job queue is full: %d requests queued)",
-                 m->name, m->queue_len);
-    else
-        snprintf(msg, sizeof(msg),
-                 "Model \"%s\" has no worker to serve inference request. Please use scale workers "
-                 "API to add workers.",
-                 m->name);
-    char *body = c->error_body ? c->error_body(c, status, type, msg)
-                               : http_error_json(status, type, msg);
-    http_send(c->req, c->rid, status, "application/json", body, strlen(body));
-    free(body);
-    http_call_free(c);
-}

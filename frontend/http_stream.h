@@ -58,8 +58,6 @@ struct http_call *http_call_new(struct evhttp_request *req, const char *rid,
                                 enum http_stream_mode mode);
 /* The job was queued: watch the connection for a client that goes away. */
 void http_call_watch(struct http_call *c);
-/* model_submit refused the job (rc): reply 503 and free everything. */
-void http_call_fail_unsubmitted(struct http_call *c, int rc, struct model *m);
 /* Frees a call whose reply was already sent (or never will be). */
 void http_call_free(struct http_call *c);
 /* Refuses a job before submission with status/type/msg (the transport's error format). */

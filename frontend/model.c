@@ -300,6 +300,35 @@ struct model *model_next(struct model *m)
     return LIST_NEXT(m, link);
 }
 
+int model_submit_request(struct model *m, struct job *j, struct submit_error *e)
+{
+    if (m->mc.sequence_batching) {
+        struct seq_request sr;
+        sequence_request_from_job(j, &sr);
+        int rc = sequence_submit(m, j, &sr, &e->status, e->msg, sizeof(e->msg));
+        e->type = rc == 1 ? "" : sequence_error_type(e->status);
+        if (rc == 1)
+            e->status = 200;
+        return rc;
+    }
+    int rc = model_submit(m, j);
+    if (rc == 0)
+        return 0;
+    e->status = 503;
+    e->type = "ServiceUnavailableException";
+    if (rc == TS_E_QUEUE_FULL)
+        snprintf(e->msg, sizeof(e->msg),
+                 "Model \"%s\" has no worker to serve inference request. Please use scale workers "
+                 "API to add workers. (job queue is full: %d requests queued)",
+                 m->name, m->queue_len);
+    else
+        snprintf(e->msg, sizeof(e->msg),
+                 "Model \"%s\" has no worker to serve inference request. Please use scale workers "
+                 "API to add workers.",
+                 m->name);
+    return rc;
+}
+
 int model_submit(struct model *m, struct job *j)
 {
     if (worker_pool_alive(m) == 0)

@@ -81,6 +81,19 @@ struct model *model_first(void);
 struct model *model_next(struct model *m);
 void model_unregister_all(void);
 
+/* Why a request was refused, for any transport (HTTP status; gRPC maps it). */
+struct submit_error {
+    int status;
+    const char *type; /* TorchServe exception name */
+    char msg[512];
+};
+
+/* The entry point for every transport: queues the job on the model's queue, or on its sequence
+ * when the model has sequenceBatching (sequence info from the job's headers, named as configured
+ * by ts_header_key_sequence_*). Returns 0 when queued; 1 when the request was a sequence cancel
+ * the frontend carried out (e->msg is the answer, status 200); a negative code when refused. */
+int model_submit_request(struct model *m, struct job *j, struct submit_error *e);
+
 /* Queues a job (takes a queue reference). TS_E_QUEUE_FULL or TS_E_NO_WORKER on refusal (the
  * job is untouched then). */
 int model_submit(struct model *m, struct job *j);
