@@ -11,6 +11,8 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <ftw.h>
+#include <unistd.h>
 #include <uuid/uuid.h>
 
 const char *ts_strerror(int err)
@@ -217,6 +219,18 @@ int ts_parse_bool(const char *s, int *out)
         return 0;
     }
     return -EINVAL;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -errno : 0;
+}
+
+int ts_rmtree(const char *path)
+{
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 void ts_uuid(char out[37])

@@ -75,6 +75,9 @@ int ts_parse_long(const char *s, long min, long max, long *out);
 /* "true"/"false" (case-insensitive). 0 or -EINVAL. */
 int ts_parse_bool(const char *s, int *out);
 
+/* Removes a directory tree (no symlinks followed). 0 or -errno of the first failure. */
+int ts_rmtree(const char *path);
+
 /* Writes a random UUID v4 string (37 bytes with NUL). */
 void ts_uuid(char out[37]);
 

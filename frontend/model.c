@@ -107,12 +107,8 @@ static void model_free(struct model *m)
     if (m->batch_timer)
         event_free(m->batch_timer);
     manifest_free(&m->manifest);
-    if (m->tmp_dir) {
-        char *cmd = xasprintf("rm -rf '%s'", m->tmp_dir);
-        if (system(cmd) != 0)
-            LOG_WARN("could not remove %s", m->tmp_dir);
-        free(cmd);
-    }
+    if (m->tmp_dir && ts_rmtree(m->tmp_dir) != 0)
+        LOG_WARN("could not remove %s", m->tmp_dir);
     free(m->name);
     free(m->version);
     free(m->url);

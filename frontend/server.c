@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "grpc_server.h"
 #include "http_server.h"
 #include "log.h"
 #include "model.h"
@@ -153,15 +154,6 @@ static const char *config_path(const struct server_opts *o)
     return NULL;
 }
 
-static void remove_tree(const char *dir)
-{
-    if (!dir)
-        return;
-    char *cmd = xasprintf("rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        LOG_WARN("could not remove %s", dir);
-    free(cmd);
-}
 
 int server_main(const struct server_opts *o)
 {
@@ -232,6 +224,8 @@ int server_main(const struct server_opts *o)
     int rc = 1;
     if (http_servers_start() != 0)
         goto out;
+    if (grpc_servers_start() != 0)
+        goto out;
     load_startup_models(o);
 
     printf("Model server started.\n");
@@ -246,13 +240,15 @@ int server_main(const struct server_opts *o)
     rc = 0;
 out:
     http_servers_stop();
+    grpc_servers_stop();
     model_unregister_all();
     worker_pool_shutdown();
     event_free(srv->ev_sigint);
     event_free(srv->ev_sigterm);
     event_free(srv->ev_sigchld);
     event_base_free(srv->base);
-    remove_tree(srv->run_dir);
+    if (ts_rmtree(srv->run_dir) != 0)
+        LOG_WARN("could not remove %s", srv->run_dir);
     free(srv->run_dir);
     free(srv->worker_bin);
     free(srv->model_store);
