@@ -146,13 +146,20 @@ static struct wreq *req_at(struct ts_ctx *c, size_t idx)
 static const char *error_type(int status)
 {
     switch (status) {
-    case 400: return "BadRequestException";
-    case 404: return "ResourceNotFoundException";
-    case 408: return "RequestTimeoutException";
-    case 413: return "RequestEntityTooLargeException";
-    case 503: return "ServiceUnavailableException";
-    case 507: return "OutOfMemoryException";
-    default: return "InternalServerException";
+    case 400:
+        return "BadRequestException";
+    case 404:
+        return "ResourceNotFoundException";
+    case 408:
+        return "RequestTimeoutException";
+    case 413:
+        return "RequestEntityTooLargeException";
+    case 503:
+        return "ServiceUnavailableException";
+    case 507:
+        return "OutOfMemoryException";
+    default:
+        return "InternalServerException";
     }
 }
 
@@ -203,7 +210,7 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
 {
     size_t nh = r->n_rheaders + c->n_counters + 2;
     struct otf_kv *kv = xcalloc(nh, sizeof(*kv));
-    char (*vals)[24] = xcalloc(c->n_counters + 1, sizeof(*vals));
+    char(*vals)[24] = xcalloc(c->n_counters + 1, sizeof(*vals));
     char **keys = xcalloc(c->n_counters + 1, sizeof(*keys));
     size_t k = 0;
     for (size_t i = 0; i < r->n_rheaders; i++, k++) {

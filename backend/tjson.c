@@ -20,14 +20,20 @@
 static const char *json_kind(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "list";
-    case JSON_STRING: return "string";
+    case JSON_OBJECT:
+        return "object";
+    case JSON_ARRAY:
+        return "list";
+    case JSON_STRING:
+        return "string";
     case JSON_INTEGER:
-    case JSON_REAL: return "number";
+    case JSON_REAL:
+        return "number";
     case JSON_TRUE:
-    case JSON_FALSE: return "boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "boolean";
+    default:
+        return "null";
     }
 }
 
@@ -117,8 +123,8 @@ static int all_space(const char *s, size_t n)
     return 1;
 }
 
-int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_input *out,
-                     char *err, size_t errlen)
+int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_input *out, char *err,
+                     size_t errlen)
 {
     memset(out, 0, sizeof(*out));
     if (!body || all_space(body, len)) {
@@ -141,8 +147,9 @@ int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_in
             if ((v = json_object_get(root, keys[i])))
                 name = keys[i];
         if (!v) {
-            snprintf(err, errlen, "expected a JSON list of numbers, or an object with a \"data\" "
-                                  "or \"instances\" field");
+            snprintf(err, errlen,
+                     "expected a JSON list of numbers, or an object with a \"data\" "
+                     "or \"instances\" field");
             json_decref(root);
             return -1;
         }
@@ -197,8 +204,8 @@ int tjson_parse_shape(const char *spec, int64_t *shape, int *ndim, char *err, si
         errno = 0;
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 0 || n == TSH_MAX_DIMS) {
-            snprintf(err, errlen, "bad shape \"%s\": expected up to %d comma-separated sizes",
-                     spec, TSH_MAX_DIMS);
+            snprintf(err, errlen, "bad shape \"%s\": expected up to %d comma-separated sizes", spec,
+                     TSH_MAX_DIMS);
             return -1;
         }
         shape[n++] = v;
@@ -326,10 +333,18 @@ static void put_elem(struct buf *b, const struct tsh_tensor *t, int64_t i)
         n = snprintf(s, sizeof(s), "%d", v);
         break;
     }
-    case TSH_INT8: n = snprintf(s, sizeof(s), "%d", (int)(int8_t)*p); break;
-    case TSH_UINT8: n = snprintf(s, sizeof(s), "%u", (unsigned)*p); break;
-    case TSH_BOOL: n = snprintf(s, sizeof(s), "%s", *p ? "true" : "false"); break;
-    default: n = snprintf(s, sizeof(s), "null"); break;
+    case TSH_INT8:
+        n = snprintf(s, sizeof(s), "%d", (int)(int8_t)*p);
+        break;
+    case TSH_UINT8:
+        n = snprintf(s, sizeof(s), "%u", (unsigned)*p);
+        break;
+    case TSH_BOOL:
+        n = snprintf(s, sizeof(s), "%s", *p ? "true" : "false");
+        break;
+    default:
+        n = snprintf(s, sizeof(s), "null");
+        break;
     }
     buf_put(b, s, (size_t)n);
 }

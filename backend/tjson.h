@@ -21,8 +21,8 @@ struct tjson_input {
 };
 
 /* 0, or -1 with err set. max_dims bounds the nesting depth. */
-int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_input *out,
-                     char *err, size_t errlen);
+int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_input *out, char *err,
+                     size_t errlen);
 /* Raw float32 with the shape given (shape may be NULL with ndim 0: a flat vector). */
 int tjson_parse_raw(const void *body, size_t len, const int64_t *shape, int ndim,
                     struct tjson_input *out, char *err, size_t errlen);

@@ -23,7 +23,8 @@ struct tsh_model {
     torch::jit::script::Module mod;
 };
 
-namespace {
+namespace
+{
 
 char *dup_cstr(const std::string &s)
 {
@@ -65,17 +66,28 @@ void set_err(char **err, const char *what)
 at::ScalarType to_scalar(int dtype)
 {
     switch (dtype) {
-    case TSH_FLOAT32: return at::kFloat;
-    case TSH_FLOAT64: return at::kDouble;
-    case TSH_FLOAT16: return at::kHalf;
-    case TSH_BFLOAT16: return at::kBFloat16;
-    case TSH_INT64: return at::kLong;
-    case TSH_INT32: return at::kInt;
-    case TSH_INT16: return at::kShort;
-    case TSH_INT8: return at::kChar;
-    case TSH_UINT8: return at::kByte;
-    case TSH_BOOL: return at::kBool;
-    default: throw std::invalid_argument("unknown tensor dtype " + std::to_string(dtype));
+    case TSH_FLOAT32:
+        return at::kFloat;
+    case TSH_FLOAT64:
+        return at::kDouble;
+    case TSH_FLOAT16:
+        return at::kHalf;
+    case TSH_BFLOAT16:
+        return at::kBFloat16;
+    case TSH_INT64:
+        return at::kLong;
+    case TSH_INT32:
+        return at::kInt;
+    case TSH_INT16:
+        return at::kShort;
+    case TSH_INT8:
+        return at::kChar;
+    case TSH_UINT8:
+        return at::kByte;
+    case TSH_BOOL:
+        return at::kBool;
+    default:
+        throw std::invalid_argument("unknown tensor dtype " + std::to_string(dtype));
     }
 }
 
@@ -83,17 +95,28 @@ at::ScalarType to_scalar(int dtype)
 int from_scalar(at::ScalarType t)
 {
     switch (t) {
-    case at::kFloat: return TSH_FLOAT32;
-    case at::kDouble: return TSH_FLOAT64;
-    case at::kHalf: return TSH_FLOAT16;
-    case at::kBFloat16: return TSH_BFLOAT16;
-    case at::kLong: return TSH_INT64;
-    case at::kInt: return TSH_INT32;
-    case at::kShort: return TSH_INT16;
-    case at::kChar: return TSH_INT8;
-    case at::kByte: return TSH_UINT8;
-    case at::kBool: return TSH_BOOL;
-    default: return -1;
+    case at::kFloat:
+        return TSH_FLOAT32;
+    case at::kDouble:
+        return TSH_FLOAT64;
+    case at::kHalf:
+        return TSH_FLOAT16;
+    case at::kBFloat16:
+        return TSH_BFLOAT16;
+    case at::kLong:
+        return TSH_INT64;
+    case at::kInt:
+        return TSH_INT32;
+    case at::kShort:
+        return TSH_INT16;
+    case at::kChar:
+        return TSH_INT8;
+    case at::kByte:
+        return TSH_UINT8;
+    case at::kBool:
+        return TSH_BOOL;
+    default:
+        return -1;
     }
 }
 
@@ -157,9 +180,9 @@ size_t tsh_dtype_size(int dtype)
 
 const char *tsh_dtype_name(int dtype)
 {
-    static const char *const names[TSH_DTYPE_COUNT] = {
-        "float32", "float64", "float16", "bfloat16", "int64",
-        "int32",   "int16",   "int8",    "uint8",    "bool"};
+    static const char *const names[TSH_DTYPE_COUNT] = {"float32", "float64", "float16", "bfloat16",
+                                                       "int64",   "int32",   "int16",   "int8",
+                                                       "uint8",   "bool"};
     return dtype >= 0 && dtype < TSH_DTYPE_COUNT ? names[dtype] : "?";
 }
 
@@ -230,9 +253,9 @@ int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
                 throw std::invalid_argument("input " + std::to_string(i) + " has " +
                                             std::to_string(t.ndim) + " dimensions");
             std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-            args.emplace_back(torch::from_blob(t.data, shape, torch::TensorOptions()
-                                                                  .dtype(to_scalar(t.dtype))
-                                                                  .device(torch::kCPU)));
+            args.emplace_back(torch::from_blob(
+                t.data, shape,
+                torch::TensorOptions().dtype(to_scalar(t.dtype)).device(torch::kCPU)));
         }
         c10::IValue ret = m->mod.forward(args);
         std::vector<at::Tensor> flat;

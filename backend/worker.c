@@ -180,8 +180,7 @@ static void do_load(struct ts_ctx *c, const struct otf_load *l)
     }
     if (cfg_path) {
         const char *base = strrchr(cfg_path, '/');
-        int rc = yflat_parse_file(cfg_path, base ? base + 1 : cfg_path, &c->cfg, err,
-                                  sizeof(err));
+        int rc = yflat_parse_file(cfg_path, base ? base + 1 : cfg_path, &c->cfg, err, sizeof(err));
         free(cfg_path);
         if (rc) {
             manifest_free(&m);
@@ -312,8 +311,8 @@ static void drain_rx(struct ts_ctx *c)
 {
     while (c->rx_off < c->rx.len && !c->eof) {
         struct otf_command cmd;
-        long n = otf_decode_command(c->rx.data + c->rx_off, c->rx.len - c->rx_off, c->max_field,
-                                    &cmd);
+        long n =
+            otf_decode_command(c->rx.data + c->rx_off, c->rx.len - c->rx_off, c->max_field, &cmd);
         if (n == TS_E_INCOMPLETE)
             break;
         if (n < 0) {
@@ -506,8 +505,7 @@ int main(int argc, char **argv)
     ctx_init(&c, WORKER_FD, (size_t)o.max_request_size);
     if (o.state_dir)
         c.state_dir = xstrdup(o.state_dir);
-    LOG_INFO("worker started (threads %d, max request size %ld)", o.threads,
-             o.max_request_size);
+    LOG_INFO("worker started (threads %d, max request size %ld)", o.threads, o.max_request_size);
     serve(&c);
     int code = c.eof == 2 ? 1 : 0;
     ctx_destroy(&c);

@@ -46,8 +46,9 @@ static int read_input_shape(struct ts_ctx *ctx, struct tsc_state *s)
             break;
         long n;
         if (i == TSH_MAX_DIMS - 1 || ts_parse_long(v, 1, 1L << 40, &n)) {
-            ts_set_load_error(ctx, "model-config.yaml: %s: \"%s\" is not a dimension size "
-                                   "(or more than %d dimensions)",
+            ts_set_load_error(ctx,
+                              "model-config.yaml: %s: \"%s\" is not a dimension size "
+                              "(or more than %d dimensions)",
                               key, v, TSH_MAX_DIMS - 1);
             return -1;
         }
@@ -57,8 +58,9 @@ static int read_input_shape(struct ts_ctx *ctx, struct tsc_state *s)
     if (!s->ndim && v) {
         long n;
         if (ts_parse_long(v, 1, 1L << 40, &n)) {
-            ts_set_load_error(ctx, "model-config.yaml: handler.input_shape: \"%s\" is not a "
-                                   "list of sizes",
+            ts_set_load_error(ctx,
+                              "model-config.yaml: handler.input_shape: \"%s\" is not a "
+                              "list of sizes",
                               v);
             return -1;
         }
@@ -157,8 +159,8 @@ static int fit_shape(const struct tsc_state *s, struct item *it, char *err, size
     return -1;
 }
 
-static int parse_request(struct ts_ctx *ctx, size_t i, const struct tsc_state *s,
-                         struct item *it, char *err, size_t errlen)
+static int parse_request(struct ts_ctx *ctx, size_t i, const struct tsc_state *s, struct item *it,
+                         char *err, size_t errlen)
 {
     size_t len = 0;
     const char *ctype = NULL;
@@ -184,7 +186,8 @@ static int parse_request(struct ts_ctx *ctx, size_t i, const struct tsc_state *s
                 ndim = s->ndim;
             }
         } else {
-            snprintf(err, errlen, "a raw float32 body needs an X-Shape header (e.g. X-Shape: 2,64)");
+            snprintf(err, errlen,
+                     "a raw float32 body needs an X-Shape header (e.g. X-Shape: 2,64)");
             return -1;
         }
         if (tjson_parse_raw(body, body ? len : 0, shape, ndim, &it->in, err, errlen))
