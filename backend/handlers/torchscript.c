@@ -119,6 +119,19 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
     }
     ts_log(ctx, LOG_LEVEL_INFO, "loaded %s in %.1f ms", path, (double)(ts_now_us() - t0) / 1000.0);
     free(path);
+    char **names = NULL;
+    size_t nnames = 0;
+    if (!tsh_forward_arg_names(s->m, &names, &nnames, &err)) {
+        struct buf b;
+        buf_init(&b);
+        for (size_t i = 0; i < nnames; i++)
+            buf_printf(&b, "%s%s", i ? ", " : "", names[i]);
+        ts_log(ctx, LOG_LEVEL_INFO, "forward(%s)", b.data ? (char *)b.data : "");
+        buf_free(&b);
+        tsh_names_free(names, nnames);
+    } else {
+        free(err);
+    }
     if (s->has_shape)
         warm_up(ctx, s);
     *state = s;
