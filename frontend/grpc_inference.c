@@ -1,0 +1,403 @@
+/*
+ * grpc_inference: TorchServe's InferenceAPIsService (port 7070) on the call machinery of
+ * grpc_server.c. Loop thread only.
+ *
+ * A PredictionsRequest becomes one job: model_name/model_version pick the model (empty version
+ * = the default one), every `input` map entry becomes one backend parameter (name = key, no
+ * content type, the last duplicate key wins as in proto3), and no request header is added. The
+ * job's sink turns worker frames into PredictionResponse messages:
+ *   Predictions        the bodies of all frames, joined, as one message (a streaming handler
+ *                      called through the unary rpc gives its whole answer), then OK;
+ *   StreamPredictions  one message per frame; an empty last frame after earlier ones only ends
+ *                      the stream; a non-streaming handler gives one message and OK;
+ *   StreamPredictions2 each request message is one job, run one after the other in arrival
+ *                      order so answers keep the order of the requests; each frame is one
+ *                      message, a failed request is one message with `status` set and the
+ *                      stream stays open; after the client's half-close the call ends with OK
+ *                      once every answer is out.
+ * A frame with a status >= 400, or a failed job, ends Predictions/StreamPredictions with the
+ * gRPC code of TorchServe's HTTP->gRPC table and the error text, except that an unknown model
+ * or version is NOT_FOUND and a full queue or a model without workers is UNAVAILABLE. A call the
+ * client cancels (or whose deadline passes) cancels its job: the worker gets a cancel frame.
+ */
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "grpc_server.h"
+#include "inference.pb-c.h"
+#include "job.h"
+#include "log.h"
+#include "model.h"
+#include "server.h"
+#include "util.h"
+#include "worker_pool.h"
+
+typedef Org__Pytorch__Serve__Grpc__Inference__PredictionsRequest PredReq;
+typedef Org__Pytorch__Serve__Grpc__Inference__PredictionResponse PredResp;
+
+/* StreamPredictions2: requests read ahead of the running one before reading pauses */
+#define STREAM2_MAX_PENDING 16
+
+enum ikind { K_PREDICT, K_STREAM, K_STREAM2 };
+
+struct pending_req {
+    PredReq *req;
+    STAILQ_ENTRY(pending_req) link;
+};
+
+struct icall {
+    struct gcall *g;
+    enum ikind kind;
+    struct job *job;   /* the transport's reference to the running job */
+    char *seq_id;      /* sequence_id of the running request (echoed in answers), or NULL */
+    struct buf acc;    /* Predictions: the bodies so far */
+    int sent;          /* messages sent for the running job */
+    int half_closed;   /* StreamPredictions2: the client sends nothing more */
+    int n_pending;
+    STAILQ_HEAD(, pending_req) pending;
+    struct event *next_ev; /* StreamPredictions2: starts the next request from the loop */
+};
+
+static void icall_free(struct icall *c)
+{
+    struct pending_req *p;
+    while ((p = STAILQ_FIRST(&c->pending))) {
+        STAILQ_REMOVE_HEAD(&c->pending, link);
+        org__pytorch__serve__grpc__inference__predictions_request__free_unpacked(p->req, NULL);
+        free(p);
+    }
+    if (c->job)
+        job_unref(c->job);
+    if (c->next_ev)
+        event_free(c->next_ev);
+    free(c->seq_id);
+    buf_free(&c->acc);
+    free(c);
+}
+
+static struct icall *icall_new(struct gcall *g, enum ikind kind)
+{
+    struct icall *c = xcalloc(1, sizeof(*c));
+    c->g = g;
+    c->kind = kind;
+    buf_init(&c->acc);
+    STAILQ_INIT(&c->pending);
+    gcall_set_user(g, c);
+    return c;
+}
+
+/* The call is over for the service: status out, state freed. */
+static void icall_end(struct icall *c, int code, const char *msg)
+{
+    gcall_finish(c->g, code, msg);
+    icall_free(c);
+}
+
+static void send_prediction(struct icall *c, const void *data, size_t len)
+{
+    PredResp r = ORG__PYTORCH__SERVE__GRPC__INFERENCE__PREDICTION_RESPONSE__INIT;
+    r.prediction.data = (uint8_t *)data;
+    r.prediction.len = len;
+    r.sequence_id = c->seq_id ? c->seq_id : (char *)"";
+    gcall_send(c->g, &r.base);
+    c->sent++;
+}
+
+/* StreamPredictions2: one failed request, reported inside the stream. */
+static void send_status(struct icall *c, int code, const char *msg)
+{
+    Google__Rpc__Status st = GOOGLE__RPC__STATUS__INIT;
+    st.code = code;
+    st.message = (char *)msg;
+    PredResp r = ORG__PYTORCH__SERVE__GRPC__INFERENCE__PREDICTION_RESPONSE__INIT;
+    r.status = &st;
+    r.sequence_id = c->seq_id ? c->seq_id : (char *)"";
+    gcall_send(c->g, &r.base);
+}
+
+static void stream2_next(struct icall *c);
+
+static void on_next_ev(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    stream2_next(arg);
+}
+
+/* StreamPredictions2: the running job ended (answered or failed). The next request is started
+ * from the loop, not from inside the worker's delivery of this one. */
+static void job_ended(struct icall *c)
+{
+    job_unref(c->job);
+    c->job = NULL;
+    free(c->seq_id);
+    c->seq_id = NULL;
+    c->sent = 0;
+    if (!c->next_ev)
+        c->next_ev = event_new(srv->base, -1, 0, on_next_ev, c);
+    event_active(c->next_ev, EV_TIMEOUT, 0);
+}
+
+static int code_for_http(int status)
+{
+    return grpc_status_from_http(status);
+}
+
+static void on_frame(struct job *j, const struct otf_prediction *p, int final)
+{
+    struct icall *c = j->sink_arg;
+    int status = p->status > 0 ? p->status : 200;
+    size_t len = p->body.len > 0 ? (size_t)p->body.len : 0;
+    if (status >= 400) {
+        /* the handler failed this request: its body is the error text */
+        char *msg = xstrndup(len ? p->body.p : "", len);
+        LOG_REQ(LOG_LEVEL_WARN, j->id, "grpc %s: handler answered %d: %s", gcall_id(c->g),
+                status, msg);
+        if (!final)
+            job_cancel(j); /* a stream that failed midway: the worker stops it */
+        if (c->kind == K_STREAM2) {
+            send_status(c, code_for_http(status), msg);
+            free(msg);
+            job_ended(c);
+            return;
+        }
+        icall_end(c, code_for_http(status), msg);
+        free(msg);
+        return;
+    }
+    switch (c->kind) {
+    case K_PREDICT:
+        if (len)
+            buf_put(&c->acc, p->body.p, len);
+        if (final) {
+            send_prediction(c, c->acc.data ? (const char *)c->acc.data : "", c->acc.len);
+            icall_end(c, GS_OK, NULL);
+        }
+        return;
+    case K_STREAM:
+        if (len || (final && c->sent == 0))
+            send_prediction(c, len ? p->body.p : "", len);
+        if (final)
+            icall_end(c, GS_OK, NULL);
+        return;
+    case K_STREAM2:
+        if (len || (final && c->sent == 0))
+            send_prediction(c, len ? p->body.p : "", len);
+        if (final)
+            job_ended(c);
+        return;
+    }
+}
+
+static void on_error(struct job *j, int status, const char *type, const char *msg)
+{
+    struct icall *c = j->sink_arg;
+    LOG_REQ(LOG_LEVEL_WARN, j->id, "grpc %s: request failed: %d %s: %s", gcall_id(c->g), status,
+            type ? type : "", msg);
+    if (c->kind == K_STREAM2) {
+        send_status(c, code_for_http(status), msg);
+        job_ended(c);
+        return;
+    }
+    icall_end(c, code_for_http(status), msg);
+}
+
+static const struct job_sink grpc_job_sink = {on_frame, on_error};
+
+/* submit() answered the request itself (msg is the prediction), no job runs */
+#define SUBMIT_ANSWERED (-1)
+
+/* Builds and queues the job of one request. 0 when queued, SUBMIT_ANSWERED, or a gRPC error
+ * code; msg is filled in for the last two. */
+static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
+{
+    if (!req->model_name || !*req->model_name) {
+        snprintf(msg, msglen, "Parameter model_name is required.");
+        return GS_INVALID_ARGUMENT;
+    }
+    const char *version = req->model_version && *req->model_version ? req->model_version : NULL;
+    struct model *m;
+    int rc = model_find(req->model_name, version, &m);
+    if (rc == TS_E_MODEL_NOT_FOUND) {
+        snprintf(msg, msglen, "Model not found: %s", req->model_name);
+        return GS_NOT_FOUND;
+    }
+    if (rc == TS_E_VERSION_NOT_FOUND) {
+        snprintf(msg, msglen, "Model version: %s does not exist for model: %s", version,
+                 req->model_name);
+        return GS_NOT_FOUND;
+    }
+    if (rc) {
+        snprintf(msg, msglen, "%s", ts_strerror(rc));
+        return GS_INTERNAL;
+    }
+    struct job *j = job_new(NULL, &grpc_job_sink, c);
+    for (size_t i = 0; i < req->n_input; i++) {
+        const char *key = req->input[i]->key ? req->input[i]->key : "";
+        int later = 0; /* proto3 maps: the last entry of a key wins */
+        for (size_t k = i + 1; k < req->n_input && !later; k++)
+            later = req->input[k]->key && !strcmp(req->input[k]->key, key);
+        if (later)
+            continue;
+        const ProtobufCBinaryData *v = &req->input[i]->value;
+        char *val = xmalloc(v->len + 1);
+        if (v->len)
+            memcpy(val, v->data, v->len);
+        val[v->len] = '\0';
+        job_add_param_owned(j, key, "", val, v->len);
+    }
+    if (req->sequence_id && *req->sequence_id)
+        job_add_header(j, srv->cfg.ts_header_key_sequence_id, req->sequence_id,
+                       strlen(req->sequence_id));
+    struct submit_error e;
+    rc = model_submit_request(m, j, &e);
+    if (rc != 0) {
+        job_unref(j);
+        snprintf(msg, msglen, "%s", e.msg);
+        /* 1: the frontend answered at once (a sequence cancel): msg is the answer */
+        return rc == 1 ? SUBMIT_ANSWERED : grpc_status_from_http(e.status);
+    }
+    c->job = j;
+    c->sent = 0;
+    free(c->seq_id);
+    c->seq_id = req->sequence_id && *req->sequence_id ? xstrdup(req->sequence_id) : NULL;
+    return 0;
+}
+
+static PredReq *unpack(const uint8_t *data, size_t len)
+{
+    return org__pytorch__serve__grpc__inference__predictions_request__unpack(NULL, len, data);
+}
+
+/* ---- Ping ---- */
+
+static void ping_message(struct gcall *g, const uint8_t *data, size_t len)
+{
+    (void)data;
+    (void)len;
+    /* the rule of GET /ping: unhealthy when a model has fewer live workers than minWorkers */
+    int healthy = 1;
+    for (struct model *m = model_first(); m; m = model_next(m))
+        if (m->min_workers > 0 && worker_pool_alive(m) < m->min_workers)
+            healthy = 0;
+    Org__Pytorch__Serve__Grpc__Inference__TorchServeHealthResponse r =
+        ORG__PYTORCH__SERVE__GRPC__INFERENCE__TORCH_SERVE_HEALTH_RESPONSE__INIT;
+    r.health = healthy ? (char *)"{\n  \"status\": \"Healthy\"\n}"
+                       : (char *)"{\n  \"status\": \"Unhealthy\"\n}";
+    gcall_send(g, &r.base);
+    gcall_finish(g, GS_OK, NULL);
+}
+
+/* ---- Predictions, StreamPredictions ---- */
+
+static void predict_message(struct gcall *g, const uint8_t *data, size_t len, enum ikind kind)
+{
+    PredReq *req = unpack(data, len);
+    if (!req) {
+        gcall_finish(g, GS_INVALID_ARGUMENT, "Cannot parse the PredictionsRequest");
+        return;
+    }
+    struct icall *c = icall_new(g, kind);
+    char msg[512];
+    int code = submit(c, req, msg, sizeof(msg));
+    org__pytorch__serve__grpc__inference__predictions_request__free_unpacked(req, NULL);
+    if (code == SUBMIT_ANSWERED) {
+        send_prediction(c, msg, strlen(msg));
+        icall_end(c, GS_OK, NULL);
+    } else if (code) {
+        icall_end(c, code, msg);
+    }
+}
+
+static void predictions_message(struct gcall *g, const uint8_t *data, size_t len)
+{
+    predict_message(g, data, len, K_PREDICT);
+}
+
+static void stream_message(struct gcall *g, const uint8_t *data, size_t len)
+{
+    predict_message(g, data, len, K_STREAM);
+}
+
+static void predict_cancel(struct gcall *g)
+{
+    struct icall *c = gcall_user(g);
+    if (!c)
+        return;
+    if (c->job)
+        job_cancel(c->job);
+    icall_free(c);
+}
+
+/* ---- StreamPredictions2 ---- */
+
+/* Starts the next waiting request if none runs; ends the call after the half-close. */
+static void stream2_next(struct icall *c)
+{
+    while (!c->job) {
+        struct pending_req *p = STAILQ_FIRST(&c->pending);
+        if (!p)
+            break;
+        STAILQ_REMOVE_HEAD(&c->pending, link);
+        if (c->n_pending-- == STREAM2_MAX_PENDING)
+            gcall_hold_recv(c->g, 0);
+        char msg[512];
+        int code = submit(c, p->req, msg, sizeof(msg));
+        if (code) {
+            free(c->seq_id);
+            c->seq_id = p->req->sequence_id && *p->req->sequence_id
+                            ? xstrdup(p->req->sequence_id)
+                            : NULL;
+            if (code == SUBMIT_ANSWERED)
+                send_prediction(c, msg, strlen(msg));
+            else
+                send_status(c, code, msg);
+        }
+        org__pytorch__serve__grpc__inference__predictions_request__free_unpacked(p->req, NULL);
+        free(p);
+    }
+    if (!c->job && c->half_closed)
+        icall_end(c, GS_OK, NULL);
+}
+
+static void stream2_message(struct gcall *g, const uint8_t *data, size_t len)
+{
+    struct icall *c = gcall_user(g);
+    if (!c)
+        c = icall_new(g, K_STREAM2);
+    PredReq *req = unpack(data, len);
+    if (!req) {
+        send_status(c, GS_INVALID_ARGUMENT, "Cannot parse the PredictionsRequest");
+        return;
+    }
+    struct pending_req *p = xmalloc(sizeof(*p));
+    p->req = req;
+    STAILQ_INSERT_TAIL(&c->pending, p, link);
+    if (++c->n_pending == STREAM2_MAX_PENDING)
+        gcall_hold_recv(g, 1);
+    stream2_next(c);
+}
+
+static void stream2_half_close(struct gcall *g)
+{
+    struct icall *c = gcall_user(g);
+    if (!c) { /* the client sent no request at all */
+        gcall_finish(g, GS_OK, NULL);
+        return;
+    }
+    c->half_closed = 1;
+    if (!c->job && STAILQ_EMPTY(&c->pending))
+        icall_end(c, GS_OK, NULL);
+}
+
+#define INFERENCE_SVC "/org.pytorch.serve.grpc.inference.InferenceAPIsService/"
+
+const struct grpc_method grpc_inference_methods[] = {
+    {INFERENCE_SVC "Ping", 0, ping_message, NULL, NULL},
+    {INFERENCE_SVC "Predictions", 0, predictions_message, NULL, predict_cancel},
+    {INFERENCE_SVC "StreamPredictions", 0, stream_message, NULL, predict_cancel},
+    {INFERENCE_SVC "StreamPredictions2", 1, stream2_message, stream2_half_close, predict_cancel},
+    {NULL, 0, NULL, NULL, NULL},
+};

@@ -1,0 +1,642 @@
+/*
+ * grpc_server: gRPC C core servers, the completion-queue thread, the mailbox to the loop thread,
+ * and the per-call state machine.
+ *
+ * Design (see reference/c-engineering-notes.md §1): one CQ, registered with both servers, is
+ * drained by one thread that only moves (tag, success) pairs into a locked mailbox and wakes the
+ * loop with event_active. Everything else happens on the loop thread, which owns models and
+ * jobs, so services never need locks.
+ *
+ * A call runs these batches, each with its own tag and at most one outstanding per op type:
+ *   at T_NEW   {RECV_CLOSE_ON_SERVER} alone: completes when the call is over; cancelled = 1
+ *              means the client went away, the deadline passed, or the server is shutting down
+ *              {SEND_INITIAL_METADATA, RECV_MESSAGE}: always initial metadata first
+ *   then       RECV_MESSAGE re-armed after each message for client-streaming methods (a NULL
+ *              buffer is the half-close);
+ *              {SEND_MESSAGE} one at a time from the call's out-queue, the last one joined by
+ *              SEND_STATUS_FROM_SERVER once the service has finished the call.
+ * `pending` counts outstanding batches; the call is freed when none is outstanding and the
+ * service has let go of it (gcall_finish or on_cancel). Calls that fail authorization or name
+ * an unknown method are answered without the service.
+ */
+#include "grpc_server.h"
+
+#include <event2/event.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "auth.h"
+#include "log.h"
+#include "server.h"
+#include "util.h"
+
+/* requests armed per server: new calls wait in gRPC only if this many arrive in one loop turn */
+#define ARMED_CALLS 32
+
+enum tag_kind { TAG_NEW, TAG_CLOSE, TAG_RECV, TAG_SEND, TAG_SHUTDOWN };
+
+struct gcall;
+struct gtag {
+    struct gcall *call;
+    enum tag_kind kind;
+};
+
+struct gsrv {
+    const char *name; /* "inference" / "management" */
+    grpc_server *server;
+    const struct grpc_method *methods;
+    enum auth_scope scope;
+    struct gtag shutdown_tag;
+    int shut_down;
+};
+
+struct gmsg {
+    grpc_byte_buffer *bb;
+    STAILQ_ENTRY(gmsg) link;
+};
+
+struct gmd {
+    char *key, *val;
+    struct gmd *next;
+};
+
+struct gcall {
+    struct gsrv *srv;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
+    const struct grpc_method *method;
+    char id[24];
+    struct gtag t_new, t_close, t_recv, t_send;
+    int pending;       /* outstanding batches */
+    int owned;         /* the service holds the call (between dispatch and finish/cancel) */
+    int closed;        /* RECV_CLOSE_ON_SERVER completed */
+    int close_cancelled;
+    int recv_pending, recv_done, recv_hold;
+    grpc_byte_buffer *recv_bb;
+    int send_pending;
+    grpc_byte_buffer *send_bb;
+    int status_queued, status_sent;
+    grpc_status_code status;
+    grpc_slice status_details;
+    STAILQ_HEAD(, gmsg) out;
+    void *user;
+    struct gmd *mdcache;
+};
+
+struct mail {
+    void *tag;
+    int success;
+};
+
+static struct {
+    int started;
+    grpc_completion_queue *cq;
+    pthread_t thread;
+    struct gsrv srv[2];
+    int n_srv;
+    struct event *ev;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    struct mail *box, *spare;
+    size_t n_box, cap_box, cap_spare;
+    int draining;
+    long live_calls; /* allocated gcalls, armed ones included */
+    uint64_t next_id;
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* ---- CQ thread ---- */
+
+static void *cq_thread(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(G.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        pthread_mutex_lock(&G.mu);
+        if (G.n_box == G.cap_box) {
+            G.cap_box = G.cap_box ? G.cap_box * 2 : 256;
+            G.box = xrealloc(G.box, G.cap_box * sizeof(*G.box));
+        }
+        G.box[G.n_box].tag = ev.tag;
+        G.box[G.n_box].success = ev.success;
+        int first = G.n_box++ == 0;
+        if (G.draining)
+            pthread_cond_signal(&G.cond);
+        pthread_mutex_unlock(&G.mu);
+        if (first)
+            event_active(G.ev, EV_READ, 0);
+    }
+    return NULL;
+}
+
+/* ---- call lifetime ---- */
+
+static void call_maybe_free(struct gcall *c)
+{
+    if (c->pending > 0 || c->owned)
+        return;
+    struct gmsg *m;
+    while ((m = STAILQ_FIRST(&c->out))) {
+        STAILQ_REMOVE_HEAD(&c->out, link);
+        grpc_byte_buffer_destroy(m->bb);
+        free(m);
+    }
+    while (c->mdcache) {
+        struct gmd *n = c->mdcache->next;
+        free(c->mdcache->key);
+        free(c->mdcache->val);
+        free(c->mdcache);
+        c->mdcache = n;
+    }
+    if (c->status_queued)
+        grpc_slice_unref(c->status_details);
+    grpc_metadata_array_destroy(&c->md);
+    grpc_call_details_destroy(&c->details);
+    if (c->call)
+        grpc_call_unref(c->call);
+    free(c);
+    G.live_calls--;
+}
+
+static int start_batch(struct gcall *c, const grpc_op *ops, size_t n, struct gtag *tag)
+{
+    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+    if (e != GRPC_CALL_OK) {
+        /* a bug in this state machine: end the call rather than leave the client hanging */
+        LOG_ERROR("grpc call %s: start_batch (%d ops, first %d) failed: %d", c->id, (int)n,
+                  (int)ops[0].op, (int)e);
+        grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "internal error", NULL);
+        return -1;
+    }
+    c->pending++;
+    return 0;
+}
+
+static void arm_new_call(struct gsrv *s)
+{
+    struct gcall *c = xcalloc(1, sizeof(*c));
+    c->srv = s;
+    c->t_new = (struct gtag){c, TAG_NEW};
+    c->t_close = (struct gtag){c, TAG_CLOSE};
+    c->t_recv = (struct gtag){c, TAG_RECV};
+    c->t_send = (struct gtag){c, TAG_SEND};
+    STAILQ_INIT(&c->out);
+    grpc_call_details_init(&c->details);
+    grpc_metadata_array_init(&c->md);
+    G.live_calls++;
+    grpc_call_error e =
+        grpc_server_request_call(s->server, &c->call, &c->details, &c->md, G.cq, G.cq, &c->t_new);
+    if (e != GRPC_CALL_OK) {
+        LOG_ERROR("grpc %s: request_call failed: %d", s->name, (int)e);
+        call_maybe_free(c);
+        return;
+    }
+    c->pending++;
+}
+
+/* Starts the next send batch if none is in flight: a queued message (with the status when it
+ * is the last one and the service has finished), or the status alone. */
+static void pump_send(struct gcall *c)
+{
+    if (c->send_pending || c->closed || c->status_sent)
+        return;
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    struct gmsg *m = STAILQ_FIRST(&c->out);
+    if (m) {
+        STAILQ_REMOVE_HEAD(&c->out, link);
+        c->send_bb = m->bb;
+        free(m);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = c->send_bb;
+        n++;
+    }
+    if (c->status_queued && STAILQ_EMPTY(&c->out)) {
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n].data.send_status_from_server.status = c->status;
+        ops[n].data.send_status_from_server.status_details = &c->status_details;
+        ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+        n++;
+        c->status_sent = 1;
+    }
+    if (n == 0)
+        return;
+    if (start_batch(c, ops, n, &c->t_send) == 0) {
+        c->send_pending = 1;
+    } else if (c->send_bb) {
+        grpc_byte_buffer_destroy(c->send_bb);
+        c->send_bb = NULL;
+    }
+}
+
+static void arm_recv(struct gcall *c, int with_initial_metadata)
+{
+    if (c->recv_pending || c->recv_done || c->closed)
+        return;
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    if (with_initial_metadata) {
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].data.send_initial_metadata.count = 0;
+        n++;
+    }
+    ops[n].op = GRPC_OP_RECV_MESSAGE;
+    ops[n].data.recv_message.recv_message = &c->recv_bb;
+    n++;
+    if (start_batch(c, ops, n, &c->t_recv) == 0)
+        c->recv_pending = 1;
+}
+
+/* Answers a call without involving a service (auth failure, unknown method). */
+static void reject(struct gcall *c, grpc_status_code code, const char *msg)
+{
+    c->status = code;
+    c->status_details = grpc_slice_from_copied_string(msg);
+    c->status_queued = 1;
+    grpc_op ops[2];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = code;
+    ops[1].data.send_status_from_server.status_details = &c->status_details;
+    c->status_sent = 1;
+    if (start_batch(c, ops, 2, &c->t_send) == 0)
+        c->send_pending = 1;
+}
+
+static void on_new(struct gcall *c, int success)
+{
+    struct gsrv *s = c->srv;
+    if (!success) { /* shutting down: the armed request is returned unused */
+        return;
+    }
+    if (!s->shut_down)
+        arm_new_call(s);
+    snprintf(c->id, sizeof(c->id), "g%llu", (unsigned long long)++G.next_id);
+
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof(close_op));
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+    if (start_batch(c, &close_op, 1, &c->t_close) != 0)
+        return;
+
+    for (const struct grpc_method *m = s->methods; m->path; m++)
+        if (grpc_slice_str_cmp(c->details.method, m->path) == 0)
+            c->method = m;
+    if (auth_check(s->scope, gcall_metadata(c, "authorization")) != 0) {
+        LOG_INFO("grpc %s call %s: token authorization failed", s->name, c->id);
+        reject(c, GRPC_STATUS_UNAUTHENTICATED, AUTH_FAIL_MSG);
+        return;
+    }
+    if (!c->method) {
+        char *path = grpc_slice_to_c_string(c->details.method);
+        LOG_INFO("grpc %s call %s: unknown method %s", s->name, c->id, path);
+        gpr_free(path);
+        reject(c, GRPC_STATUS_UNIMPLEMENTED, "Method not found");
+        return;
+    }
+    c->owned = 1;
+    arm_recv(c, 1);
+}
+
+static void on_recv(struct gcall *c, int success)
+{
+    c->recv_pending = 0;
+    grpc_byte_buffer *bb = c->recv_bb;
+    c->recv_bb = NULL;
+    if (!success || c->closed || !c->owned) {
+        if (bb)
+            grpc_byte_buffer_destroy(bb);
+        return;
+    }
+    if (!bb) { /* the client half-closed */
+        c->recv_done = 1;
+        if (c->method->client_stream) {
+            if (c->method->on_half_close)
+                c->method->on_half_close(c);
+        } else {
+            gcall_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "No request message");
+        }
+        return;
+    }
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) {
+        grpc_byte_buffer_destroy(bb);
+        gcall_finish(c, GRPC_STATUS_INTERNAL, "Cannot read the request message");
+        return;
+    }
+    grpc_slice sl = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    grpc_byte_buffer_destroy(bb);
+    if (!c->method->client_stream)
+        c->recv_done = 1; /* a unary request: any further message is the client's problem */
+    c->method->on_message(c, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl));
+    grpc_slice_unref(sl);
+    if (c->method->client_stream && c->owned && !c->recv_hold)
+        arm_recv(c, 0);
+}
+
+static void on_send(struct gcall *c, int success)
+{
+    c->send_pending = 0;
+    if (c->send_bb) {
+        grpc_byte_buffer_destroy(c->send_bb);
+        c->send_bb = NULL;
+    }
+    if (success)
+        pump_send(c);
+}
+
+static void on_close(struct gcall *c)
+{
+    c->closed = 1;
+    if (c->owned) {
+        /* over before the service finished: the client, its deadline or our shutdown */
+        LOG_INFO("grpc %s call %s: cancelled by the client or deadline", c->srv->name, c->id);
+        c->owned = 0;
+        if (c->method && c->method->on_cancel)
+            c->method->on_cancel(c);
+    }
+}
+
+static void handle(void *tag, int success)
+{
+    struct gtag *t = tag;
+    if (t->kind == TAG_SHUTDOWN) {
+        struct gsrv *s = (struct gsrv *)((char *)t - offsetof(struct gsrv, shutdown_tag));
+        s->shut_down = 2;
+        return;
+    }
+    struct gcall *c = t->call;
+    switch (t->kind) {
+    case TAG_NEW:
+        on_new(c, success);
+        break;
+    case TAG_CLOSE:
+        on_close(c);
+        break;
+    case TAG_RECV:
+        on_recv(c, success);
+        break;
+    case TAG_SEND:
+        on_send(c, success);
+        break;
+    default:
+        break;
+    }
+    c->pending--;
+    call_maybe_free(c);
+}
+
+/* Takes everything out of the mailbox (under the lock) and handles it (without). */
+static size_t drain_mailbox(void)
+{
+    pthread_mutex_lock(&G.mu);
+    struct mail *box = G.box;
+    size_t n = G.n_box, cap = G.cap_box;
+    G.box = G.spare;
+    G.cap_box = G.cap_spare;
+    G.n_box = 0;
+    pthread_mutex_unlock(&G.mu);
+    for (size_t i = 0; i < n; i++)
+        handle(box[i].tag, box[i].success);
+    G.spare = box;
+    G.cap_spare = cap;
+    return n;
+}
+
+static void on_mail(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    drain_mailbox();
+}
+
+/* ---- the service API ---- */
+
+int gcall_send(struct gcall *c, const ProtobufCMessage *msg)
+{
+    if (c->closed || c->status_queued)
+        return -1;
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    grpc_slice sl = grpc_slice_malloc(len);
+    protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(sl));
+    struct gmsg *m = xmalloc(sizeof(*m));
+    m->bb = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+    STAILQ_INSERT_TAIL(&c->out, m, link);
+    pump_send(c);
+    return 0;
+}
+
+void gcall_finish(struct gcall *c, int code, const char *msg)
+{
+    if (!c->owned)
+        return;
+    c->owned = 0;
+    if (c->closed)
+        return;
+    c->status = (grpc_status_code)code;
+    c->status_details = grpc_slice_from_copied_string(msg ? msg : "");
+    c->status_queued = 1;
+    pump_send(c);
+}
+
+void gcall_hold_recv(struct gcall *c, int hold)
+{
+    c->recv_hold = hold;
+    if (!hold && c->owned && c->method->client_stream)
+        arm_recv(c, 0);
+}
+
+void *gcall_user(const struct gcall *c)
+{
+    return c->user;
+}
+
+void gcall_set_user(struct gcall *c, void *user)
+{
+    c->user = user;
+}
+
+const char *gcall_id(const struct gcall *c)
+{
+    return c->id;
+}
+
+const char *gcall_metadata(struct gcall *c, const char *key)
+{
+    for (struct gmd *d = c->mdcache; d; d = d->next)
+        if (!strcmp(d->key, key))
+            return d->val;
+    const char *found = NULL;
+    for (size_t i = 0; i < c->md.count; i++) {
+        if (grpc_slice_str_cmp(c->md.metadata[i].key, key) != 0)
+            continue;
+        struct gmd *d = xmalloc(sizeof(*d));
+        d->key = xstrdup(key);
+        d->val = xstrndup((const char *)GRPC_SLICE_START_PTR(c->md.metadata[i].value),
+                          GRPC_SLICE_LENGTH(c->md.metadata[i].value));
+        d->next = c->mdcache;
+        c->mdcache = d;
+        found = d->val;
+        break;
+    }
+    return found;
+}
+
+int grpc_status_from_http(int s)
+{
+    switch (s) {
+    case 400:
+        return GS_INVALID_ARGUMENT;
+    case 401:
+        return GS_UNAUTHENTICATED;
+    case 403:
+        return GS_PERMISSION_DENIED;
+    case 404:
+        return GS_NOT_FOUND;
+    case 409:
+        return GS_ABORTED;
+    case 413:
+    case 429:
+        return GS_RESOURCE_EXHAUSTED;
+    case 416:
+        return GS_OUT_OF_RANGE;
+    case 499:
+        return GS_CANCELLED;
+    case 501:
+        return GS_UNIMPLEMENTED;
+    case 503:
+        return GS_UNAVAILABLE;
+    case 504:
+        return GS_DEADLINE_EXCEEDED;
+    }
+    if (s >= 200 && s < 300)
+        return GS_OK;
+    if (s >= 400 && s < 500)
+        return GS_FAILED_PRECONDITION;
+    if (s >= 500 && s < 600)
+        return GS_INTERNAL;
+    return GS_UNKNOWN;
+}
+
+/* ---- start / stop ---- */
+
+static int add_server(struct gsrv *s, const char *name, const char *addr, int port,
+                      const struct grpc_method *methods, enum auth_scope scope)
+{
+    s->name = name;
+    s->methods = methods;
+    s->scope = scope;
+    s->shutdown_tag = (struct gtag){NULL, TAG_SHUTDOWN};
+    grpc_arg arg;
+    arg.type = GRPC_ARG_INTEGER;
+    arg.key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    arg.value.integer = srv->cfg.max_request_size > 0x7fffffff ? 0x7fffffff
+                                                                 : (int)srv->cfg.max_request_size;
+    grpc_channel_args args = {1, &arg};
+    s->server = grpc_server_create(&args, NULL);
+    grpc_server_register_completion_queue(s->server, G.cq, NULL);
+    const char *host = addr && *addr ? addr : "127.0.0.1";
+    char *target = strchr(host, ':') && host[0] != '[' ? xasprintf("[%s]:%d", host, port)
+                                                       : xasprintf("%s:%d", host, port);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int bound = grpc_server_add_http2_port(s->server, target, creds);
+    grpc_server_credentials_release(creds);
+    if (bound == 0) {
+        LOG_ERROR("gRPC %s API: cannot bind %s", name, target);
+        fprintf(stderr, "torchserve-c: gRPC %s API: cannot bind %s\n", name, target);
+        free(target);
+        grpc_server_destroy(s->server);
+        s->server = NULL;
+        return -1;
+    }
+    grpc_server_start(s->server);
+    for (int i = 0; i < ARMED_CALLS; i++)
+        arm_new_call(s);
+    LOG_INFO("gRPC %s API listening on %s", name, target);
+    free(target);
+    return 0;
+}
+
+int grpc_servers_start(void)
+{
+    if (!srv->cfg.enable_grpc)
+        return 0;
+    grpc_init();
+    G.cq = grpc_completion_queue_create_for_next(NULL);
+    G.ev = event_new(srv->base, -1, 0, on_mail, NULL);
+    G.started = 1;
+    if (pthread_create(&G.thread, NULL, cq_thread, NULL) != 0) {
+        LOG_ERROR("cannot start the gRPC completion-queue thread");
+        return -1;
+    }
+    G.n_srv = 0;
+    if (add_server(&G.srv[G.n_srv], "inference", srv->cfg.grpc_inference_address,
+                   srv->cfg.grpc_inference_port, grpc_inference_methods, AUTH_INFERENCE) != 0)
+        return -1;
+    G.n_srv++;
+    if (add_server(&G.srv[G.n_srv], "management", srv->cfg.grpc_management_address,
+                   srv->cfg.grpc_management_port, grpc_management_methods,
+                   AUTH_MANAGEMENT) != 0)
+        return -1;
+    G.n_srv++;
+    return 0;
+}
+
+void grpc_servers_stop(void)
+{
+    if (!G.started)
+        return;
+    G.started = 0;
+    pthread_mutex_lock(&G.mu);
+    G.draining = 1;
+    pthread_mutex_unlock(&G.mu);
+    for (int i = 0; i < G.n_srv; i++) {
+        G.srv[i].shut_down = 1;
+        grpc_server_shutdown_and_notify(G.srv[i].server, G.cq, &G.srv[i].shutdown_tag);
+        grpc_server_cancel_all_calls(G.srv[i].server);
+    }
+    /* the loop no longer runs: handle completions here until every call is gone */
+    for (;;) {
+        int done = G.live_calls == 0;
+        for (int i = 0; i < G.n_srv; i++)
+            if (G.srv[i].shut_down != 2)
+                done = 0;
+        if (done)
+            break;
+        pthread_mutex_lock(&G.mu);
+        while (G.n_box == 0)
+            pthread_cond_wait(&G.cond, &G.mu);
+        pthread_mutex_unlock(&G.mu);
+        drain_mailbox();
+    }
+    for (int i = 0; i < G.n_srv; i++)
+        grpc_server_destroy(G.srv[i].server);
+    grpc_completion_queue_shutdown(G.cq);
+    pthread_join(G.thread, NULL);
+    grpc_completion_queue_destroy(G.cq);
+    event_free(G.ev);
+    free(G.box);
+    free(G.spare);
+    G.box = G.spare = NULL;
+    grpc_shutdown();
+    LOG_INFO("gRPC servers stopped");
+}

@@ -1,0 +1,88 @@
+/*
+ * grpc_server: the two gRPC servers (InferenceAPIsService on grpc_inference_address:port, 7070;
+ * ManagementAPIsService on grpc_management_address:port, 7071) on gRPC C core, and the call
+ * machinery the services in grpc_inference.c / grpc_management.c are written against.
+ *
+ * Threads: one completion-queue thread blocks in grpc_completion_queue_next and hands every
+ * completion to the loop thread through a mailbox (a locked queue + event_active). Every call
+ * state machine, every service callback and every gcall_* function runs on the loop thread, so
+ * services may touch jobs and models freely. grpc_servers_start/stop run on the loop thread.
+ *
+ * A service sees a call as a `struct gcall`: it gets each request message (on_message), the
+ * client's half-close (client-streaming methods), and on_cancel if the call ends before the
+ * service finished it (client cancel, deadline, disconnect, shutdown). The service answers with
+ * gcall_send (queued, sent in order, one SEND_MESSAGE in flight) and ends with gcall_finish
+ * (the status goes out after the queued messages). After gcall_finish or on_cancel the service
+ * must forget the call; the gcall itself is freed by this module once gRPC is done with it.
+ */
+#ifndef TS_GRPC_SERVER_H
+#define TS_GRPC_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+struct gcall;
+
+struct grpc_method {
+    const char *path; /* "/package.Service/Method" */
+    int client_stream; /* several request messages (bidi): on_half_close ends them */
+    /* One request message; the bytes are valid during the call only. */
+    void (*on_message)(struct gcall *c, const uint8_t *data, size_t len);
+    /* Client-streaming methods: the client will send nothing more. */
+    void (*on_half_close)(struct gcall *c);
+    /* The call is over before gcall_finish: stop work (job_cancel) and forget c. May be NULL. */
+    void (*on_cancel)(struct gcall *c);
+};
+
+/* The services (NULL path terminates each table). */
+extern const struct grpc_method grpc_inference_methods[];
+extern const struct grpc_method grpc_management_methods[];
+
+/* gRPC status codes used by the services (the values of grpc_status_code). */
+enum {
+    GS_OK = 0,
+    GS_CANCELLED = 1,
+    GS_UNKNOWN = 2,
+    GS_INVALID_ARGUMENT = 3,
+    GS_DEADLINE_EXCEEDED = 4,
+    GS_NOT_FOUND = 5,
+    GS_ALREADY_EXISTS = 6,
+    GS_PERMISSION_DENIED = 7,
+    GS_RESOURCE_EXHAUSTED = 8,
+    GS_FAILED_PRECONDITION = 9,
+    GS_ABORTED = 10,
+    GS_OUT_OF_RANGE = 11,
+    GS_UNIMPLEMENTED = 12,
+    GS_INTERNAL = 13,
+    GS_UNAVAILABLE = 14,
+    GS_UNAUTHENTICATED = 16,
+};
+
+/* Binds and starts both servers when enable_grpc is true; 0, or -1 after logging why. Must run
+ * before any fork (workers are posix_spawn'ed, so that holds). */
+int grpc_servers_start(void);
+/* Cancels every call (services get on_cancel), drains the mailbox, destroys the servers and
+ * shuts gRPC down. Call before models and workers go away. No-op if not started. */
+void grpc_servers_stop(void);
+
+/* Queues one response message (packed now). -1 if the call is already over. */
+int gcall_send(struct gcall *c, const ProtobufCMessage *msg);
+/* Ends the call with code and message (NULL = none) once the queued messages are out. */
+void gcall_finish(struct gcall *c, int code, const char *msg);
+/* Client-streaming methods: stop (hold = 1) or resume (0) reading request messages, e.g. while
+ * too many requests wait for the model. */
+void gcall_hold_recv(struct gcall *c, int hold);
+/* Per-call state of the service. */
+void *gcall_user(const struct gcall *c);
+void gcall_set_user(struct gcall *c, void *user);
+/* Client metadata value for key (lower case), NULL if absent. Valid for the call's life. */
+const char *gcall_metadata(struct gcall *c, const char *key);
+/* A short id for log lines. */
+const char *gcall_id(const struct gcall *c);
+
+/* TorchServe's HTTP -> gRPC status table (GRPCUtils.getGRPCStatusCode). */
+int grpc_status_from_http(int http_status);
+
+#endif
