@@ -220,7 +220,9 @@ def start_server(tmp, models=(), config=None, yaml=None, extra_args=(), store=No
     args = [os.path.join(BIN, "torchserve-c"), "--start", "--foreground", "--model-store", store,
             "--ts-config", cfg_path]
     if load and models:
-        args += ["--models", *models]
+        # a bare name is not an archive file: name the model's .mar (or its unpacked directory)
+        args += ["--models", *[m if os.path.isdir(os.path.join(store, m)) else f"{m}={m}.mar"
+                               for m in models]]
     args += list(extra_args)
     penv = dict(os.environ)
     penv["TMPDIR"] = tmp
