@@ -84,6 +84,8 @@ static int do_stop(void)
         return 1;
     }
     kill(pid, SIGTERM);
+    /* as TorchServe's launcher: the keys of the stopped server are removed from the cwd */
+    unlink("key_file.json");
     for (int i = 0; i < 600; i++) {
         if (kill(pid, 0) != 0) {
             printf("TorchServe has stopped.\n");

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "auth.h"
 #include "http_server.h"
 #include "http_stream.h"
 #include "job.h"
@@ -147,7 +148,14 @@ void http_inference_handle(struct evhttp_request *req)
     http_path_parse(req, &p);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 
-    if (p.n == 1 && !strcmp(p.seg[0], "ping"))
+    /* as TorchServe: the API description needs no token, everything else the inference key */
+    if ((p.n == 0 && cmd == EVHTTP_REQ_OPTIONS) ||
+        (p.n == 1 && !strcmp(p.seg[0], "api-description")))
+        http_api_description(req, rid, 0);
+    else if (auth_check(AUTH_INFERENCE, evhttp_find_header(evhttp_request_get_input_headers(req),
+                                                           "Authorization")) != 0)
+        http_send_error(req, rid, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, AUTH_FAIL_MSG);
+    else if (p.n == 1 && !strcmp(p.seg[0], "ping"))
         ping(req, rid);
     else if (p.n >= 1 && !strcmp(p.seg[0], "predictions") && cmd != EVHTTP_REQ_OPTIONS)
         predictions(req, rid, &p, 0);

@@ -47,5 +47,7 @@ const char *http_reason(int status);
 void http_inference_handle(struct evhttp_request *req);
 void http_management_handle(struct evhttp_request *req);
 void http_metrics_handle(struct evhttp_request *req);
+/* OPTIONS / and GET /api-description: an OpenAPI document of the port's API (no token). */
+void http_api_description(struct evhttp_request *req, const char *rid, int management);
 
 #endif

@@ -14,15 +14,18 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <limits.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "archive.h"
 #include "batcher.h"
 #include "log.h"
+#include "management.h"
 #include "sequence.h"
 #include "server.h"
 #include "worker_pool.h"
@@ -48,37 +51,115 @@ static int valid_model_name(const char *s)
     return 1;
 }
 
-/* The model store path for url, or an error. Only plain names/relative paths inside the store,
- * file:// URLs pointing into it, or absolute paths inside it are accepted. */
+/* allowed_urls: comma-separated regexes, matched case-insensitively against the whole url (as
+ * TorchServe's Pattern.matcher().matches()). A pattern that does not compile matches nothing. */
+static int url_allowed(const char *url)
+{
+    const char *list = srv->cfg.allowed_urls ? srv->cfg.allowed_urls : "";
+    char *copy = xstrdup(list), *save = NULL;
+    int ok = 0;
+    for (char *t = strtok_r(copy, ",", &save); t && !ok; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        if (!*t)
+            continue;
+        char *anchored = xasprintf("^(%s)$", t);
+        regex_t re;
+        if (regcomp(&re, anchored, REG_EXTENDED | REG_ICASE | REG_NOSUB) == 0) {
+            ok = regexec(&re, url, 0, NULL, 0) == 0;
+            regfree(&re);
+        } else {
+            LOG_WARN("allowed_urls: cannot compile pattern '%s'", t);
+        }
+        free(anchored);
+    }
+    free(copy);
+    return ok;
+}
+
+static int path_in_store(const char *p)
+{
+    size_t n = strlen(srv->model_store);
+    return !strncmp(p, srv->model_store, n) && (p[n] == '/' || p[n] == '\0');
+}
+
+/* The model store path for url, or an error (TorchServe's ModelArchive.downloadModel rules,
+ * stricter where it was lax):
+ *   - "" and anything with ".." are refused before the file system is touched;
+ *   - a "scheme://" url must match allowed_urls ("Given URL ... does not match any allowed
+ *     URL(s)"); an allowed file:// url is a local path; an allowed remote url is never fetched:
+ *     there is no download (TS_E_EXISTS-like -EEXIST when the store already has that file name,
+ *     as TorchServe's "Model file already exists", else -ENOTSUP);
+ *   - a local path must resolve inside the model store: relative names are taken in it, an
+ *     absolute path outside it is refused without being opened (TorchServe accepts any
+ *     directory), and symlinks leading out of it are refused after realpath. */
 static int resolve_url(const char *url, char **path, char *err, size_t errlen)
 {
     const char *p = url;
-    if (!strncmp(p, "file://", 7))
-        p += 7;
-    else if (strstr(p, "://")) {
-        snprintf(err, errlen, "Given URL %s does not match any allowed URL(s)", url);
+    if (!*url) {
+        snprintf(err, errlen, "Model url is empty");
         return TS_E_MODEL_NOT_FOUND;
     }
-    if (!*p) {
-        snprintf(err, errlen, "Model URL is empty");
-        return TS_E_BAD_INPUT;
-    }
-    if (strstr(p, "..")) {
+    if (strstr(url, "..")) {
         snprintf(err, errlen, "Relative path is not allowed in url: %s", url);
-        return TS_E_BAD_INPUT;
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    const char *scheme_end = strstr(url, "://");
+    if (scheme_end) {
+        if (!url_allowed(url)) {
+            snprintf(err, errlen, "Given URL %s does not match any allowed URL(s)", url);
+            return TS_E_MODEL_NOT_FOUND;
+        }
+        if (!strncasecmp(url, "file://", 7)) {
+            p = url + 7;
+        } else {
+            /* the archive name TorchServe would have saved the download under */
+            const char *q = scheme_end + 3;
+            size_t qlen = strcspn(q, "?#");
+            const char *base = q;
+            for (size_t i = 0; i < qlen; i++)
+                if (q[i] == '/')
+                    base = q + i + 1;
+            char *name = xstrndup(base, (size_t)(q + qlen - base));
+            int exists = 0;
+            if (*name && strcmp(name, ".")) {
+                char *fp = xasprintf("%s/%s", srv->model_store, name);
+                struct stat st;
+                exists = lstat(fp, &st) == 0;
+                free(fp);
+            }
+            if (exists) {
+                snprintf(err, errlen, "Model file already exists %s", name);
+                free(name);
+                return -EEXIST;
+            }
+            free(name);
+            snprintf(err, errlen,
+                     "Failed to download archive from: %s: remote model download is not "
+                     "supported; copy the archive into the model store and register it by name",
+                     url);
+            return -ENOTSUP;
+        }
+    }
+    if (!*p) {
+        snprintf(err, errlen, "Model url is empty");
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    if (p[0] == '/' && !path_in_store(p)) {
+        snprintf(err, errlen, "Model url %s is outside the model store", url);
+        return TS_E_MODEL_NOT_FOUND;
     }
     char *full = p[0] == '/' ? xstrdup(p) : xasprintf("%s/%s", srv->model_store, p);
     char real[PATH_MAX];
     if (!realpath(full, real)) {
-        snprintf(err, errlen, "Model not found in model store: %s", url);
+        snprintf(err, errlen, "Model not found at: %s", url);
         free(full);
         return TS_E_MODEL_NOT_FOUND;
     }
     free(full);
-    size_t n = strlen(srv->model_store);
-    if (strncmp(real, srv->model_store, n) || (real[n] != '/' && real[n] != '\0')) {
+    if (!path_in_store(real)) {
         snprintf(err, errlen, "Model url %s is outside the model store", url);
-        return TS_E_BAD_INPUT;
+        return TS_E_MODEL_NOT_FOUND;
     }
     *path = xstrdup(real);
     return 0;
@@ -203,7 +284,7 @@ int model_register(const struct model_reg *r, struct model **out, char *err, siz
                              : "1.0");
     struct model *dup;
     if (model_find(m->name, m->version, &dup) == 0) {
-        snprintf(err, errlen, "Model version %s for model %s already registered.", m->version,
+        snprintf(err, errlen, "Model version %s is already registered for model %s", m->version,
                  m->name);
         rc = TS_E_EXISTS;
         goto fail;
@@ -215,10 +296,10 @@ int model_register(const struct model_reg *r, struct model **out, char *err, siz
     m->max_batch_delay_ms = r->max_batch_delay_ms >= 0   ? r->max_batch_delay_ms
                             : m->mc.max_batch_delay_ms >= 0 ? m->mc.max_batch_delay_ms
                                                             : 100;
-    m->response_timeout_s = r->response_timeout_s > 0   ? r->response_timeout_s
+    m->response_timeout_s = r->response_timeout_s >= 0  ? r->response_timeout_s
                             : m->mc.response_timeout_s > 0 ? m->mc.response_timeout_s
                                                            : c->default_response_timeout;
-    m->startup_timeout_s = r->startup_timeout_s > 0   ? r->startup_timeout_s
+    m->startup_timeout_s = r->startup_timeout_s >= 0  ? r->startup_timeout_s
                            : m->mc.startup_timeout_s > 0 ? m->mc.startup_timeout_s
                                                          : c->default_startup_timeout;
     m->queue_max = m->mc.job_queue_size > 0 ? m->mc.job_queue_size : c->job_queue_size;
@@ -242,6 +323,7 @@ fail:
 
 void model_unregister(struct model *m)
 {
+    mgmt_model_gone(m);
     struct job *j;
     while ((j = TAILQ_FIRST(&m->queue))) {
         model_dequeue(m, j);

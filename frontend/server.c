@@ -20,10 +20,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "cli.h"
 #include "grpc_server.h"
 #include "http_server.h"
 #include "log.h"
+#include "management.h"
 #include "model.h"
 #include "worker_pool.h"
 
@@ -222,6 +224,10 @@ int server_main(const struct server_opts *o)
     worker_pool_init();
 
     int rc = 1;
+    if (auth_init(!srv->cfg.disable_token_authorization, srv->cfg.token_expiration_min) != 0) {
+        LOG_ERROR("cannot write %s in the working directory: %s", AUTH_KEY_FILE, strerror(errno));
+        goto out;
+    }
     if (http_servers_start() != 0)
         goto out;
     if (grpc_servers_start() != 0)
@@ -240,12 +246,14 @@ int server_main(const struct server_opts *o)
     rc = 0;
 out:
     http_servers_stop();
+    mgmt_shutdown();
     grpc_servers_stop();
     model_unregister_all();
     worker_pool_shutdown();
     event_free(srv->ev_sigint);
     event_free(srv->ev_sigterm);
     event_free(srv->ev_sigchld);
+    auth_shutdown();
     event_base_free(srv->base);
     if (ts_rmtree(srv->run_dir) != 0)
         LOG_WARN("could not remove %s", srv->run_dir);

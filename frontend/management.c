@@ -1,0 +1,872 @@
+/*
+ * management: register, unregister, scale, list, describe and set-default, with TorchServe's
+ * statuses, sentences and JSON (ManagementRequestHandler, ApiUtils, ModelManager).
+ *
+ * Most operations finish inside the call. Three kinds wait, as a `struct mgmt_op` on the
+ * pending list:
+ *   - a synchronous register or scale waits until enough workers of its model are READY (done
+ *     200), or one of them failed to load or died while starting (done 500; a register is then
+ *     undone, as TorchServe unregisters the model again). worker_pool tells us of every worker
+ *     state change through mgmt_worker_changed(); a deadline of startupTimeout + 5 s answers 206
+ *     "Workers scaling in progress..." for a scale that is still short of workers.
+ *   - an unregister waits until the model's worker processes are gone (polled, the reaper runs
+ *     on SIGCHLD), up to unregister_model_timeout (408), so that a client sees no worker left
+ *     once it has its 200.
+ *   - a customized describe waits for the worker's answer to a DESCRIBE job.
+ * A transport whose client goes away cancels its op: the op stays until its condition is met
+ * (so the model is still cleaned up) but `done` is not called.
+ */
+#include "management.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+#include <time.h>
+
+#include "log.h"
+#include "model.h"
+#include "server.h"
+#include "worker_pool.h"
+
+/* A safety cap, not TorchServe's: a typo in min_worker must not fork-bomb the host. */
+#define MGMT_MAX_WORKERS 64
+
+enum op_kind { OP_REGISTER, OP_SCALE, OP_UNREGISTER, OP_DESCRIBE };
+
+struct mgmt_op {
+    enum op_kind kind;
+    mgmt_done_fn *done; /* NULL once cancelled */
+    void *arg;
+    struct model *model; /* register/scale/describe; NULL once the model is gone */
+    int target;          /* workers to wait for */
+    char *name, *version;
+    int version_given;
+    pid_t *pids; /* unregister: processes to wait for */
+    int n_pids;
+    int64_t deadline_us;
+    struct event *timer;
+    struct job *job; /* customized describe */
+    json_t *describe; /* customized describe: the array being built */
+    LIST_ENTRY(mgmt_op) link;
+};
+
+static LIST_HEAD(, mgmt_op) pending = LIST_HEAD_INITIALIZER(pending);
+
+/* ---- small helpers ---- */
+
+static char *pretty(json_t *o)
+{
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    char *r = xasprintf("%s\n", s);
+    free(s);
+    return r;
+}
+
+static void fail(mgmt_done_fn *done, void *arg, int status, const char *type, const char *fmt,
+                 ...) __attribute__((format(printf, 5, 6)));
+static void fail(mgmt_done_fn *done, void *arg, int status, const char *type, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    done(arg, status, type, msg);
+}
+
+static void ok(mgmt_done_fn *done, void *arg, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void ok(mgmt_done_fn *done, void *arg, int status, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    done(arg, status, NULL, msg);
+}
+
+/* TorchServe's lookup errors for name + version (NULL / "" = default). */
+static int find_or_fail(const char *name, const char *version, struct model **m,
+                        mgmt_done_fn *done, void *arg)
+{
+    if (!name || !*name) {
+        fail(done, arg, 400, "BadRequestException", "Parameter model_name is required.");
+        return -1;
+    }
+    int rc = model_find(name, version, m);
+    if (rc == TS_E_MODEL_NOT_FOUND) {
+        fail(done, arg, 404, "ModelNotFoundException", "Model not found: %s", name);
+        return -1;
+    }
+    if (rc) {
+        fail(done, arg, 404, "ModelVersionNotFoundException",
+             "Model version: %s does not exist for model: %s", version, name);
+        return -1;
+    }
+    return 0;
+}
+
+static int count_ready(const struct model *m)
+{
+    int n = 0;
+    const struct worker *w;
+    TAILQ_FOREACH(w, &m->workers, link)
+    if (w->state == WORKER_READY)
+        n++;
+    return n;
+}
+
+static int count_live(const struct model *m)
+{
+    int n = 0;
+    const struct worker *w;
+    TAILQ_FOREACH(w, &m->workers, link)
+    if (w->state != WORKER_STOPPING)
+        n++;
+    return n;
+}
+
+static int any_failed(const struct model *m)
+{
+    const struct worker *w;
+    TAILQ_FOREACH(w, &m->workers, link)
+    if (w->state == WORKER_FAILED || w->state == WORKER_BACKOFF)
+        return 1;
+    return 0;
+}
+
+/* ---- pending operations ---- */
+
+static void op_free(struct mgmt_op *op)
+{
+    LIST_REMOVE(op, link);
+    if (op->timer)
+        event_free(op->timer);
+    if (op->job) {
+        op->job->sink_arg = NULL;
+        job_cancel(op->job);
+        job_unref(op->job);
+    }
+    if (op->describe)
+        json_decref(op->describe);
+    free(op->pids);
+    free(op->name);
+    free(op->version);
+    free(op);
+}
+
+static void op_timer(evutil_socket_t fd, short what, void *arg);
+
+static struct mgmt_op *op_new(enum op_kind kind, mgmt_done_fn *done, void *arg, int64_t wait_ms,
+                              int poll_ms)
+{
+    struct mgmt_op *op = xcalloc(1, sizeof(*op));
+    op->kind = kind;
+    op->done = done;
+    op->arg = arg;
+    op->deadline_us = ts_now_us() + wait_ms * 1000;
+    op->timer = evtimer_new(srv->base, op_timer, op);
+    struct timeval tv = {poll_ms / 1000, (poll_ms % 1000) * 1000};
+    evtimer_add(op->timer, &tv);
+    LIST_INSERT_HEAD(&pending, op, link);
+    return op;
+}
+
+/* Calls done once (unless cancelled) and frees the op. */
+static void op_finish(struct mgmt_op *op, int status, const char *type, const char *msg)
+{
+    if (op->done)
+        op->done(op->arg, status, type, msg);
+    op_free(op);
+}
+
+static char *scaled_msg(const struct mgmt_op *op)
+{
+    if (op->kind == OP_REGISTER)
+        return xasprintf("Model \"%s\" Version: %s registered with %d initial workers", op->name,
+                         op->version, op->target);
+    if (op->version_given)
+        return xasprintf("Workers scaled to %d for model: %s, version: %s", op->target, op->name,
+                         op->version);
+    return xasprintf("Workers scaled to %d for model: %s", op->target, op->name);
+}
+
+/* Register/scale: complete when the workers are there or one has failed. 1 if finished (op
+ * freed). */
+static int op_check_workers(struct mgmt_op *op, int timed_out)
+{
+    struct model *m = op->model;
+    if (!m) {
+        op_finish(op, 500, "InternalServerException", "Failed to start workers");
+        return 1;
+    }
+    if (count_ready(m) >= op->target) {
+        char *msg = scaled_msg(op);
+        op_finish(op, 200, NULL, msg);
+        free(msg);
+        return 1;
+    }
+    if (any_failed(m) || (timed_out && op->kind == OP_REGISTER)) {
+        if (op->kind == OP_REGISTER) {
+            LOG_WARN("model %s %s: workers failed to start; unregistering it", m->name,
+                     m->version);
+            op->model = NULL;
+            model_unregister(m);
+        }
+        op_finish(op, 500, "InternalServerException", "Failed to start workers");
+        return 1;
+    }
+    if (timed_out) {
+        op_finish(op, 206, NULL, "Workers scaling in progress...");
+        return 1;
+    }
+    return 0;
+}
+
+static int pids_alive(struct mgmt_op *op)
+{
+    int alive = 0;
+    for (int i = 0; i < op->n_pids; i++) {
+        if (op->pids[i] <= 0)
+            continue;
+        if (kill(op->pids[i], 0) == 0 || errno != ESRCH)
+            alive++;
+        else
+            op->pids[i] = 0;
+    }
+    return alive;
+}
+
+static void op_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct mgmt_op *op = arg;
+    int timed_out = ts_now_us() >= op->deadline_us;
+    switch (op->kind) {
+    case OP_REGISTER:
+    case OP_SCALE:
+        if (!op_check_workers(op, timed_out)) {
+            struct timeval tv = {1, 0};
+            evtimer_add(op->timer, &tv);
+        }
+        return;
+    case OP_UNREGISTER:
+        if (!pids_alive(op)) {
+            char *msg = xasprintf("Model \"%s\" unregistered", op->name);
+            op_finish(op, 200, NULL, msg);
+            free(msg);
+            return;
+        }
+        if (timed_out) {
+            char *msg = xasprintf("Timed out while cleaning resources: %s", op->name);
+            op_finish(op, 408, "RequestTimeoutException", msg);
+            free(msg);
+            return;
+        }
+        break;
+    case OP_DESCRIBE:
+        if (timed_out) {
+            op_finish(op, 500, "InternalServerException", "Worker did not respond in given time");
+            return;
+        }
+        break;
+    }
+    struct timeval tv = {0, op->kind == OP_UNREGISTER ? 5000 : 500000};
+    evtimer_add(op->timer, &tv);
+}
+
+void mgmt_op_cancel(struct mgmt_op *op)
+{
+    if (!op)
+        return;
+    op->done = NULL;
+    if (op->kind == OP_DESCRIBE)
+        op_free(op);
+}
+
+void mgmt_worker_changed(struct model *m)
+{
+    struct mgmt_op *op, *next;
+    for (op = LIST_FIRST(&pending); op; op = next) {
+        next = LIST_NEXT(op, link);
+        if (op->model == m && (op->kind == OP_REGISTER || op->kind == OP_SCALE))
+            event_active(op->timer, EV_TIMEOUT, 1);
+    }
+}
+
+void mgmt_model_gone(struct model *m)
+{
+    struct mgmt_op *op, *next;
+    for (op = LIST_FIRST(&pending); op; op = next) {
+        next = LIST_NEXT(op, link);
+        if (op->model != m)
+            continue;
+        op->model = NULL;
+        if (op->kind == OP_DESCRIBE)
+            op_finish(op, 404, "ModelNotFoundException", "Model was unregistered");
+        else
+            op_finish(op, 500, "InternalServerException", "Failed to start workers");
+    }
+}
+
+void mgmt_shutdown(void)
+{
+    struct mgmt_op *op;
+    while ((op = LIST_FIRST(&pending))) {
+        op->done = NULL;
+        op_free(op);
+    }
+}
+
+/* ---- argument defaults ---- */
+
+void mgmt_register_init(struct mgmt_register_args *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->batch_size = -1;
+    a->max_batch_delay = -100;
+    a->initial_workers = srv ? srv->cfg.default_workers_per_model : 0;
+    a->synchronous = 1;
+    a->response_timeout = -1;
+    a->startup_timeout = -1;
+}
+
+void mgmt_scale_init(struct mgmt_scale_args *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->min_worker = 1;
+    a->max_worker = 1;
+}
+
+static const char *nonempty(const char *s)
+{
+    return s && *s ? s : NULL;
+}
+
+void mgmt_register_from_grpc(struct mgmt_register_args *a, const char *url,
+                             const char *model_name, const char *handler, const char *runtime,
+                             int32_t batch_size, int32_t max_batch_delay,
+                             int32_t initial_workers, int synchronous, int32_t response_timeout,
+                             int32_t startup_timeout)
+{
+    mgmt_register_init(a);
+    a->url = nonempty(url);
+    a->model_name = nonempty(model_name);
+    a->handler = nonempty(handler);
+    a->runtime = nonempty(runtime);
+    if (batch_size > 0)
+        a->batch_size = batch_size;
+    if (max_batch_delay > 0)
+        a->max_batch_delay = max_batch_delay;
+    if (initial_workers > 0)
+        a->initial_workers = initial_workers;
+    a->synchronous = synchronous != 0;
+    if (response_timeout > 0)
+        a->response_timeout = response_timeout;
+    if (startup_timeout > 0)
+        a->startup_timeout = startup_timeout;
+}
+
+void mgmt_scale_from_grpc(struct mgmt_scale_args *a, const char *model_name,
+                          const char *model_version, int32_t min_worker, int32_t max_worker,
+                          int synchronous)
+{
+    mgmt_scale_init(a);
+    a->model_name = model_name;
+    a->model_version = nonempty(model_version);
+    a->min_worker = min_worker > 0 ? min_worker : 1;
+    a->max_worker = max_worker > 0 ? max_worker : a->min_worker;
+    a->synchronous = synchronous != 0;
+}
+
+/* ---- register ---- */
+
+static void model_api_disabled(mgmt_done_fn *done, void *arg)
+{
+    fail(done, arg, 405, "MethodNotAllowedException",
+         "Requested method is not allowed, please refer to API document.");
+}
+
+/* model_register's error codes as TorchServe's exceptions (see model.h). */
+static void register_failed(int rc, const char *err, mgmt_done_fn *done, void *arg)
+{
+    switch (rc) {
+    case TS_E_MODEL_NOT_FOUND:
+        done(arg, 404, "ModelNotFoundException", err);
+        break;
+    case TS_E_EXISTS:
+        done(arg, 409, "ConflictStatusException", err);
+        break;
+    case -EEXIST:
+        done(arg, 500, "InternalServerException", err);
+        break;
+    case -ENOTSUP:
+        done(arg, 400, "DownloadArchiveException", err);
+        break;
+    case TS_E_BAD_INPUT:
+        done(arg, 400, "BadRequestException", err);
+        break;
+    case TS_E_BAD_ARCHIVE:
+    case TS_E_BAD_CONFIG:
+        done(arg, 400, "InvalidModelException", err);
+        break;
+    default:
+        done(arg, 500, "InternalServerException", err);
+        break;
+    }
+}
+
+struct mgmt_op *mgmt_register(const struct mgmt_register_args *a, mgmt_done_fn *done, void *arg)
+{
+    if (!srv->cfg.enable_model_api) {
+        model_api_disabled(done, arg);
+        return NULL;
+    }
+    if (!a->url) {
+        fail(done, arg, 400, "BadRequestException", "Parameter url is required.");
+        return NULL;
+    }
+    if (a->runtime && strcmp(a->runtime, "python") && strcmp(a->runtime, "python3") &&
+        strcmp(a->runtime, "LSP")) {
+        fail(done, arg, 400, "BadRequestException", "Invalid RuntimeType value: %s", a->runtime);
+        return NULL;
+    }
+    if (a->initial_workers > MGMT_MAX_WORKERS) {
+        fail(done, arg, 400, "BadRequestException",
+             "initial_workers %d exceeds the limit of %d workers per model", a->initial_workers,
+             MGMT_MAX_WORKERS);
+        return NULL;
+    }
+    struct model_reg r;
+    model_reg_init(&r);
+    r.url = a->url;
+    r.name = a->model_name;
+    r.handler = a->handler;
+    r.batch_size = a->batch_size > 0 ? a->batch_size : -1;
+    r.max_batch_delay_ms = a->max_batch_delay >= 0 ? a->max_batch_delay : -1;
+    r.response_timeout_s = a->response_timeout >= 0 ? a->response_timeout : -1;
+    r.startup_timeout_s = a->startup_timeout >= 0 ? a->startup_timeout : -1;
+    struct model *m;
+    char err[1024];
+    int rc = model_register(&r, &m, err, sizeof(err));
+    if (rc) {
+        LOG_WARN("register %s refused: %s", a->url, err);
+        register_failed(rc, err, done, arg);
+        return NULL;
+    }
+    if (a->initial_workers <= 0) {
+        m->min_workers = m->max_workers = 0;
+        ok(done, arg, 200,
+           "Model \"%s\" Version: %s registered with 0 initial workers. Use scale workers API "
+           "to add workers for the model.",
+           m->name, m->version);
+        return NULL;
+    }
+    int n = a->initial_workers, max = n;
+    if (m->mc.min_workers > 0 && m->mc.max_workers >= m->mc.min_workers &&
+        m->mc.max_workers <= MGMT_MAX_WORKERS) {
+        n = m->mc.min_workers;
+        max = m->mc.max_workers;
+    }
+    m->min_workers = n;
+    m->max_workers = max;
+    worker_pool_scale(m, n);
+    if (!a->synchronous) {
+        ok(done, arg, 202, "Processing worker updates...");
+        return NULL;
+    }
+    struct mgmt_op *op =
+        op_new(OP_REGISTER, done, arg, (int64_t)m->startup_timeout_s * 1000 + 5000, 1000);
+    op->model = m;
+    op->target = n;
+    op->name = xstrdup(m->name);
+    op->version = xstrdup(m->version);
+    return op_check_workers(op, 0) ? NULL : op;
+}
+
+/* ---- unregister ---- */
+
+static int other_versions(const struct model *m)
+{
+    for (struct model *o = model_first(); o; o = model_next(o))
+        if (o != m && !strcmp(o->name, m->name))
+            return 1;
+    return 0;
+}
+
+struct mgmt_op *mgmt_unregister(const char *name, const char *version, mgmt_done_fn *done,
+                                void *arg)
+{
+    if (!srv->cfg.enable_model_api) {
+        model_api_disabled(done, arg);
+        return NULL;
+    }
+    struct model *m;
+    if (find_or_fail(name, version, &m, done, arg))
+        return NULL;
+    if (m->is_default && other_versions(m)) {
+        fail(done, arg, 403, "InvalidModelVersionException",
+             "Cannot remove default version for model %s", name);
+        return NULL;
+    }
+    struct mgmt_op *op = op_new(OP_UNREGISTER, done, arg,
+                                (int64_t)srv->cfg.unregister_model_timeout * 1000, 5);
+    op->name = xstrdup(m->name);
+    op->pids = xcalloc((size_t)m->n_workers + 1, sizeof(pid_t));
+    struct worker *w;
+    TAILQ_FOREACH(w, &m->workers, link)
+    if (w->pid > 0)
+        op->pids[op->n_pids++] = w->pid;
+    LOG_INFO("unregistering model %s version %s", m->name, m->version);
+    model_unregister(m);
+    return op;
+}
+
+/* ---- scale ---- */
+
+struct mgmt_op *mgmt_scale(const struct mgmt_scale_args *a, mgmt_done_fn *done, void *arg)
+{
+    if (a->max_worker < a->min_worker) {
+        fail(done, arg, 400, "BadRequestException", "max_worker cannot be less than min_worker.");
+        return NULL;
+    }
+    struct model *m;
+    if (find_or_fail(a->model_name, a->model_version, &m, done, arg))
+        return NULL;
+    if (a->min_worker < 0) {
+        fail(done, arg, 500, "InternalServerException",
+             "Error while creating workers: min_worker cannot be negative.");
+        return NULL;
+    }
+    if (a->max_worker > MGMT_MAX_WORKERS) {
+        fail(done, arg, 400, "BadRequestException",
+             "max_worker %d exceeds the limit of %d workers per model", a->max_worker,
+             MGMT_MAX_WORKERS);
+        return NULL;
+    }
+    m->min_workers = a->min_worker;
+    m->max_workers = a->max_worker;
+    /* TorchServe's WorkLoadManager: add workers up to min, stop those above max */
+    int live = count_live(m), n = live;
+    if (n < a->min_worker)
+        n = a->min_worker;
+    if (n > a->max_worker)
+        n = a->max_worker;
+    LOG_INFO("scaling model %s version %s from %d to %d workers", m->name, m->version, live, n);
+    worker_pool_scale(m, n);
+    if (!a->synchronous) {
+        ok(done, arg, 202, "Processing worker updates...");
+        return NULL;
+    }
+    struct mgmt_op *op =
+        op_new(OP_SCALE, done, arg, (int64_t)m->startup_timeout_s * 1000 + 5000, 1000);
+    op->model = m;
+    op->target = n;
+    op->name = xstrdup(m->name);
+    op->version = xstrdup(a->model_version && *a->model_version ? a->model_version : m->version);
+    op->version_given = a->model_version && *a->model_version;
+    return op_check_workers(op, 0) ? NULL : op;
+}
+
+/* ---- list ---- */
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+struct mgmt_op *mgmt_list(int limit, int next_page_token, mgmt_done_fn *done, void *arg)
+{
+    if (limit > 100 || limit < 0)
+        limit = 100;
+    if (next_page_token < 0)
+        next_page_token = 0;
+    /* one entry per model name (its default version), sorted by name */
+    int n = 0;
+    for (struct model *m = model_first(); m; m = model_next(m))
+        n += m->is_default;
+    const char **names = xcalloc((size_t)n + 1, sizeof(*names));
+    int k = 0;
+    for (struct model *m = model_first(); m; m = model_next(m))
+        if (m->is_default)
+            names[k++] = m->name;
+    qsort(names, (size_t)n, sizeof(*names), cmp_names);
+
+    json_t *o = json_object();
+    long last = (long)next_page_token + limit;
+    if (last > n) {
+        last = n;
+    } else {
+        char tok[24];
+        snprintf(tok, sizeof(tok), "%ld", last);
+        json_object_set_new(o, "nextPageToken", json_string(tok));
+    }
+    json_t *arr = json_array();
+    for (long i = next_page_token; i < last; i++) {
+        struct model *m = NULL;
+        if (model_find(names[i], NULL, &m))
+            continue;
+        json_t *e = json_object();
+        json_object_set_new(e, "modelName", json_string(m->name));
+        json_object_set_new(e, "modelUrl", json_string(m->url));
+        json_array_append_new(arr, e);
+    }
+    json_object_set_new(o, "models", arr);
+    free(names);
+    char *s = pretty(o);
+    done(arg, 200, NULL, s);
+    free(s);
+    return NULL;
+}
+
+/* ---- describe ---- */
+
+/* Gson's date format for startTime: local time with a literal 'Z', as TorchServe prints it. */
+static json_t *start_time(int64_t wall_ms)
+{
+    time_t t = (time_t)(wall_ms / 1000);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char b[64];
+    snprintf(b, sizeof(b), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(wall_ms % 1000));
+    return json_string(b);
+}
+
+static json_t *describe_one(const struct model *m)
+{
+    const struct model_config *mc = &m->mc;
+    json_t *o = json_object();
+    json_object_set_new(o, "modelName", json_string(m->name));
+    json_object_set_new(o, "modelVersion", json_string(m->version));
+    json_object_set_new(o, "modelUrl", json_string(m->url));
+    json_object_set_new(o, "runtime", json_string(m->manifest.runtime && *m->manifest.runtime
+                                                      ? m->manifest.runtime
+                                                      : "python"));
+    json_object_set_new(o, "minWorkers", json_integer(m->min_workers > 0 ? m->min_workers : 0));
+    json_object_set_new(o, "maxWorkers", json_integer(m->max_workers > 0 ? m->max_workers : 0));
+    json_object_set_new(o, "batchSize", json_integer(m->batch_size));
+    json_object_set_new(o, "maxBatchDelay", json_integer(m->max_batch_delay_ms));
+    json_object_set_new(o, "responseTimeout", json_integer(m->response_timeout_s));
+    json_object_set_new(o, "startupTimeout", json_integer(m->startup_timeout_s));
+    json_object_set_new(o, "maxRetryTimeoutInSec", json_integer(mc->max_retry_timeout_s));
+    json_object_set_new(o, "clientTimeoutInMills", json_integer(mc->client_timeout_ms));
+    json_object_set_new(o, "parallelType", json_string(""));
+    json_object_set_new(o, "parallelLevel", json_integer(0));
+    json_object_set_new(o, "deviceType", json_string("cpu"));
+    json_object_set_new(o, "continuousBatching",
+                        json_boolean(mc->continuous_batching || m->continuous));
+    json_object_set_new(o, "useJobTicket", json_false());
+    json_object_set_new(o, "useVenv", json_false());
+    json_object_set_new(o, "stateful", json_boolean(mc->sequence_batching));
+    json_object_set_new(o, "sequenceMaxIdleMSec", json_integer(mc->seq_max_idle_ms));
+    json_object_set_new(o, "sequenceTimeoutMSec", json_integer(mc->seq_timeout_ms));
+    json_object_set_new(o, "maxNumSequence",
+                        json_integer(mc->max_num_sequence > 0 ? mc->max_num_sequence : 1));
+    json_object_set_new(o, "maxSequenceJobQueueSize", json_integer(mc->max_seq_job_queue));
+    json_object_set_new(o, "loadedAtStartup", json_boolean(m->loaded_at_startup));
+    json_t *ws = json_array();
+    const struct worker *w;
+    TAILQ_FOREACH(w, &m->workers, link)
+    {
+        if (w->state == WORKER_STOPPING)
+            continue;
+        json_t *e = json_object();
+        char id[16];
+        snprintf(id, sizeof(id), "%d", w->id);
+        json_object_set_new(e, "id", json_string(id));
+        json_object_set_new(e, "startTime", start_time(w->start_wall_ms));
+        json_object_set_new(e, "status", json_string(worker_state_name(w)));
+        json_object_set_new(e, "memoryUsage",
+                            json_integer(w->pid > 0 ? (json_int_t)worker_rss_kb(w->pid) * 1024
+                                                    : 0));
+        json_object_set_new(e, "pid", json_integer(w->pid > 0 ? w->pid : -1));
+        json_object_set_new(e, "gpu", json_false());
+        json_object_set_new(e, "gpuUsage", json_string("N/A"));
+        json_array_append_new(ws, e);
+    }
+    json_object_set_new(o, "workers", ws);
+    json_t *q = json_object();
+    json_object_set_new(q, "remainingCapacity", json_integer(m->queue_max - m->queue_len));
+    json_object_set_new(q, "pendingRequests", json_integer(m->queue_len));
+    json_object_set_new(o, "jobQueueStatus", q);
+    return o;
+}
+
+static int cmp_versions(const void *a, const void *b)
+{
+    const struct model *x = *(const struct model *const *)a, *y = *(const struct model *const *)b;
+    return strcmp(x->version, y->version);
+}
+
+static void describe_frame(struct job *j, const struct otf_prediction *p, int final)
+{
+    struct mgmt_op *op = j->sink_arg;
+    if (!op || !final)
+        return;
+    op->job = NULL;
+    job_unref(j);
+    json_t *o = json_array_get(op->describe, 0);
+    size_t blen = p->body.len > 0 ? (size_t)p->body.len : 0;
+    if (blen) {
+        json_error_t je;
+        json_t *meta = json_loadb(p->body.p, blen, JSON_DECODE_ANY, &je);
+        if (!meta)
+            meta = json_stringn(p->body.p, blen);
+        if (meta)
+            json_object_set_new(o, "customizedMetadata", meta);
+    }
+    json_t *arr = op->describe;
+    op->describe = NULL;
+    char *s = pretty(arr);
+    op_finish(op, p->status >= 400 ? p->status : 200, p->status >= 400 ? "InternalServerException"
+                                                                       : NULL,
+              s);
+    free(s);
+}
+
+static void describe_error(struct job *j, int status, const char *type, const char *msg)
+{
+    struct mgmt_op *op = j->sink_arg;
+    if (!op)
+        return;
+    op->job = NULL;
+    job_unref(j);
+    op_finish(op, status, type, msg);
+}
+
+static const struct job_sink describe_sink = {describe_frame, describe_error};
+
+static struct mgmt_op *describe_customized(struct model *m, mgmt_done_fn *done, void *arg)
+{
+    struct mgmt_op *op = op_new(OP_DESCRIBE, done, arg,
+                                (int64_t)m->response_timeout_s * 1000 + 1000, 1000);
+    op->model = m;
+    op->describe = json_array();
+    json_array_append_new(op->describe, describe_one(m));
+    struct job *j = job_new(NULL, &describe_sink, op);
+    job_add_header(j, "describe", "True", 4);
+    int rc = model_submit(m, j);
+    if (rc) {
+        job_unref(j);
+        char *msg = xasprintf("Model \"%s\" has no worker to serve describe request. Please use "
+                              "scale workers API to add workers.",
+                              m->name);
+        op_finish(op, 503, "ServiceUnavailableException", msg);
+        free(msg);
+        return NULL;
+    }
+    op->job = j;
+    return op;
+}
+
+struct mgmt_op *mgmt_describe(const char *name, const char *version, int customized,
+                              mgmt_done_fn *done, void *arg)
+{
+    int all = version && !strcmp(version, "all");
+    struct model *m;
+    if (find_or_fail(name, all ? NULL : version, &m, done, arg))
+        return NULL;
+    if (customized && !all)
+        return describe_customized(m, done, arg);
+    json_t *arr = json_array();
+    if (all) {
+        int n = 0;
+        for (struct model *o = model_first(); o; o = model_next(o))
+            n += !strcmp(o->name, name);
+        struct model **ms = xcalloc((size_t)n + 1, sizeof(*ms));
+        int k = 0;
+        for (struct model *o = model_first(); o; o = model_next(o))
+            if (!strcmp(o->name, name))
+                ms[k++] = o;
+        qsort(ms, (size_t)n, sizeof(*ms), cmp_versions);
+        for (int i = 0; i < n; i++)
+            json_array_append_new(arr, describe_one(ms[i]));
+        free(ms);
+    } else {
+        json_array_append_new(arr, describe_one(m));
+    }
+    char *s = pretty(arr);
+    done(arg, 200, NULL, s);
+    free(s);
+    return NULL;
+}
+
+/* ---- set-default ---- */
+
+struct mgmt_op *mgmt_set_default(const char *name, const char *version, mgmt_done_fn *done,
+                                 void *arg)
+{
+    struct model *m, *def;
+    if (model_find(name ? name : "", NULL, &def) == TS_E_MODEL_NOT_FOUND) {
+        fail(done, arg, 404, "ModelNotFoundException", "Model not found: %s", name ? name : "");
+        return NULL;
+    }
+    if (!version || !*version || model_find(name, version, &m)) {
+        fail(done, arg, 404, "ModelVersionNotFoundException",
+             "Model version %s does not exist for model %s", version ? version : "", name);
+        return NULL;
+    }
+    for (struct model *o = model_first(); o; o = model_next(o))
+        if (!strcmp(o->name, name))
+            o->is_default = o == m;
+    LOG_INFO("default version of model %s is now %s", name, version);
+    ok(done, arg, 200, "Default version successfully updated for model \"%s\" to \"%s\"", name,
+       version);
+    return NULL;
+}
+
+/* ---- gRPC status ---- */
+
+int mgmt_grpc_status(int http_status, const char *exception_type, const char *msg,
+                     const char **msg_out)
+{
+    *msg_out = msg;
+    if (http_status == 405 && exception_type &&
+        !strcmp(exception_type, "MethodNotAllowedException")) {
+        *msg_out = "Model API disabled";
+        return 7; /* PERMISSION_DENIED */
+    }
+    if (http_status >= 200 && http_status < 300)
+        return 0;
+    switch (http_status) {
+    case 400:
+        return 3; /* INVALID_ARGUMENT */
+    case 401:
+        return 16; /* UNAUTHENTICATED */
+    case 403:
+        return 7; /* PERMISSION_DENIED */
+    case 404:
+        return 5; /* NOT_FOUND */
+    case 409:
+        return 10; /* ABORTED */
+    case 413:
+    case 429:
+        return 8; /* RESOURCE_EXHAUSTED */
+    case 416:
+        return 11; /* OUT_OF_RANGE */
+    case 499:
+        return 1; /* CANCELLED */
+    case 501:
+        return 12; /* UNIMPLEMENTED */
+    case 503:
+        return 14; /* UNAVAILABLE */
+    case 504:
+        return 4; /* DEADLINE_EXCEEDED */
+    }
+    if (http_status >= 400 && http_status < 500)
+        return 9; /* FAILED_PRECONDITION */
+    if (http_status >= 500 && http_status < 600)
+        return 13; /* INTERNAL */
+    return 2; /* UNKNOWN */
+}
