@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "management.h"
 #include "model.h"
 #include "sequence.h"
 #include "server.h"
@@ -176,6 +177,7 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
                  m->name, m->version, (long long)(ts_wall_ms() - w->start_wall_ms),
                  m->continuous ? " (continuous batching)" : "");
         model_dispatch(m);
+        mgmt_worker_changed(m);
     }
     free(msg);
 }
@@ -407,6 +409,7 @@ static void reap(struct worker *w, int status)
                   m->name);
         w->state = WORKER_FAILED;
         fail_queue_if_orphaned(m, "its workers failed to load the model");
+        mgmt_worker_changed(m);
         return;
     }
     if (w->state == WORKER_READY && ts_now_us() - w->ready_since_us > 10 * 1000000LL)
@@ -418,6 +421,7 @@ static void reap(struct worker *w, int status)
     LOG_WARN("worker %d of model %s died (%s); respawning in %d ms", w->id, m->name, how, delay);
     w->state = WORKER_BACKOFF;
     arm_timer(w, delay);
+    mgmt_worker_changed(m);
 }
 
 static void on_sigchld(evutil_socket_t fd, short what, void *arg)
