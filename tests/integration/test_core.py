@@ -1,0 +1,467 @@
+"""Acceptance tests of issue 2 (core serving), against the real binaries.
+
+- correctness: /predictions/mlp equals what torch computes here for the same input (the .pt is
+  taken out of model-store/mlp.mar), with batchSize 1 and with batchSize 8 under 16 clients,
+  where the worker must be seen running batches larger than 1;
+- worker crash (kill -9 under load) and a hung worker (SIGSTOP, killed after responseTimeout);
+- bad input, bad archives and a bad model-config.yaml: the right status and a message naming the
+  problem, and the server still answers afterwards;
+- config.properties warnings and errors, the CLI (--start/--stop, pidfile), x-request-id,
+  TorchServe's error body, /ping Healthy/Unhealthy.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+
+import pytest
+import requests
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import BIN, MODEL_STORE, start_server  # noqa: E402
+
+FRONTEND = os.path.join(BIN, "torchserve-c")
+TOL = 1e-5
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+@pytest.fixture(scope="module")
+def mlp_ref():
+    """The archive's TorchScript module, loaded by torch in this process."""
+    import torch
+    torch.set_num_threads(1)
+    d = tempfile.mkdtemp(prefix="tsc-ref-")
+    try:
+        with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
+            z.extract("model.pt", d)
+        m = torch.jit.load(os.path.join(d, "model.pt")).eval()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return m
+
+
+def random_inputs(n, seed):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 64, generator=g) * 4 - 2  # float32, so JSON round-trips exactly
+
+
+def expected(model, x):
+    import torch
+    with torch.no_grad():
+        return model(x.unsqueeze(0))[0].tolist()
+
+
+def assert_close(got, want, what):
+    assert isinstance(got, list) and len(got) == len(want), f"{what}: got {got!r}"
+    diff = max(abs(a - b) for a, b in zip(got, want))
+    assert diff <= TOL, f"{what}: max abs diff {diff} > {TOL}: got {got}, want {want}"
+
+
+def assert_error(r, status, *needles):
+    """TorchServe's error body {"code", "type", "message"} with the message naming the problem."""
+    assert r.status_code == status, f"expected {status}, got {r.status_code}: {r.text}"
+    assert r.headers.get("x-request-id"), f"no x-request-id on {status} response"
+    body = r.json()
+    assert set(body) == {"code", "type", "message"}, body
+    assert body["code"] == status and isinstance(body["type"], str) and body["type"], body
+    for n in needles:
+        assert n.lower() in body["message"].lower(), f"{n!r} not in message {body['message']!r}"
+    return body
+
+
+SAMPLE = {"data": [0.25] * 64}
+
+
+def still_answers(srv):
+    """After a bad request the server still pings and predicts."""
+    assert srv.get("/ping").status_code == 200
+    r = srv.post("/predictions/mlp", json=SAMPLE)
+    assert r.status_code == 200, r.text
+    assert len(r.json()) == 10
+
+
+def metric_value(text, name, model):
+    m = re.search(r'^%s\{model_name="%s"[^}]*\}\s+([0-9.eE+-]+)' % (name, model), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+@pytest.fixture(scope="module")
+def srv():
+    """One mlp server (batchSize 1) shared by the quick checks; max_request_size is small so an
+    oversized body is cheap to send."""
+    tmp = tempfile.mkdtemp(prefix="tsc-core-")
+    s = start_server(tmp, models=["mlp"], config={"max_request_size": 4096})
+    try:
+        s.wait_ready("mlp", body={"json": SAMPLE})
+        yield s
+    finally:
+        s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------- correctness
+
+@pytest.mark.smoke
+def test_correct_batch_size_1(srv, mlp_ref):
+    x = random_inputs(100, seed=1)
+    sess = requests.Session()
+    for i in range(len(x)):
+        r = sess.post(srv.url("/predictions/mlp"), json={"data": x[i].tolist()}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.headers.get("x-ts-worker-batch") == "1"
+        assert_close(r.json(), expected(mlp_ref, x[i]), f"input {i}")
+
+
+def test_correct_batch_size_8_concurrent(server_factory, mlp_ref):
+    s = server_factory(models=["mlp"],
+                       yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 10}})
+    s.wait_ready("mlp", body={"json": SAMPLE})
+    x = random_inputs(100, seed=2)
+    results = [None] * len(x)
+    errors = []
+
+    def client(k):
+        sess = requests.Session()
+        try:
+            for i in range(k, len(x), 16):
+                r = sess.post(s.url("/predictions/mlp"), json={"data": x[i].tolist()}, timeout=30)
+                results[i] = (r.status_code, r.text, int(r.headers.get("x-ts-worker-batch", 0)))
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    batches = []
+    for i, (status, text, batch) in enumerate(results):
+        assert status == 200, text
+        assert_close(json.loads(text), expected(mlp_ref, x[i]), f"input {i}")
+        assert 1 <= batch <= 8
+        batches.append(batch)
+    assert max(batches) > 1, f"the worker never ran a batch larger than 1: {batches}"
+    metrics = s.get("/metrics", api="metrics").text
+    mbs = metric_value(metrics, "ts_max_batch_size", "mlp")
+    assert mbs is not None and 1 < mbs <= 8, metrics
+
+
+# ---------------------------------------------------------------------------------- workers
+
+def _load(s, stop, results):
+    sess = requests.Session()
+    while not stop.is_set():
+        try:
+            r = sess.post(s.url("/predictions/mlp"), json=SAMPLE, timeout=30)
+            results.append((time.monotonic(), r.status_code, r.text))
+        except requests.RequestException as e:
+            results.append((time.monotonic(), None, repr(e)))
+            sess = requests.Session()
+
+
+def _first_success_after(results, t0, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ok = [t for t, st, _ in list(results) if st == 200 and t > t0]
+        if ok:
+            return min(ok) - t0
+        time.sleep(0.02)
+    return None
+
+
+def test_worker_crash_under_load(server_factory):
+    """kill -9 of the worker while 4 clients keep it busy: in-flight requests get 500 "Worker
+    died", the others succeed, and a new worker serves within 2 s. Twice: once straight, once
+    after a SIGSTOP so that requests are certainly in flight when the SIGKILL lands."""
+    s = server_factory(models=["mlp"])
+    s.wait_ready("mlp", body={"json": SAMPLE})
+    stop, results = threading.Event(), []
+    threads = [threading.Thread(target=_load, args=(s, stop, results)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        recovery = []
+        for stopped_first in (False, True):
+            time.sleep(0.5)
+            (pid,) = s.worker_pids()
+            if stopped_first:
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(0.3)  # one request in flight on the frozen worker, the rest queued
+            t_kill = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            dt = _first_success_after(results, t_kill, 10)
+            assert dt is not None, "no request succeeded after the kill\n" + s.log()[-3000:]
+            recovery.append(dt)
+            new = s.worker_pids()
+            assert new and pid not in new
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    statuses = [st for _, st, _ in results]
+    assert set(statuses) <= {200, 500}, [r for r in results if r[1] not in (200, 500)][:3]
+    failed = [txt for _, st, txt in results if st == 500]
+    assert failed, "no in-flight request was failed (the SIGSTOPped worker had one)"
+    for txt in failed:
+        body = json.loads(txt)
+        assert body["code"] == 500 and "worker died" in body["message"].lower(), body
+    assert statuses.count(200) > 10 * len(failed)
+    assert all(dt <= 2.0 for dt in recovery), f"recovery took {recovery} s (limit 2 s)"
+    assert "respawning" in s.log()
+
+
+def test_hung_worker_killed_after_response_timeout(server_factory):
+    """A worker that stops answering (SIGSTOP: truly hung, not busy) is killed once
+    responseTimeout passes; its request gets an error and a new worker takes over."""
+    s = server_factory(models=["mlp"], yaml={"mlp": {"responseTimeout": 1}})
+    s.wait_ready("mlp", body={"json": SAMPLE})
+    (pid,) = s.worker_pids()
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        r = s.post("/predictions/mlp", json=SAMPLE, timeout=15)
+    finally:
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGCONT)
+    dt = time.monotonic() - t0
+    assert_error(r, 500, "did not respond")
+    assert 0.9 <= dt <= 4.0, f"answered after {dt:.2f} s with responseTimeout 1 s"
+    assert "did not respond within responseTimeout" in s.log()
+    s.wait_ready("mlp", timeout=10, body={"json": SAMPLE})
+    assert pid not in s.worker_pids()
+
+
+# ---------------------------------------------------------------------------------- bad input
+
+def _post_raw(srv, data, ctype="application/json", path="/predictions/mlp"):
+    return requests.post(srv.url(path), data=data, headers={"Content-Type": ctype}, timeout=30)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("body,needles", [
+    (b'{"data": [1.0, 2.0', ("malformed JSON",)),
+    (json.dumps({"data": [0.5] * 63}).encode(), ("shape", "[63]", "[64]")),
+    (json.dumps({"data": [[0.5] * 64, [0.5] * 32]}).encode(), ("ragged",)),
+    (json.dumps({"data": ["x"] * 64}).encode(), ("expected a number", "string")),
+    (json.dumps({"data": [True] * 64}).encode(), ("expected a number",)),
+    (b"", ("empty body",)),
+], ids=["malformed-json", "wrong-shape", "ragged", "wrong-dtype-str", "wrong-dtype-bool",
+        "empty-body"])
+def test_bad_input_400(srv, body, needles):
+    assert_error(_post_raw(srv, body), 400, *needles)
+    still_answers(srv)
+
+
+@pytest.mark.smoke
+def test_oversized_body_413(srv):
+    body = json.dumps({"data": [0.123456789] * 400}).encode()
+    assert len(body) > 4096
+    assert_error(_post_raw(srv, body), 413, "max_request_size", str(len(body)))
+    still_answers(srv)
+
+
+@pytest.mark.smoke
+def test_unknown_model_and_version_404(srv):
+    assert_error(srv.post("/predictions/nosuch", json=SAMPLE), 404, "nosuch")
+    body = assert_error(srv.post("/predictions/mlp/9.9", json=SAMPLE), 404, "9.9", "mlp")
+    assert body["type"] == "ModelVersionNotFoundException"
+    assert srv.post("/predictions/mlp/1.0", json=SAMPLE).status_code == 200
+    assert_error(srv.get("/no/such/path"), 404)
+    still_answers(srv)
+
+
+@pytest.mark.smoke
+def test_request_id_on_every_response(srv):
+    responses = [
+        srv.get("/ping"),
+        srv.post("/predictions/mlp", json=SAMPLE),
+        srv.post("/predictions/mlp", data=b"{"),
+        srv.post("/predictions/nosuch", json=SAMPLE),
+        srv.get("/nowhere"),
+        srv.get("/models", api="management"),
+    ]
+    for r in responses:
+        rid = r.headers.get("x-request-id")
+        assert rid and re.fullmatch(r"[0-9a-f-]{36}", rid), (r.url, r.status_code, r.headers)
+    assert len({r.headers["x-request-id"] for r in responses}) == len(responses)
+    # a client's own id is echoed
+    r = srv.post("/predictions/mlp", json=SAMPLE, headers={"x-request-id": "my-req-42"})
+    assert r.status_code == 200 and r.headers["x-request-id"] == "my-req-42"
+
+
+@pytest.mark.smoke
+def test_ping_healthy(srv):
+    r = srv.get("/ping")
+    assert r.status_code == 200 and r.json() == {"status": "Healthy"}
+
+
+# ---------------------------------------------------------------------------------- archives
+
+def _mar_variant(src, dst, replace=None, extra=None):
+    """Copies a .mar, replacing entries' bytes and adding raw entries (names as given)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for n in zin.namelist():
+            data = zin.read(n)
+            zout.writestr(n, (replace or {}).get(n, data))
+        for n, data in (extra or {}).items():
+            zout.writestr(zipfile.ZipInfo(n), data)
+
+
+@pytest.mark.smoke
+def test_bad_archives_refused_at_startup(server_factory, tmp_path):
+    """Startup models with a ../ entry, a wrong-typed model-config.yaml or an unloadable .pt are
+    refused with a message naming the problem; the good model is served; /ping reports the
+    model whose workers failed as Unhealthy; an unknown config key only warns."""
+    store = tmp_path / "store"
+    store.mkdir()
+    mlp = os.path.join(MODEL_STORE, "mlp.mar")
+    shutil.copy(mlp, store / "mlp.mar")
+    _mar_variant(mlp, store / "evil.mar", extra={"../escaped.txt": b"pwned"})
+    _mar_variant(mlp, store / "badyaml.mar",
+                 replace={"model-config.yaml": b"minWorkers: 1\nmaxWorkers: 1\nbatchSize: eight\n"})
+    _mar_variant(mlp, store / "broken.mar", replace={"model.pt": b"not a torchscript file"})
+    s = server_factory(store=str(store), load=False, config={"no_such_key": "1"},
+                       extra_args=["--models", "mlp=mlp.mar", "evil=evil.mar",
+                                   "badyaml=badyaml.mar", "broken=broken.mar"])
+    s.wait_ready("mlp", body={"json": SAMPLE})
+    log = s.log()
+    assert re.search(r"config\.properties:\d+: unknown key 'no_such_key'", log), log
+    assert re.search(r"evil.*'\.\./escaped\.txt'", log), log
+    assert re.search(r"badyaml.*model-config\.yaml:3: batchSize: expected an integer", log), log
+    for d in (tmp_path, store, tmp_path.parent):
+        assert not (d / "escaped.txt").exists()
+    assert_error(s.post("/predictions/evil", json=SAMPLE), 404, "evil")
+    assert_error(s.post("/predictions/badyaml", json=SAMPLE), 404, "badyaml")
+    deadline = time.time() + 20  # until the broken model's worker has failed to load
+    while time.time() < deadline and s.get("/ping").status_code == 200:
+        time.sleep(0.1)
+    r = s.get("/ping")
+    assert r.status_code == 500 and r.json() == {"status": "Unhealthy"}, r.text
+    assert_error(s.post("/predictions/broken", json=SAMPLE), 503, "broken")
+    r = s.post("/predictions/mlp", json=SAMPLE)
+    assert r.status_code == 200 and len(r.json()) == 10
+
+
+# ---------------------------------------------------------------------------------- config, CLI
+
+def _write_config(tmp, lines):
+    p = os.path.join(tmp, "config.properties")
+    with open(p, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return p
+
+
+def _env(tmp):
+    e = dict(os.environ)
+    e["TMPDIR"] = tmp
+    return e
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("line,needle", [
+    ("job_queue_size=lots", "job_queue_size"),
+    ("inference_address=ftp//nowhere", "inference_address"),
+    ("default_workers_per_model=-3", "default_workers_per_model"),
+])
+def test_bad_config_value_stops_start(tmp_path, line, needle):
+    tmp = str(tmp_path)
+    (tmp_path / "store").mkdir()
+    cfg = _write_config(tmp, ["# comment", "disable_token_authorization=true", line])
+    p = subprocess.run([FRONTEND, "--start", "--foreground", "--model-store", "store",
+                        "--ts-config", cfg], cwd=tmp, env=_env(tmp), capture_output=True,
+                       timeout=20)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode != 0, err
+    assert f"{cfg}:3:" in err and needle in err, err
+    assert b"Model server started." not in p.stdout
+
+
+def _children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                st = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(st[1]) == pid and st[0] != "Z":
+                out.append(int(d))
+    return out
+
+
+def _alive(pid):
+    try:
+        st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return st[0] != "Z"
+
+
+@pytest.mark.smoke
+def test_cli_start_pidfile_stop(tmp_path):
+    tmp = str(tmp_path)
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copy(os.path.join(MODEL_STORE, "mlp.mar"), store)
+    from conftest import free_port
+    port = free_port()
+    cfg = _write_config(tmp, [
+        f"inference_address=http://127.0.0.1:{port}",
+        f"management_address=http://127.0.0.1:{free_port()}",
+        f"metrics_address=http://127.0.0.1:{free_port()}",
+        f"grpc_inference_port={free_port()}",
+        f"grpc_management_port={free_port()}",
+        "disable_token_authorization=true",
+    ])
+    args = [FRONTEND, "--start", "--model-store", str(store), "--models", "mlp.mar",
+            "--ts-config", cfg]
+    pid = None
+    try:
+        p = subprocess.run(args, cwd=tmp, env=_env(tmp), capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.decode().strip().endswith("Model server started.")
+        pid = int(open(os.path.join(tmp, ".torchserve-c.pid")).read())
+        assert _alive(pid)
+        url = f"http://127.0.0.1:{port}/predictions/mlp"
+        deadline = time.time() + 60
+        while True:
+            r = requests.post(url, json=SAMPLE, timeout=30)
+            if r.status_code == 200 or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert r.status_code == 200, r.text
+        workers = _children(pid)
+        assert workers
+
+        # a second instance with the same TMPDIR is refused by the pidfile
+        p2 = subprocess.run(args, cwd=tmp, env=_env(tmp), capture_output=True, timeout=60)
+        assert p2.returncode != 0
+        assert b"Model server started." not in p2.stdout
+        assert "already running" in (p2.stderr + open(os.path.join(tmp, "logs/ts_log.log"),
+                                                     "rb").read()).decode(errors="replace")
+        assert requests.post(url, json=SAMPLE, timeout=30).status_code == 200
+        assert int(open(os.path.join(tmp, ".torchserve-c.pid")).read()) == pid
+
+        # --stop returns once the server and its workers are gone
+        p3 = subprocess.run([FRONTEND, "--stop"], cwd=tmp, env=_env(tmp), capture_output=True,
+                            timeout=90)
+        assert p3.returncode == 0, p3.stderr
+        assert not _alive(pid)
+        assert not [w for w in workers if _alive(w)], "workers outlived --stop"
+        assert not os.path.exists(os.path.join(tmp, ".torchserve-c.pid"))
+        p4 = subprocess.run([FRONTEND, "--stop"], cwd=tmp, env=_env(tmp), capture_output=True,
+                            timeout=30)
+        assert p4.returncode != 0 and b"not currently running" in p4.stdout
+    finally:
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
