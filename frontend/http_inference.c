@@ -25,6 +25,7 @@
 #include <strings.h>
 
 #include "auth.h"
+#include "http_oip.h"
 #include "http_server.h"
 #include "http_stream.h"
 #include "job.h"
@@ -161,6 +162,8 @@ void http_inference_handle(struct evhttp_request *req)
         predictions(req, rid, &p, 0);
     else if (p.n >= 1 && !strcmp(p.seg[0], "explanations") && cmd != EVHTTP_REQ_OPTIONS)
         predictions(req, rid, &p, 1);
+    else if (p.n >= 1 && !strcmp(p.seg[0], "v2"))
+        http_oip_handle(req, rid, &p);
     else
         http_send_error(req, rid, 404, "ResourceNotFoundException",
                         "Requested resource is not found, please refer to API document.");

@@ -14,6 +14,7 @@
 #include "handler.h"
 #include "handler_loader.h"
 #include "log.h"
+#include "oip.h"
 #include "tjson.h"
 #include "torch_shim.h"
 #include "util.h"
@@ -23,6 +24,7 @@ struct tsc_state {
     int has_shape;
     int64_t shape[TSH_MAX_DIMS]; /* per-sample input shape */
     int ndim;
+    struct oip_model *oip; /* OIP tensor requests (oip.c) */
 };
 
 struct item {
@@ -131,6 +133,11 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
         tsh_names_free(names, nnames);
     } else {
         free(err);
+    }
+    if (!(s->oip = oip_model_new(ctx, s->m))) {
+        tsh_model_free(s->m);
+        free(s);
+        return -1;
     }
     if (s->has_shape)
         warm_up(ctx, s);
@@ -299,8 +306,18 @@ static void tsc_handle(void *state, struct ts_ctx *ctx, size_t n)
     struct tsc_state *s = state;
     struct item *items = xcalloc(n ? n : 1, sizeof(*items));
     char err[512];
+    /* OIP tensor requests (application/x-ts-oip) are answered by oip.c */
+    size_t *oip_idx = xcalloc(n ? n : 1, sizeof(*oip_idx)), n_oip = 0;
+    for (size_t i = 0; i < n; i++)
+        if (oip_is_request(ctx, i)) {
+            oip_idx[n_oip++] = i;
+            items[i].grouped = 1;
+        }
+    if (n_oip)
+        oip_handle(ctx, s->oip, s->m, oip_idx, n_oip);
+    free(oip_idx);
     for (size_t i = 0; i < n; i++) {
-        if (ts_is_cancelled(ctx, i))
+        if (ts_is_cancelled(ctx, i) || items[i].grouped)
             continue;
         if (parse_request(ctx, i, s, &items[i], err, sizeof(err))) {
             ts_log(ctx, LOG_LEVEL_DEBUG, "request %s: %s", ts_request_id(ctx, i), err);
@@ -320,6 +337,7 @@ static void tsc_handle(void *state, struct ts_ctx *ctx, size_t n)
 static void tsc_destroy(void *state)
 {
     struct tsc_state *s = state;
+    oip_model_free(s->oip);
     tsh_model_free(s->m);
     free(s);
 }

@@ -1,0 +1,866 @@
+/*
+ * http_oip: OIP REST (see http_oip.h). Parsing and validation happen here, before a job exists:
+ * the JSON request (nested or flat data) or Triton's binary extension becomes raw tensors, which
+ * oip_req.c turns into the job's body. Replies go through http_stream.c with this module's
+ * transform (a worker frame -> an OIP response JSON) and error_body ({"error"}) hooks, in
+ * MLServer's SSE framing on the *_stream routes.
+ */
+#include "http_oip.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http_server.h"
+#include "http_stream.h"
+#include "job.h"
+#include "log.h"
+#include "model.h"
+#include "oip_req.h"
+#include "server.h"
+
+#define BINARY_HEADER "Inference-Header-Content-Length"
+
+/* Per-call state of an OIP reply (http_call.arg). */
+struct oip_http {
+    char *model_name;
+    char *model_version;
+    char *id;           /* echoed: the request's id, else the x-request-id */
+    int generate;       /* answer with text_output */
+    int whole;          /* one reply at the end (infer / generate) */
+    struct buf acc;     /* text chunks so far, for whole replies */
+    int binary_all;     /* parameters.binary_data_output */
+    json_t *binary_out; /* names of outputs asked with parameters.binary_data (array) */
+};
+
+static void oip_http_free(void *arg)
+{
+    struct oip_http *o = arg;
+    free(o->model_name);
+    free(o->model_version);
+    free(o->id);
+    buf_free(&o->acc);
+    json_decref(o->binary_out);
+    free(o);
+}
+
+static void send_error(struct evhttp_request *req, const char *rid, int status, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
+
+static char *error_json(const char *msg)
+{
+    json_t *o = json_pack("{s:s}", "error", msg);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static void send_error(struct evhttp_request *req, const char *rid, int status, const char *fmt,
+                       ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    char *s = error_json(msg);
+    http_send(req, rid, status, "application/json", s, strlen(s));
+    free(s);
+}
+
+static void send_json(struct evhttp_request *req, const char *rid, int status, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    http_send(req, rid, status, "application/json", s, strlen(s));
+    free(s);
+}
+
+/* ---------------------------------------------------------------- response JSON */
+
+static void put_jstr(struct buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    buf_reserve(b, n + 2);
+    buf_put_u8(b, '"');
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch != '"' && ch != '\\')
+            continue;
+        buf_put(b, s + run, i - run);
+        run = i + 1;
+        char esc[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
+        switch (ch) {
+        case '"':
+            buf_put(b, "\\\"", 2);
+            break;
+        case '\\':
+            buf_put(b, "\\\\", 2);
+            break;
+        case '\n':
+            buf_put(b, "\\n", 2);
+            break;
+        case '\r':
+            buf_put(b, "\\r", 2);
+            break;
+        case '\t':
+            buf_put(b, "\\t", 2);
+            break;
+        default:
+            buf_put(b, esc, 6);
+        }
+    }
+    buf_put(b, s + run, n - run);
+    buf_put_u8(b, '"');
+}
+
+static void put_double(struct buf *b, double v, int digits)
+{
+    if (!isfinite(v)) {
+        buf_puts(b, "null"); /* JSON has no NaN / Infinity */
+        return;
+    }
+    char tmp[40];
+    int n = snprintf(tmp, sizeof(tmp), "%.*g", digits, v);
+    buf_put(b, tmp, (size_t)n);
+}
+
+static uint64_t rd_le(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* The flat data array of a tensor. */
+static void put_data(struct buf *b, const struct oip_tensor *t)
+{
+    buf_put_u8(b, '[');
+    if (t->dtype == OIP_BYTES) {
+        const uint8_t *p = t->data, *s;
+        uint32_t n;
+        int first = 1;
+        while (oip_bytes_next(&p, t->data + t->nbytes, &s, &n) == 1) {
+            if (!first)
+                buf_put_u8(b, ',');
+            first = 0;
+            put_jstr(b, (const char *)s, n);
+        }
+        buf_put_u8(b, ']');
+        return;
+    }
+    size_t es = oip_dtype_size(t->dtype), n = es ? t->nbytes / es : 0;
+    char tmp[32];
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *e = t->data + i * es;
+        uint64_t u = rd_le(e, es);
+        if (i)
+            buf_put_u8(b, ',');
+        int k = 0;
+        switch (t->dtype) {
+        case OIP_BOOL:
+            buf_puts(b, u ? "true" : "false");
+            break;
+        case OIP_UINT8:
+        case OIP_UINT16:
+        case OIP_UINT32:
+        case OIP_UINT64:
+            k = snprintf(tmp, sizeof(tmp), "%llu", (unsigned long long)u);
+            break;
+        case OIP_INT8:
+            k = snprintf(tmp, sizeof(tmp), "%d", (int)(int8_t)u);
+            break;
+        case OIP_INT16:
+            k = snprintf(tmp, sizeof(tmp), "%d", (int)(int16_t)u);
+            break;
+        case OIP_INT32:
+            k = snprintf(tmp, sizeof(tmp), "%d", (int)(int32_t)u);
+            break;
+        case OIP_INT64:
+            k = snprintf(tmp, sizeof(tmp), "%lld", (long long)(int64_t)u);
+            break;
+        case OIP_FP16:
+            put_double(b, oip_half_to_float((uint16_t)u), 6);
+            break;
+        case OIP_BF16:
+            put_double(b, oip_bf16_to_float((uint16_t)u), 4);
+            break;
+        case OIP_FP32: {
+            uint32_t x = (uint32_t)u;
+            float f;
+            memcpy(&f, &x, 4);
+            put_double(b, f, 9);
+            break;
+        }
+        case OIP_FP64: {
+            double d;
+            memcpy(&d, &u, 8);
+            put_double(b, d, 17);
+            break;
+        }
+        }
+        if (k > 0)
+            buf_put(b, tmp, (size_t)k);
+    }
+    buf_put_u8(b, ']');
+}
+
+static void put_head(struct buf *b, const struct oip_http *o)
+{
+    buf_puts(b, "{\"model_name\":");
+    put_jstr(b, o->model_name, strlen(o->model_name));
+    buf_puts(b, ",\"model_version\":");
+    put_jstr(b, o->model_version, strlen(o->model_version));
+    buf_puts(b, ",\"id\":");
+    put_jstr(b, o->id, strlen(o->id));
+}
+
+static void put_text_response(struct buf *b, const struct oip_http *o, const char *s, size_t n)
+{
+    if (o->generate) {
+        buf_puts(b, "{\"text_output\":");
+        put_jstr(b, s, n);
+        buf_puts(b, ",\"model_name\":");
+        put_jstr(b, o->model_name, strlen(o->model_name));
+        buf_puts(b, ",\"model_version\":");
+        put_jstr(b, o->model_version, strlen(o->model_version));
+        buf_puts(b, ",\"id\":");
+        put_jstr(b, o->id, strlen(o->id));
+        buf_put_u8(b, '}');
+        return;
+    }
+    put_head(b, o);
+    buf_puts(b, ",\"outputs\":[{\"name\":\"output\",\"datatype\":\"BYTES\",\"shape\":[1],"
+                "\"data\":[");
+    put_jstr(b, s, n);
+    buf_puts(b, "]}]}");
+}
+
+static int output_binary(const struct oip_http *o, const char *name)
+{
+    if (o->binary_all)
+        return 1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(o->binary_out, i, v)
+    if (!strcmp(json_string_value(v), name))
+        return 1;
+    return 0;
+}
+
+/* Tensor outputs; binary ones go after the JSON (Triton's extension). */
+static void put_tensor_response(struct http_call *c, struct buf *b, struct oip_http *o,
+                                const struct oip_result *r)
+{
+    put_head(b, o);
+    if (r->parameters) {
+        char *ps = json_dumps(r->parameters, JSON_COMPACT);
+        buf_puts(b, ",\"parameters\":");
+        buf_puts(b, ps);
+        free(ps);
+    }
+    buf_puts(b, ",\"outputs\":[");
+    int any_binary = 0;
+    for (size_t i = 0; i < r->n_outputs; i++) {
+        const struct oip_tensor *t = &r->outputs[i];
+        if (i)
+            buf_put_u8(b, ',');
+        buf_puts(b, "{\"name\":");
+        put_jstr(b, t->name, strlen(t->name));
+        buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", oip_dtype_name(t->dtype));
+        for (int k = 0; k < t->ndim; k++)
+            buf_printf(b, "%s%lld", k ? "," : "", (long long)t->shape[k]);
+        buf_put_u8(b, ']');
+        if (!c->sse && output_binary(o, t->name)) {
+            buf_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
+            any_binary = 1;
+            continue;
+        }
+        buf_puts(b, ",\"data\":");
+        put_data(b, t);
+        buf_put_u8(b, '}');
+    }
+    buf_puts(b, "]}");
+    if (!any_binary)
+        return;
+    char n[32];
+    snprintf(n, sizeof(n), "%zu", b->len);
+    evhttp_add_header(evhttp_request_get_output_headers(c->req), BINARY_HEADER, n);
+    c->ctype = "application/octet-stream";
+    for (size_t i = 0; i < r->n_outputs; i++)
+        if (output_binary(o, r->outputs[i].name))
+            buf_put(b, r->outputs[i].data, r->outputs[i].nbytes);
+}
+
+static char *finish(struct buf *b, size_t *len)
+{
+    *len = b->len;
+    if (!b->data)
+        return xstrdup("");
+    return (char *)b->data;
+}
+
+static char *oip_transform(struct http_call *c, const struct otf_prediction *p, int final,
+                           size_t *len)
+{
+    struct oip_http *o = c->arg;
+    struct oip_result r;
+    oip_req_result(p, &r);
+    struct buf b;
+    buf_init(&b);
+    if (r.status >= 400) {
+        char *s = error_json(r.error);
+        buf_puts(&b, s);
+        free(s);
+    } else if (r.is_text) {
+        if (o->whole) {
+            buf_put(&o->acc, r.text, r.text_len);
+            if (final)
+                put_text_response(&b, o, o->acc.data ? (char *)o->acc.data : "", o->acc.len);
+        } else if (r.text_len) {
+            put_text_response(&b, o, r.text, r.text_len);
+        }
+    } else {
+        put_tensor_response(c, &b, o, &r);
+    }
+    oip_req_result_free(&r);
+    return finish(&b, len);
+}
+
+static char *oip_error_body(struct http_call *c, int status, const char *type, const char *msg)
+{
+    (void)c;
+    (void)status;
+    (void)type;
+    return error_json(msg);
+}
+
+/* ---------------------------------------------------------------- request parsing */
+
+struct parsed {
+    struct oip_request r;
+    struct buf raw;          /* JSON data converted to raw tensors */
+    size_t off[OIP_MAX_TENSORS];
+    int from_raw[OIP_MAX_TENSORS]; /* data is in raw (else in the binary section) */
+    int binary_all;
+    json_t *binary_out;
+};
+
+static int elem_to_raw(struct buf *b, int dtype, json_t *v, size_t idx, size_t ti, char *err,
+                       size_t errlen)
+{
+    static const struct {
+        long long lo;
+        unsigned long long hi;
+    } range[OIP_DTYPE_COUNT] = {
+        [OIP_UINT8] = {0, 255},
+        [OIP_UINT16] = {0, 65535},
+        [OIP_UINT32] = {0, 4294967295ULL},
+        [OIP_UINT64] = {0, (unsigned long long)INT64_MAX},
+        [OIP_INT8] = {-128, 127},
+        [OIP_INT16] = {-32768, 32767},
+        [OIP_INT32] = {INT32_MIN, INT32_MAX},
+        [OIP_INT64] = {INT64_MIN, (unsigned long long)INT64_MAX},
+    };
+    const char *got = json_is_string(v)    ? "string"
+                      : json_is_integer(v) ? "integer"
+                      : json_is_real(v)    ? "number"
+                      : json_is_boolean(v) ? "boolean"
+                      : json_is_null(v)    ? "null"
+                                           : "object";
+    uint8_t le[8];
+    switch (dtype) {
+    case OIP_BOOL:
+        if (!json_is_boolean(v))
+            goto bad;
+        buf_put_u8(b, json_is_true(v) ? 1 : 0);
+        return 0;
+    case OIP_BYTES: {
+        if (!json_is_string(v))
+            goto bad;
+        size_t n = json_string_length(v);
+        uint8_t l4[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+        buf_put(b, l4, 4);
+        buf_put(b, json_string_value(v), n);
+        return 0;
+    }
+    case OIP_FP16:
+    case OIP_BF16:
+    case OIP_FP32:
+    case OIP_FP64: {
+        if (!json_is_number(v))
+            goto bad;
+        double d = json_number_value(v);
+        if (dtype == OIP_FP64) {
+            memcpy(le, &d, 8);
+            buf_put(b, le, 8);
+        } else if (dtype == OIP_FP32) {
+            float f = (float)d;
+            memcpy(le, &f, 4);
+            buf_put(b, le, 4);
+        } else {
+            uint16_t h = dtype == OIP_FP16 ? oip_float_to_half((float)d)
+                                           : oip_float_to_bf16((float)d);
+            uint8_t h2[2] = {(uint8_t)h, (uint8_t)(h >> 8)};
+            buf_put(b, h2, 2);
+        }
+        return 0;
+    }
+    default: {
+        if (!json_is_integer(v))
+            goto bad;
+        long long x = json_integer_value(v);
+        if (x < range[dtype].lo || (x > 0 && (unsigned long long)x > range[dtype].hi)) {
+            snprintf(err, errlen, "inputs[%zu].data[%zu]: %lld is out of range for %s", ti, idx,
+                     x, oip_dtype_name(dtype));
+            return -1;
+        }
+        uint64_t u = (uint64_t)x;
+        size_t es = oip_dtype_size(dtype);
+        for (size_t k = 0; k < es; k++)
+            le[k] = (uint8_t)(u >> (8 * k));
+        buf_put(b, le, es);
+        return 0;
+    }
+    }
+bad:
+    snprintf(err, errlen, "inputs[%zu].data[%zu]: expected %s for datatype %s, got %s", ti, idx,
+             dtype == OIP_BOOL    ? "a boolean"
+             : dtype == OIP_BYTES ? "a string"
+             : dtype >= OIP_FP16 && dtype <= OIP_BF16 ? "a number"
+                                                      : "an integer",
+             oip_dtype_name(dtype), got);
+    return -1;
+}
+
+/* Nested or flat data, row-major, into b; *count elements. */
+static int data_to_raw(struct buf *b, int dtype, json_t *v, size_t *count, size_t ti, int depth,
+                       char *err, size_t errlen)
+{
+    if (!json_is_array(v))
+        return elem_to_raw(b, dtype, v, (*count)++, ti, err, errlen);
+    if (depth > OIP_MAX_DIMS) {
+        snprintf(err, errlen, "inputs[%zu].data: nested deeper than %d levels", ti,
+                 OIP_MAX_DIMS);
+        return -1;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        if (data_to_raw(b, dtype, e, count, ti, depth + 1, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+static void shape_str(char *out, size_t n, const int64_t *shape, int ndim)
+{
+    size_t k = (size_t)snprintf(out, n, "[");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? "," : "", (long long)shape[i]);
+    if (k < n)
+        snprintf(out + k, n - k, "]");
+}
+
+static int parse_input(struct parsed *ps, json_t *in, size_t i, const uint8_t **bin,
+                       const uint8_t *bin_end, char *err, size_t errlen)
+{
+    struct oip_tensor *t = &ps->r.inputs[i];
+    if (!json_is_object(in)) {
+        snprintf(err, errlen, "inputs[%zu]: expected an object", i);
+        return -1;
+    }
+    json_t *name = json_object_get(in, "name"), *dt = json_object_get(in, "datatype");
+    json_t *shape = json_object_get(in, "shape"), *data = json_object_get(in, "data");
+    json_t *prm = json_object_get(in, "parameters");
+    if (!json_is_string(name)) {
+        snprintf(err, errlen, "inputs[%zu].name: expected a string", i);
+        return -1;
+    }
+    t->name = json_string_value(name);
+    if (!json_is_string(dt)) {
+        snprintf(err, errlen, "inputs[%zu].datatype: expected a string", i);
+        return -1;
+    }
+    t->dtype = oip_dtype_from_name(json_string_value(dt));
+    if (t->dtype < 0) {
+        snprintf(err, errlen,
+                 "inputs[%zu].datatype: unknown datatype \"%s\" (expected BOOL, UINT8..UINT64, "
+                 "INT8..INT64, FP16, FP32, FP64, BF16 or BYTES)",
+                 i, json_string_value(dt));
+        return -1;
+    }
+    if (!json_is_array(shape) || json_array_size(shape) > OIP_MAX_DIMS) {
+        snprintf(err, errlen, "inputs[%zu].shape: expected an array of at most %d sizes", i,
+                 OIP_MAX_DIMS);
+        return -1;
+    }
+    size_t k;
+    json_t *d;
+    json_array_foreach(shape, k, d)
+    {
+        if (!json_is_integer(d) || json_integer_value(d) < 0) {
+            snprintf(err, errlen, "inputs[%zu].shape[%zu]: expected an integer >= 0", i, k);
+            return -1;
+        }
+        t->shape[t->ndim++] = json_integer_value(d);
+    }
+    if (prm && !json_is_object(prm)) {
+        snprintf(err, errlen, "inputs[%zu].parameters: expected an object", i);
+        return -1;
+    }
+    t->parameters = prm;
+    char sh[128], why[256];
+    shape_str(sh, sizeof(sh), t->shape, t->ndim);
+    int64_t numel = oip_numel(t->shape, t->ndim);
+    if (numel < 0 || numel > srv->cfg.max_request_size) {
+        snprintf(err, errlen, "inputs[%zu].shape %s is too large", i, sh);
+        return -1;
+    }
+    json_t *bsz = json_object_get(prm, "binary_data_size");
+    if (bsz) {
+        if (!json_is_integer(bsz) || json_integer_value(bsz) < 0) {
+            snprintf(err, errlen, "inputs[%zu].parameters.binary_data_size: expected an integer "
+                                  ">= 0",
+                     i);
+            return -1;
+        }
+        if (data) {
+            snprintf(err, errlen, "inputs[%zu]: has both data and binary_data_size", i);
+            return -1;
+        }
+        size_t n = (size_t)json_integer_value(bsz);
+        if (!*bin || (size_t)(bin_end - *bin) < n) {
+            snprintf(err, errlen,
+                     "inputs[%zu].parameters.binary_data_size: %zu bytes exceed the binary data "
+                     "after the JSON header",
+                     i, n);
+            return -1;
+        }
+        t->data = *bin;
+        t->nbytes = n;
+        *bin += n;
+        if (oip_check_data(t->dtype, t->shape, t->ndim, t->data, n, why, sizeof(why))) {
+            snprintf(err, errlen, "inputs[%zu] (binary): %s", i, why);
+            return -1;
+        }
+        return 0;
+    }
+    if (!data) {
+        snprintf(err, errlen, "inputs[%zu].data: missing", i);
+        return -1;
+    }
+    size_t count = 0;
+    ps->off[i] = ps->raw.len;
+    ps->from_raw[i] = 1;
+    if (data_to_raw(&ps->raw, t->dtype, data, &count, i, 0, err, errlen))
+        return -1;
+    if ((int64_t)count != numel) {
+        snprintf(err, errlen, "inputs[%zu].shape %s does not match %zu data elements", i, sh,
+                 count);
+        return -1;
+    }
+    t->nbytes = ps->raw.len - ps->off[i];
+    return 0;
+}
+
+/* 0, or -1 with err (400). */
+static int parse_request(struct parsed *ps, json_t *root, int generate_route, const uint8_t *bin,
+                         size_t binlen, char *err, size_t errlen)
+{
+    struct oip_request *r = &ps->r;
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "request body: expected a JSON object");
+        return -1;
+    }
+    json_t *id = json_object_get(root, "id");
+    if (id && !json_is_string(id)) {
+        snprintf(err, errlen, "id: expected a string");
+        return -1;
+    }
+    r->id = id ? json_string_value(id) : NULL;
+    json_t *prm = json_object_get(root, "parameters");
+    if (prm && !json_is_object(prm)) {
+        snprintf(err, errlen, "parameters: expected an object");
+        return -1;
+    }
+    r->parameters = prm;
+    json_t *bo = json_object_get(prm, "binary_data_output");
+    ps->binary_all = json_is_true(bo);
+
+    json_t *ti = json_object_get(root, "text_input");
+    if (generate_route && ti) {
+        if (!json_is_string(ti)) {
+            snprintf(err, errlen, "text_input: expected a string");
+            return -1;
+        }
+        r->generate = 1;
+        r->text_input = json_string_value(ti);
+        r->text_len = json_string_length(ti);
+        return 0;
+    }
+    json_t *inputs = json_object_get(root, "inputs");
+    if (!json_is_array(inputs) || !json_array_size(inputs)) {
+        snprintf(err, errlen, generate_route ? "text_input: missing (or an OIP \"inputs\" array)"
+                                             : "inputs: expected a non-empty array");
+        return -1;
+    }
+    if (json_array_size(inputs) > OIP_MAX_TENSORS) {
+        snprintf(err, errlen, "inputs: more than %d tensors", OIP_MAX_TENSORS);
+        return -1;
+    }
+    const uint8_t *bp = binlen ? bin : NULL, *bend = bin + binlen;
+    size_t i;
+    json_t *in;
+    json_array_foreach(inputs, i, in)
+    {
+        if (parse_input(ps, in, i, &bp, bend, err, errlen))
+            return -1;
+        r->n_inputs++;
+    }
+    if (bp && bp != bend) {
+        snprintf(err, errlen, "%zu bytes of binary data after the JSON header belong to no input",
+                 (size_t)(bend - bp));
+        return -1;
+    }
+    /* raw may have moved while it grew: point the JSON-data inputs into it now */
+    for (i = 0; i < r->n_inputs; i++)
+        if (ps->from_raw[i])
+            r->inputs[i].data = ps->raw.data ? ps->raw.data + ps->off[i] : (const uint8_t *)"";
+    json_t *outs = json_object_get(root, "outputs");
+    if (outs && !json_is_array(outs)) {
+        snprintf(err, errlen, "outputs: expected an array");
+        return -1;
+    }
+    if (json_array_size(outs) > OIP_MAX_TENSORS) {
+        snprintf(err, errlen, "outputs: more than %d tensors", OIP_MAX_TENSORS);
+        return -1;
+    }
+    json_t *o;
+    json_array_foreach(outs, i, o)
+    {
+        json_t *n = json_object_get(o, "name");
+        if (!json_is_string(n)) {
+            snprintf(err, errlen, "outputs[%zu].name: expected a string", i);
+            return -1;
+        }
+        r->outputs[r->n_outputs++] = json_string_value(n);
+        if (json_is_true(json_object_get(json_object_get(o, "parameters"), "binary_data"))) {
+            if (!ps->binary_out)
+                ps->binary_out = json_array();
+            json_array_append(ps->binary_out, n);
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- routes */
+
+enum route { R_INFER, R_INFER_STREAM, R_GENERATE, R_GENERATE_STREAM };
+
+static void infer(struct evhttp_request *req, const char *rid, struct model *m, enum route rt)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    if ((long)len > srv->cfg.max_request_size) {
+        send_error(req, rid, 413, "request body of %zu bytes exceeds max_request_size (%ld bytes)",
+                   len, srv->cfg.max_request_size);
+        return;
+    }
+    const uint8_t *body = evbuffer_pullup(in, -1);
+    size_t jlen = len;
+    struct evkeyvalq *hdrs = evhttp_request_get_input_headers(req);
+    const char *ihcl = evhttp_find_header(hdrs, BINARY_HEADER);
+    if (ihcl) {
+        long n;
+        if (ts_parse_long(ihcl, 0, (long)len, &n)) {
+            send_error(req, rid, 400, BINARY_HEADER ": \"%s\" is not a length within the %zu-byte "
+                                      "body",
+                       ihcl, len);
+            return;
+        }
+        if (n == 0) {
+            send_error(req, rid, 400,
+                       BINARY_HEADER ": 0 (a raw binary request without JSON) is not supported");
+            return;
+        }
+        jlen = (size_t)n;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)body, jlen, 0, &jerr);
+    if (!root) {
+        send_error(req, rid, 400, "malformed JSON request body: %s (line %d, column %d)",
+                   jerr.text, jerr.line, jerr.column);
+        return;
+    }
+    struct parsed ps;
+    memset(&ps, 0, sizeof(ps));
+    buf_init(&ps.raw);
+    char err[1024];
+    int generate_route = rt == R_GENERATE || rt == R_GENERATE_STREAM;
+    int stream = rt == R_INFER_STREAM || rt == R_GENERATE_STREAM;
+    if (parse_request(&ps, root, generate_route, body + jlen, len - jlen, err, sizeof(err))) {
+        send_error(req, rid, 400, "%s", err);
+        goto out;
+    }
+
+    struct http_call *c = http_call_new(req, rid, stream ? HTTP_STREAM_SSE : HTTP_STREAM_CHUNKED);
+    struct job *j = job_new(rid, &http_call_sink, c);
+    c->job = j;
+    struct evkeyval *h;
+    TAILQ_FOREACH(h, hdrs, next)
+    {
+        if (strcasecmp(h->key, "Content-Type") && strcasecmp(h->key, BINARY_HEADER))
+            job_add_header(j, h->key, h->value, strlen(h->value));
+    }
+    int text = 0;
+    if (oip_req_to_job(m, &ps.r, j, &text, err, sizeof(err))) {
+        http_call_free(c);
+        send_error(req, rid, 400, "%s", err);
+        goto out;
+    }
+    struct oip_http *o = xcalloc(1, sizeof(*o));
+    o->model_name = xstrdup(m->name);
+    o->model_version = xstrdup(m->version);
+    o->id = xstrdup(ps.r.id ? ps.r.id : rid);
+    o->generate = ps.r.generate;
+    o->whole = !stream;
+    o->binary_all = ps.binary_all;
+    o->binary_out = ps.binary_out;
+    ps.binary_out = NULL;
+    buf_init(&o->acc);
+    c->arg = o;
+    c->arg_free = oip_http_free;
+    c->transform = oip_transform;
+    c->error_body = oip_error_body;
+    c->ctype = "application/json";
+    c->sse_bare = 1;
+    c->whole = !stream;
+
+    struct submit_error e;
+    int rc = model_submit_request(m, j, &e);
+    if (rc == 1) { /* a sequence cancel (parameters), carried out by the frontend */
+        http_call_free(c);
+        send_json(req, rid, 200, json_pack("{s:s}", "status", e.msg));
+    } else if (rc < 0) {
+        http_call_reject(c, e.status, e.type, e.msg);
+    } else {
+        http_call_watch(c);
+    }
+out:
+    json_decref(ps.binary_out);
+    buf_free(&ps.raw);
+    json_decref(root);
+}
+
+/* Looks the model up; on failure answers 404 and returns NULL. */
+static struct model *find_model(struct evhttp_request *req, const char *rid, const char *name,
+                                const char *version)
+{
+    struct model *m;
+    int rc = model_find(name, version, &m);
+    if (rc == TS_E_MODEL_NOT_FOUND) {
+        send_error(req, rid, 404, "Model %s not found", name);
+        return NULL;
+    }
+    if (rc) {
+        send_error(req, rid, 404, "Model %s has no version %s", name, version);
+        return NULL;
+    }
+    return m;
+}
+
+static int method_is(struct evhttp_request *req, const char *rid, enum evhttp_cmd_type want)
+{
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    if (cmd == want || (want == EVHTTP_REQ_GET && cmd == EVHTTP_REQ_HEAD))
+        return 1;
+    send_error(req, rid, 405, "method not allowed: use %s",
+               want == EVHTTP_REQ_GET ? "GET" : "POST");
+    return 0;
+}
+
+void http_oip_handle(struct evhttp_request *req, const char *rid, const struct http_path *p)
+{
+    char *const *s = p->seg;
+    int n = p->n;
+    if (n == 1) {
+        if (method_is(req, rid, EVHTTP_REQ_GET))
+            send_json(req, rid, 200, oip_req_server_metadata());
+        return;
+    }
+    if (n == 3 && !strcmp(s[1], "health") && !strcmp(s[2], "live")) {
+        if (method_is(req, rid, EVHTTP_REQ_GET))
+            send_json(req, rid, 200, json_pack("{s:b}", "live", 1));
+        return;
+    }
+    if (n == 3 && !strcmp(s[1], "health") && !strcmp(s[2], "ready")) {
+        if (method_is(req, rid, EVHTTP_REQ_GET)) {
+            int ready = oip_req_server_ready();
+            send_json(req, rid, ready ? 200 : 503, json_pack("{s:b}", "ready", ready));
+        }
+        return;
+    }
+    if (n < 3 || strcmp(s[1], "models")) {
+        send_error(req, rid, 404, "no such OIP endpoint");
+        return;
+    }
+    const char *name = s[2], *version = NULL;
+    int k = 3;
+    if (k < n && !strcmp(s[k], "versions")) {
+        if (k + 1 >= n) {
+            send_error(req, rid, 404, "no such OIP endpoint");
+            return;
+        }
+        version = s[k + 1];
+        k += 2;
+    }
+    const char *op = k < n ? s[k] : "";
+    if (k + 1 < n) {
+        send_error(req, rid, 404, "no such OIP endpoint");
+        return;
+    }
+    static const struct {
+        const char *name;
+        enum route rt;
+    } ops[] = {{"infer", R_INFER},
+               {"infer_stream", R_INFER_STREAM},
+               {"generate", R_GENERATE},
+               {"generate_stream", R_GENERATE_STREAM}};
+    if (!*op || !strcmp(op, "ready")) {
+        if (!method_is(req, rid, EVHTTP_REQ_GET))
+            return;
+        struct model *m = find_model(req, rid, name, version);
+        if (!m)
+            return;
+        if (*op) {
+            int ready = oip_req_model_ready(m);
+            send_json(req, rid, ready ? 200 : 503,
+                      json_pack("{s:s, s:b}", "name", m->name, "ready", ready));
+        } else {
+            send_json(req, rid, 200, oip_req_metadata(m));
+        }
+        return;
+    }
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        if (strcmp(op, ops[i].name))
+            continue;
+        if (!method_is(req, rid, EVHTTP_REQ_POST))
+            return;
+        struct model *m = find_model(req, rid, name, version);
+        if (m)
+            infer(req, rid, m, ops[i].rt);
+        return;
+    }
+    send_error(req, rid, 404, "no such OIP endpoint: %s", op);
+}

@@ -1,0 +1,82 @@
+/*
+ * oip_req: the transport-independent half of the Open Inference Protocol (REST http_oip.c and
+ * gRPC grpc_oip.c): a parsed OIP request becomes a job (body, sequence headers), a worker frame
+ * becomes OIP outputs, and model metadata comes from model-config.yaml.
+ *
+ * Two kinds of job body, chosen per request:
+ *  - tensors: the normalized payload of common/oip_wire.h (content type OIP_WIRE_CTYPE), for the
+ *    torchscript handler (backend/handlers/oip.c) and any handler that reads that layout;
+ *  - text: a request with a BYTES input, or the generate shape, goes to a text handler as the
+ *    JSON body identity_text and char_lm read:
+ *        {"text": T, "prompt": T, "max_new_tokens"?: N, "temperature"?: x, "stop"?: [...],
+ *         "parameters"?: {...}}   (application/json)
+ *    where T is text_input or the first element of the first BYTES input, and N is the
+ *    parameter max_tokens (OIP generate) or max_new_tokens. The handler's chunks (text) come
+ *    back as a BYTES output "output" of shape [1], or as text_output for generate.
+ *
+ * Loop thread only.
+ */
+#ifndef TS_OIP_REQ_H
+#define TS_OIP_REQ_H
+
+#include <stddef.h>
+
+#include "oip_wire.h"
+
+struct model;
+struct job;
+struct otf_prediction;
+typedef struct json_t json_t;
+
+/* What a transport hands over once it has parsed the request. Everything is borrowed. */
+struct oip_request {
+    const char *id;     /* request id to echo, NULL if none */
+    json_t *parameters; /* request parameters (an object), NULL if none */
+    struct oip_tensor inputs[OIP_MAX_TENSORS];
+    size_t n_inputs;
+    const char *outputs[OIP_MAX_TENSORS]; /* requested outputs, none = all */
+    size_t n_outputs;
+    int generate;           /* the generate shape: text_input + parameters */
+    const char *text_input; /* generate only */
+    size_t text_len;
+};
+
+/* Checks r against the model and adds the job's body parameter and its sequence headers.
+ * *text = 1 when the request went out as text. 0, or -1 with err = a client-facing message
+ * naming the field (HTTP 400 / INVALID_ARGUMENT). */
+int oip_req_to_job(struct model *m, const struct oip_request *r, struct job *j, int *text,
+                   char *err, size_t errlen);
+
+/* A worker frame read as OIP. */
+struct oip_result {
+    int status;  /* the frame's status; >= 400: error holds the message */
+    char *error; /* malloc'd, or NULL */
+    /* text handlers (any body that is not an OIP payload): the chunk */
+    int is_text;
+    const char *text;
+    size_t text_len;
+    /* tensor handlers */
+    json_t *header;     /* owned */
+    json_t *parameters; /* borrowed from header, NULL if none */
+    struct oip_tensor outputs[OIP_MAX_TENSORS];
+    size_t n_outputs;
+};
+
+/* Always fills r; a frame that claims to be an OIP payload but is not gives status 500. */
+void oip_req_result(const struct otf_prediction *p, struct oip_result *r);
+void oip_req_result_free(struct oip_result *r);
+
+/* {"name","versions","platform","inputs","outputs"} for GET /v2/models/{m} and ModelMetadata:
+ * tensors from model-config.yaml `handler.inputs` / `handler.outputs` (lists of {name, datatype,
+ * shape}); text handlers default to BYTES prompt -> BYTES output. */
+json_t *oip_req_metadata(struct model *m);
+/* "pytorch_torchscript" for TorchScript handlers, "torchserve-c_<handler>" otherwise. */
+const char *oip_req_platform(const struct model *m);
+/* The model has a worker that loaded it. */
+int oip_req_model_ready(const struct model *m);
+/* Every model with minWorkers > 0 has them all up (the same rule as /ping). */
+int oip_req_server_ready(void);
+/* {"name","version","extensions"} */
+json_t *oip_req_server_metadata(void);
+
+#endif
