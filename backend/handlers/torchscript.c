@@ -253,12 +253,16 @@ static void run_group(struct ts_ctx *ctx, struct tsc_state *s, struct item *item
     char *err = NULL;
     char msg[512] = "";
     int64_t t0 = ts_now_us();
-    if (tsh_forward(s->m, &in, 1, &out, &nout, &err)) {
+    int rc = tsh_forward(s->m, &in, 1, &out, &nout, &err);
+    /* each response of the group carries it (x-ts-worker-forward-us), so a client can tell the
+     * model's own time from the serving overhead */
+    char fwd_us[24];
+    snprintf(fwd_us, sizeof(fwd_us), "%lld", (long long)(ts_now_us() - t0));
+    if (rc) {
         snprintf(msg, sizeof(msg), "%s", err);
         free(err);
     } else {
-        ts_log(ctx, LOG_LEVEL_DEBUG, "forward: %lld row(s), %lld us", (long long)total,
-               (long long)(ts_now_us() - t0));
+        ts_log(ctx, LOG_LEVEL_DEBUG, "forward: %lld row(s), %s us", (long long)total, fwd_us);
         if (!nout)
             snprintf(msg, sizeof(msg), "the model returned no tensor");
         for (size_t k = 0; k < nout && !msg[0]; k++)
@@ -279,6 +283,7 @@ static void run_group(struct ts_ctx *ctx, struct tsc_state *s, struct item *item
         if (items[i].grouped != 2)
             continue;
         items[i].grouped = 1;
+        ts_set_header(ctx, i, "x-ts-worker-forward-us", fwd_us);
         if (msg[0]) {
             ts_set_error(ctx, i, 500, "%s", msg);
             continue;
