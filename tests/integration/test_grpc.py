@@ -1,0 +1,410 @@
+"""gRPC inference (7070) and management (7071) APIs against the real server, through Python
+clients built from the build-time stubs in build/py.
+
+- Ping, Predictions equal to what torch computes from the archive's model.pt (1e-5);
+- 4 client processes x 16 concurrent calls, all answered correctly;
+- StreamPredictions: one message per word at the handler's pace; unary Predictions on the same
+  model gives the whole answer; a cancelled stream cancels the job on the worker;
+- StreamPredictions2: each request answered in order, errors as PredictionResponse.status with
+  the stream kept open, the half-close ends the call;
+- NOT_FOUND for an unknown model/version, RESOURCE_EXHAUSTED above max_request_size;
+- management scenarios of TorchServe's postman collection with their gRPC codes (3, 5, 13),
+  scaling checked against real worker processes, PERMISSION_DENIED when the model API is off;
+- token auth: UNAUTHENTICATED without a key, keys scoped per API, a rotated key stops working.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+import pytest
+import requests
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import MODEL_STORE, PYSTUBS, start_server  # noqa: E402
+
+sys.path.insert(0, PYSTUBS)
+import grpc  # noqa: E402
+import inference_pb2 as ipb  # noqa: E402
+import inference_pb2_grpc as igrpc  # noqa: E402
+import management_pb2 as mpb  # noqa: E402
+import management_pb2_grpc as mgrpc  # noqa: E402
+from google.protobuf import empty_pb2  # noqa: E402
+
+TOL = 1e-5
+C = grpc.StatusCode
+
+
+def inference_stub(srv):
+    return igrpc.InferenceAPIsServiceStub(grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}"))
+
+
+def management_stub(srv):
+    return mgrpc.ManagementAPIsServiceStub(
+        grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc_mgmt']}"))
+
+
+def rpc_error(fn, *a, **kw):
+    with pytest.raises(grpc.RpcError) as ei:
+        fn(*a, **kw)
+    return ei.value
+
+
+def mlp_input(i):
+    return [((k * 7 + i * 13) % 17) / 8.0 - 1.0 for k in range(64)]
+
+
+def data_request(model, values, **kw):
+    return ipb.PredictionsRequest(model_name=model,
+                                  input={"data": json.dumps({"data": values}).encode()}, **kw)
+
+
+@pytest.fixture(scope="module")
+def mlp_ref():
+    import torch
+    torch.set_num_threads(1)
+    d = tempfile.mkdtemp(prefix="tsc-ref-")
+    try:
+        with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
+            manifest = json.loads(z.read("MAR-INF/MANIFEST.json"))
+            z.extract(manifest["model"]["serializedFile"], d)
+        m = torch.jit.load(os.path.join(d, manifest["model"]["serializedFile"])).eval()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+    def run(values):
+        with torch.no_grad():
+            return m(torch.tensor([values], dtype=torch.float32))[0].tolist()
+    return run
+
+
+@pytest.fixture(scope="module")
+def isrv():
+    """One server for the inference tests: mlp, and identity_text at 100 ms per word."""
+    tmp = tempfile.mkdtemp(prefix="tsc-grpc-")
+    s = start_server(tmp, models=["mlp", "identity_text"],
+                     config={"max_request_size": 100000},
+                     yaml={"identity_text": {"handler": {"delay_ms": 100}}})
+    try:
+        s.wait_ready("mlp", body={"json": {"data": mlp_input(0)}})
+        yield s
+    finally:
+        s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def assert_close(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert abs(a - b) <= TOL, (got, want)
+
+
+# ---------------------------------------------------------------------------- inference API
+
+@pytest.mark.smoke
+def test_ping_and_predictions(isrv, mlp_ref):
+    st = inference_stub(isrv)
+    assert json.loads(st.Ping(empty_pb2.Empty(), timeout=10).health) == {"status": "Healthy"}
+    for i in range(3):
+        r = st.Predictions(data_request("mlp", mlp_input(i)), timeout=30)
+        assert_close(json.loads(r.prediction), mlp_ref(mlp_input(i)))
+    # explicit version = the default one
+    r = st.Predictions(data_request("mlp", mlp_input(5), model_version="1.0"), timeout=30)
+    assert_close(json.loads(r.prediction), mlp_ref(mlp_input(5)))
+
+
+@pytest.mark.smoke
+def test_unknown_model_and_version(isrv):
+    st = inference_stub(isrv)
+    e = rpc_error(st.Predictions, data_request("nope", [1.0]), timeout=10)
+    assert e.code() == C.NOT_FOUND and "Model not found: nope" in e.details()
+    e = rpc_error(st.Predictions, data_request("mlp", [1.0], model_version="9.9"), timeout=10)
+    assert e.code() == C.NOT_FOUND and "9.9" in e.details()
+    e = rpc_error(lambda: list(st.StreamPredictions(data_request("nope", [1.0]), timeout=10)))
+    assert e.code() == C.NOT_FOUND
+    # a bad input is the handler's 400 -> INVALID_ARGUMENT, with its message
+    bad = ipb.PredictionsRequest(model_name="mlp", input={"data": b"{not json"})
+    e = rpc_error(st.Predictions, bad, timeout=10)
+    assert e.code() == C.INVALID_ARGUMENT and e.details()
+
+
+def test_max_request_size(isrv):
+    st = inference_stub(isrv)
+    big = ipb.PredictionsRequest(model_name="mlp", input={"data": b"x" * 200000})
+    e = rpc_error(st.Predictions, big, timeout=10)
+    assert e.code() == C.RESOURCE_EXHAUSTED
+
+
+CLIENT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import grpc, inference_pb2 as ipb, inference_pb2_grpc as igrpc
+port, proc = sys.argv[2], int(sys.argv[3])
+st = igrpc.InferenceAPIsServiceStub(grpc.insecure_channel("127.0.0.1:" + port))
+def inp(i):
+    return [((k * 7 + i * 13) % 17) / 8.0 - 1.0 for k in range(64)]
+futs = []
+for n in range(16):
+    i = proc * 16 + n
+    req = ipb.PredictionsRequest(model_name="mlp",
+                                 input={"data": json.dumps({"data": inp(i)}).encode()})
+    futs.append((i, st.Predictions.future(req, timeout=60)))
+out = {}
+for i, f in futs:
+    out[i] = json.loads(f.result().prediction)
+print(json.dumps(out))
+"""
+
+
+def test_four_processes_64_concurrent_calls(isrv, mlp_ref):
+    procs = [subprocess.Popen([sys.executable, "-c", CLIENT, PYSTUBS, str(isrv.ports["grpc"]),
+                               str(p)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for p in range(4)]
+    results = {}
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+        results.update({int(k): v for k, v in json.loads(out).items()})
+    assert sorted(results) == list(range(64))
+    for i, got in results.items():
+        assert_close(got, mlp_ref(mlp_input(i)))
+
+
+def test_stream_predictions_one_message_per_word(isrv):
+    st = inference_stub(isrv)
+    req = ipb.PredictionsRequest(model_name="identity_text",
+                                 input={"body": b"hello streaming gRPC world"})
+    t0 = time.time()
+    msgs, times = [], []
+    for m in st.StreamPredictions(req, timeout=30):
+        msgs.append(m.prediction)
+        times.append(time.time() - t0)
+    assert msgs == [b"hello", b" streaming", b" gRPC", b" world"]
+    # the words arrive at the handler's pace (100 ms), not all at the end
+    assert times[-1] - times[0] >= 0.2, times
+    # the unary rpc on a streaming model gives the whole answer at once
+    r = st.Predictions(req, timeout=30)
+    assert r.prediction == b"hello streaming gRPC world"
+    # a non-streaming model through StreamPredictions: one message, then OK
+    msgs = list(st.StreamPredictions(data_request("mlp", mlp_input(1)), timeout=30))
+    assert len(msgs) == 1 and len(json.loads(msgs[0].prediction)) == 10
+
+
+def test_stream_cancel_reaches_worker(isrv):
+    st = inference_stub(isrv)
+    req = ipb.PredictionsRequest(model_name="identity_text",
+                                 input={"body": b" ".join([b"w"] * 50)})
+    it = st.StreamPredictions(req, timeout=30)
+    assert next(it).prediction == b"w"
+    it.cancel()
+    deadline = time.time() + 5
+    while time.time() < deadline and "client went away; cancelled on worker" not in isrv.log():
+        time.sleep(0.05)
+    assert "client went away; cancelled on worker" in isrv.log()
+    # the slot is free again: the next stream completes at once
+    msgs = [m.prediction for m in st.StreamPredictions(ipb.PredictionsRequest(
+        model_name="identity_text", input={"body": b"again"}), timeout=10)]
+    assert msgs == [b"again"]
+
+
+def test_stream_predictions2_requests_and_errors(isrv, mlp_ref):
+    st = inference_stub(isrv)
+
+    def reqs():
+        yield ipb.PredictionsRequest(model_name="identity_text", input={"body": b"a b"},
+                                     sequence_id="s1")
+        yield ipb.PredictionsRequest(model_name="nope", input={"body": b"x"})
+        yield data_request("mlp", mlp_input(3))
+        yield ipb.PredictionsRequest(model_name="identity_text", input={"body": b"c"})
+
+    out = list(st.StreamPredictions2(reqs(), timeout=30))
+    assert [m.prediction for m in out[:2]] == [b"a", b" b"]
+    assert out[0].sequence_id == "s1"
+    assert out[2].HasField("status") and out[2].status.code == C.NOT_FOUND.value[0]
+    assert "Model not found: nope" in out[2].status.message
+    assert_close(json.loads(out[3].prediction), mlp_ref(mlp_input(3)))
+    assert out[4].prediction == b"c" and len(out) == 5
+
+
+# --------------------------------------------------------------------------- management API
+
+def make_v2_store(store):
+    """An mlp archive whose manifest says version 2.0, unpacked as store/mlp_v2/."""
+    d = os.path.join(store, "mlp_v2")
+    with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
+        z.extractall(d)
+    mf = os.path.join(d, "MAR-INF", "MANIFEST.json")
+    manifest = json.load(open(mf))
+    manifest["model"]["modelVersion"] = "2.0"
+    json.dump(manifest, open(mf, "w"))
+
+
+@pytest.fixture(scope="module")
+def msrv():
+    """A server with the model API on and an empty registry (archives in the store)."""
+    tmp = tempfile.mkdtemp(prefix="tsc-grpcm-")
+    store = os.path.join(tmp, "store")
+    os.makedirs(store)
+    for m in ("mlp", "identity_text"):
+        shutil.copy(os.path.join(MODEL_STORE, f"{m}.mar"), store)
+    make_v2_store(store)
+    s = start_server(tmp, store=store, extra_args=["--enable-model-api"],
+                     config={"default_workers_per_model": 0})
+    try:
+        yield s
+    finally:
+        s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def wait_workers(srv, n, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if len(srv.worker_pids()) == n:
+            return srv.worker_pids()
+        time.sleep(0.1)
+    raise AssertionError(f"expected {n} workers, have {srv.worker_pids()}")
+
+
+def test_management_scenarios(msrv):
+    mg = management_stub(msrv)
+    T = 60
+
+    # register (no workers), as the postman collection does
+    r = mg.RegisterModel(mpb.RegisterModelRequest(url="mlp.mar", model_name="mlp"), timeout=T)
+    assert 'Model "mlp" Version: 1.0 registered' in r.msg
+    # re-register the same model/version
+    e = rpc_error(mg.RegisterModel, mpb.RegisterModelRequest(url="mlp.mar", model_name="mlp"),
+                  timeout=T)
+    assert e.code() == C.INTERNAL or e.code() == C.ABORTED, e.details()
+    # missing url
+    e = rpc_error(mg.RegisterModel, mpb.RegisterModelRequest(model_name="x"), timeout=T)
+    assert e.code() == C.INVALID_ARGUMENT and "url" in e.details()
+    # a url that is no archive in the store / relative paths / not allowed
+    for url, code in (("nosuch.mar", C.NOT_FOUND), ("../../etc/passwd", C.NOT_FOUND),
+                      ("https://example.invalid/m.mar", C.NOT_FOUND)):
+        e = rpc_error(mg.RegisterModel, mpb.RegisterModelRequest(url=url), timeout=T)
+        assert e.code() in (code, C.INVALID_ARGUMENT), (url, e.code(), e.details())
+        assert e.details()
+
+    # scale: async, then sync; real processes
+    r = mg.ScaleWorker(mpb.ScaleWorkerRequest(model_name="mlp", min_worker=1), timeout=T)
+    assert "Processing worker updates" in r.msg
+    wait_workers(msrv, 1)
+    r = mg.ScaleWorker(mpb.ScaleWorkerRequest(model_name="mlp", min_worker=2, max_worker=2,
+                                              synchronous=True), timeout=T)
+    assert "Workers scaled to 2" in r.msg
+    pids = wait_workers(msrv, 2)
+    desc = json.loads(mg.DescribeModel(mpb.DescribeModelRequest(model_name="mlp"),
+                                       timeout=T).msg)
+    assert isinstance(desc, list) and desc[0]["modelName"] == "mlp"
+    assert sorted(w["pid"] for w in desc[0]["workers"]) == pids
+    assert all(os.path.exists(f"/proc/{p}") for p in pids)
+    r = mg.ScaleWorker(mpb.ScaleWorkerRequest(model_name="mlp", min_worker=1, max_worker=1,
+                                              synchronous=True), timeout=T)
+    wait_workers(msrv, 1)
+    # bad version, min > max
+    e = rpc_error(mg.ScaleWorker, mpb.ScaleWorkerRequest(model_name="mlp", model_version="9.9",
+                                                         min_worker=1), timeout=T)
+    assert e.code() == C.NOT_FOUND
+    e = rpc_error(mg.ScaleWorker, mpb.ScaleWorkerRequest(model_name="mlp", min_worker=3,
+                                                         max_worker=2), timeout=T)
+    assert e.code() == C.INVALID_ARGUMENT
+    e = rpc_error(mg.ScaleWorker, mpb.ScaleWorkerRequest(model_name="nope", min_worker=1),
+                  timeout=T)
+    assert e.code() == C.NOT_FOUND
+    e = rpc_error(mg.DescribeModel, mpb.DescribeModelRequest(model_name="nope"), timeout=T)
+    assert e.code() == C.NOT_FOUND
+
+    # a second version, set-default, list with pagination
+    r = mg.RegisterModel(mpb.RegisterModelRequest(url="mlp_v2", model_name="mlp"), timeout=T)
+    assert "2.0" in r.msg
+    r = mg.RegisterModel(mpb.RegisterModelRequest(url="identity_text.mar"), timeout=T)
+    page = json.loads(mg.ListModels(mpb.ListModelsRequest(limit=1), timeout=T).msg)
+    assert [m["modelName"] for m in page["models"]] == ["identity_text"]
+    assert page["nextPageToken"] == "1"
+    page = json.loads(mg.ListModels(mpb.ListModelsRequest(limit=1, next_page_token=1),
+                                    timeout=T).msg)
+    assert [m["modelName"] for m in page["models"]] == ["mlp"]
+    desc = json.loads(mg.DescribeModel(mpb.DescribeModelRequest(model_name="mlp",
+                                                                model_version="all"),
+                                       timeout=T).msg)
+    assert sorted(d["modelVersion"] for d in desc) == ["1.0", "2.0"]
+    r = mg.SetDefault(mpb.SetDefaultRequest(model_name="mlp", model_version="2.0"), timeout=T)
+    assert "2.0" in r.msg
+    desc = json.loads(mg.DescribeModel(mpb.DescribeModelRequest(model_name="mlp"),
+                                       timeout=T).msg)
+    assert desc[0]["modelVersion"] == "2.0"
+    e = rpc_error(mg.SetDefault, mpb.SetDefaultRequest(model_name="mlp", model_version="9.9"),
+                  timeout=T)
+    assert e.code() == C.NOT_FOUND
+
+    # unregister: the default version is refused while 1.0 exists; 1.0 then 2.0 go
+    e = rpc_error(mg.UnregisterModel, mpb.UnregisterModelRequest(model_name="mlp"), timeout=T)
+    assert e.code() in (C.PERMISSION_DENIED, C.FAILED_PRECONDITION, C.INVALID_ARGUMENT), e.code()
+    r = mg.UnregisterModel(mpb.UnregisterModelRequest(model_name="mlp", model_version="1.0"),
+                           timeout=T)
+    assert "unregistered" in r.msg
+    wait_workers(msrv, 0)
+    mg.UnregisterModel(mpb.UnregisterModelRequest(model_name="mlp"), timeout=T)
+    e = rpc_error(mg.UnregisterModel, mpb.UnregisterModelRequest(model_name="mlp"), timeout=T)
+    assert e.code() == C.NOT_FOUND
+    mg.UnregisterModel(mpb.UnregisterModelRequest(model_name="identity_text"), timeout=T)
+    assert msrv.worker_pids() == []
+
+
+# --------------------------------------------------------------------- API control and auth
+
+def test_model_api_disabled_and_token_auth():
+    tmp = tempfile.mkdtemp(prefix="tsc-grpca-")
+    try:
+        s = start_server(tmp, models=["mlp"], config={"disable_token_authorization": "false"})
+        try:
+            keys = json.load(open(os.path.join(tmp, "key_file.json")))
+            inf_key, mgmt_key = keys["inference"]["key"], keys["management"]["key"]
+            api_key = keys["API"]["key"]
+            st, mg = inference_stub(s), management_stub(s)
+
+            def md(k):
+                return (("authorization", f"Bearer {k}"),)
+
+            e = rpc_error(st.Ping, empty_pb2.Empty(), timeout=10)
+            assert e.code() == C.UNAUTHENTICATED
+            e = rpc_error(st.Ping, empty_pb2.Empty(), metadata=md("wrongkey"), timeout=10)
+            assert e.code() == C.UNAUTHENTICATED
+            e = rpc_error(mg.ListModels, mpb.ListModelsRequest(limit=10), timeout=10)
+            assert e.code() == C.UNAUTHENTICATED
+            # each key opens its own API only
+            st.Ping(empty_pb2.Empty(), metadata=md(inf_key), timeout=10)
+            e = rpc_error(mg.ListModels, mpb.ListModelsRequest(limit=10), metadata=md(inf_key),
+                          timeout=10)
+            assert e.code() == C.UNAUTHENTICATED
+            e = rpc_error(st.Ping, empty_pb2.Empty(), metadata=md(mgmt_key), timeout=10)
+            assert e.code() == C.UNAUTHENTICATED
+            models = json.loads(mg.ListModels(mpb.ListModelsRequest(limit=10),
+                                              metadata=md(mgmt_key), timeout=10).msg)
+            assert [m["modelName"] for m in models["models"]] == ["mlp"]
+            # the model API is off by default
+            e = rpc_error(mg.RegisterModel, mpb.RegisterModelRequest(url="mlp.mar"),
+                          metadata=md(mgmt_key), timeout=10)
+            assert e.code() == C.PERMISSION_DENIED and e.details() == "Model API disabled"
+            e = rpc_error(mg.UnregisterModel, mpb.UnregisterModelRequest(model_name="mlp"),
+                          metadata=md(mgmt_key), timeout=10)
+            assert e.code() == C.PERMISSION_DENIED
+            # rotating the inference key retires the old one
+            r = requests.get(s.url("/token?type=inference", "management"),
+                             headers={"Authorization": f"Bearer {api_key}"}, timeout=10)
+            assert r.status_code == 200, r.text
+            new_key = json.load(open(os.path.join(tmp, "key_file.json")))["inference"]["key"]
+            assert new_key != inf_key
+            e = rpc_error(st.Ping, empty_pb2.Empty(), metadata=md(inf_key), timeout=10)
+            assert e.code() == C.UNAUTHENTICATED
+            st.Ping(empty_pb2.Empty(), metadata=md(new_key), timeout=10)
+        finally:
+            s.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
