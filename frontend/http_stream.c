@@ -103,16 +103,21 @@ static void sse_write(struct http_call *c, const char *event, const char *data, 
         evbuffer_add_printf(b, "event: %s\n", event);
     else if (!c->sse_bare)
         evbuffer_add_printf(b, "id: %llu\n", (unsigned long long)c->events++);
-    /* one data: line per line of the payload, as SSE requires */
+    /* One data: line per line of the payload, as SSE requires; a client joins them with "\n".
+     * A line break (\n, \r or \r\n) at the very end still needs its (empty) next line, or a
+     * payload of "\n" would arrive as "". */
     const char *s = data, *end = data + len;
-    do {
-        const char *nl = memchr(s, '\n', (size_t)(end - s));
-        size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+    for (;;) {
+        const char *nl = s;
+        while (nl < end && *nl != '\n' && *nl != '\r')
+            nl++;
         evbuffer_add(b, "data: ", 6);
-        evbuffer_add(b, s, n);
+        evbuffer_add(b, s, (size_t)(nl - s));
         evbuffer_add(b, "\n", 1);
-        s = nl ? nl + 1 : end;
-    } while (s < end);
+        if (nl == end)
+            break;
+        s = nl + (*nl == '\r' && nl + 1 < end && nl[1] == '\n' ? 2 : 1);
+    }
     evbuffer_add(b, "\n", 1);
     evhttp_send_reply_chunk(c->req, b);
     evbuffer_free(b);
@@ -188,7 +193,9 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
         free(tx);
         return;
     }
-    if (c->sse_bare && c->sse && final && p->status >= 400) {
+    /* a handler error (final frame with an error status) to an SSE client: a plain HTTP error
+     * before the stream started, an `event: error` after, never a data event */
+    if (c->sse && final && p->status >= 400) {
         if (!c->started) {
             http_send(c->req, c->rid, p->status, "application/json", data, len);
         } else {
