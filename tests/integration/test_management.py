@@ -1,0 +1,298 @@
+"""REST management API on the management port: TorchServe's postman management scenarios
+(test/postman/management_data.json: the same status codes), describe/list bodies, worker
+processes seen in /proc, model versions, model API control and the url policy.
+"""
+import json
+import os
+import shutil
+import tempfile
+import time
+import zipfile
+
+import pytest
+
+from conftest import MODEL_STORE, start_server
+
+SAMPLE = json.load(open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "scripts", "models", "mlp", "sample.json")))
+
+NOT_ALLOWED = {"code": 405, "type": "MethodNotAllowedException",
+               "message": "Requested method is not allowed, please refer to API document."}
+
+
+def make_store(tmp, v2=False):
+    """mlp.mar and identity_text.mar, plus mlp version 2.0 unpacked as a directory."""
+    store = os.path.join(tmp, "store")
+    os.makedirs(store)
+    for m in ("mlp", "identity_text"):
+        shutil.copy(os.path.join(MODEL_STORE, f"{m}.mar"), store)
+    if v2:
+        d = os.path.join(store, "mlp_v2")
+        with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
+            z.extractall(d)
+        mf = os.path.join(d, "MAR-INF", "MANIFEST.json")
+        manifest = json.load(open(mf))
+        manifest["model"]["modelVersion"] = "2.0"
+        json.dump(manifest, open(mf, "w"))
+    return store
+
+
+@pytest.fixture(scope="module")
+def srv():
+    tmp = tempfile.mkdtemp(prefix="tsc-mgmt-")
+    s = start_server(tmp, config={"enable_model_api": "true", "default_workers_per_model": 0},
+                     store=make_store(tmp, v2=True))
+    yield s
+    s.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def call(srv, method, path, **kw):
+    kw.setdefault("timeout", 60)
+    import requests
+    return requests.request(method, srv.url("/" + path, "management"), **kw)
+
+
+def status(srv, method, path, **kw):
+    return call(srv, method, path, **kw).status_code
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_pids(srv, n, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pids = srv.worker_pids()
+        if len(pids) == n:
+            return pids
+        time.sleep(0.05)
+    return srv.worker_pids()
+
+
+@pytest.mark.smoke
+def test_postman_register_scenarios(srv):
+    r = call(srv, "POST", "models?url=mlp.mar&model_name=mlp")
+    assert r.status_code == 200
+    assert r.json() == {"status": 'Model "mlp" Version: 1.0 registered with 0 initial workers. '
+                                  "Use scale workers API to add workers for the model."}
+    # re-registration: same model and version (409), and postman's re-download of an existing
+    # archive name (500 "Model file already exists")
+    r = call(srv, "POST", "models?url=mlp.mar&model_name=mlp")
+    assert r.status_code == 409 and r.json()["type"] == "ConflictStatusException"
+    r = call(srv, "POST", "models?url=https://torchserve.pytorch.org/mar_files/mlp.mar&model_name=mlp")
+    assert r.status_code == 500 and r.json()["message"] == "Model file already exists mlp.mar"
+    r = call(srv, "POST", "models")
+    assert r.status_code == 400 and r.json()["message"] == "Parameter url is required."
+    assert status(srv, "POST", "models?url=identity_text.mar&runtime=python4") == 400
+    assert status(srv, "POST", "models?url=&model_name=resnet-18") == 404
+    r = call(srv, "POST", "models?url=https://torchserve.pytorch.org/mar_files/invalid-resnet-18.mar"
+                          "&model_name=invalid-resnet18")
+    assert r.status_code == 400 and r.json()["type"] == "DownloadArchiveException"
+    assert "remote model download is not supported" in r.json()["message"]
+    # non-integer numbers take their defaults, as TorchServe's getIntParameter
+    assert status(srv, "POST", "models?url=identity_text.mar&batch_size=dd&max_batch_delay=junk") == 200
+    d = call(srv, "GET", "models/identity_text").json()[0]
+    assert d["batchSize"] >= 1 and d["maxBatchDelay"] >= 0
+    # trailing slash and ignored synchronous/timeout on DELETE
+    assert status(srv, "DELETE", "models/identity_text/?synchronous=nan&timeout=true") == 200
+    # JSON body with the same snake_case keys
+    r = call(srv, "POST", "models", json={"url": "identity_text.mar", "model_name": "echo",
+                                          "batch_size": 4, "initial_workers": 0})
+    assert r.status_code == 200, r.text
+    assert call(srv, "GET", "models/echo").json()[0]["batchSize"] == 4
+    assert status(srv, "DELETE", "models/echo") == 200
+
+
+def test_postman_scale_and_describe(srv):
+    pid0 = set(srv.worker_pids())
+    assert pid0 == set()
+    # invalid handler: registering works (no worker), a synchronous scale fails with 500
+    assert status(srv, "POST", "models?url=identity_text.mar&model_name=broken&handler=invalidHandler") == 200
+    r = call(srv, "PUT", "models/broken?min_worker=1&synchronous=true")
+    assert r.status_code == 500, r.text
+    assert status(srv, "DELETE", "models/broken") == 200
+
+    assert status(srv, "PUT", "models/mlp?min_worker=1") == 202
+    r = call(srv, "PUT", "models/mlp?min_worker=1&synchronous=true")
+    assert r.status_code == 200, srv.log()[-4000:]
+    assert r.json() == {"status": "Workers scaled to 1 for model: mlp"}
+    r = call(srv, "PUT", "models/mlp/1.0?min_worker=1&synchronous=true")
+    assert r.status_code == 200
+    assert r.json() == {"status": "Workers scaled to 1 for model: mlp, version: 1.0"}
+    assert status(srv, "PUT", "models/mlp/0.0?min_worker=1&synchronous=true") == 404
+    assert status(srv, "PUT", "models/mlp?min_worker=1&number_gpu=1") == 202
+    assert status(srv, "PUT", "models/mlp?number_gpu=-1") == 202
+    assert status(srv, "PUT", "models/mlp?min_worker=1&synchronous=Nan") == 202
+    assert status(srv, "PUT", "models/resnet181?min_worker=1") == 404
+    r = call(srv, "PUT", "models/mlp?min_worker=2&max_worker=1")
+    assert r.status_code == 400 and r.json()["message"] == "max_worker cannot be less than min_worker."
+    assert status(srv, "PUT", "models/mlp?min_worker=-1") == 500
+    assert status(srv, "PUT", "models/mlp?max_worker=-1") == 400
+    srv.put("/models/mlp?min_worker=1&synchronous=true")
+
+    for path in ("models/mlp", "models/mlp/1.0", "models/mlp/all"):
+        r = call(srv, "GET", path)
+        assert r.status_code == 200 and isinstance(r.json(), list)
+    d = call(srv, "GET", "models/mlp").json()[0]
+    for k in ("modelName", "modelVersion", "modelUrl", "runtime", "minWorkers", "maxWorkers",
+              "batchSize", "maxBatchDelay", "responseTimeout", "startupTimeout",
+              "maxRetryTimeoutInSec", "clientTimeoutInMills", "parallelType", "parallelLevel",
+              "deviceType", "continuousBatching", "useJobTicket", "useVenv", "stateful",
+              "sequenceMaxIdleMSec", "sequenceTimeoutMSec", "maxNumSequence",
+              "maxSequenceJobQueueSize", "loadedAtStartup", "workers", "jobQueueStatus"):
+        assert k in d, k
+    assert (d["modelName"], d["modelVersion"], d["modelUrl"]) == ("mlp", "1.0", "mlp.mar")
+    assert len(d["workers"]) == 1
+    w = d["workers"][0]
+    assert set(w) == {"id", "startTime", "status", "memoryUsage", "pid", "gpu", "gpuUsage"}
+    assert w["status"] == "READY" and w["id"].isdigit()
+    assert w["pid"] in srv.worker_pids() and alive(w["pid"])
+    with open(f"/proc/{w['pid']}/cmdline", "rb") as f:
+        assert b"torchserve-c-worker" in f.read()
+    assert w["memoryUsage"] > 1 << 20
+    assert d["jobQueueStatus"] == {"remainingCapacity": 100, "pendingRequests": 0}
+    assert status(srv, "GET", "models/invalid_squeezenet1_1") == 404
+    r = call(srv, "GET", "models/mlp/0.0")
+    assert r.status_code == 404 and r.json()["type"] == "ModelVersionNotFoundException"
+
+
+def test_postman_list(srv):
+    for name in ("aaa", "zzz"):
+        assert status(srv, "POST", f"models?url=identity_text.mar&model_name={name}") == 200
+    names = [m["modelName"] for m in call(srv, "GET", "models").json()["models"]]
+    assert names == sorted(names) and {"aaa", "mlp", "zzz"} <= set(names)
+    n = len(names)
+    r = call(srv, "GET", "models?limit=1").json()
+    assert r == {"nextPageToken": "1", "models": [{"modelName": "aaa", "modelUrl": "identity_text.mar"}]}
+    r = call(srv, "GET", "models?limit=1&next_page_token=1").json()
+    assert r["nextPageToken"] == "2" and r["models"][0]["modelName"] == names[1]
+    assert len(call(srv, "GET", "models?limit=-1").json()["models"]) == n
+    assert call(srv, "GET", "models?limit=1&next_page_token=-1").json()["models"][0]["modelName"] == "aaa"
+    # a page ending exactly at the last model still carries a token; one running past does not
+    assert call(srv, "GET", f"models?limit={n}").json()["nextPageToken"] == str(n)
+    assert "nextPageToken" not in call(srv, "GET", f"models?limit={n + 1}").json()
+    assert call(srv, "GET", "models?next_page_token=12").json() == {"models": []}
+    assert status(srv, "GET", "models?limit=&next_page_token=") == 200
+    for name in ("aaa", "zzz"):
+        assert status(srv, "DELETE", f"models/{name}") == 200
+
+
+def test_scale_changes_processes_and_unregister_leaves_none(srv):
+    before = set(srv.worker_pids())
+    assert status(srv, "POST", "models?url=mlp.mar&model_name=mlp3&initial_workers=1&synchronous=true") == 200
+    r = call(srv, "PUT", "models/mlp3?min_worker=3&max_worker=3&synchronous=true")
+    assert r.status_code == 200, r.text
+    d = call(srv, "GET", "models/mlp3").json()[0]
+    pids3 = {w["pid"] for w in d["workers"]}
+    assert len(pids3) == 3 and all(w["status"] == "READY" for w in d["workers"])
+    assert pids3 <= set(srv.worker_pids()) and len(set(srv.worker_pids())) == len(before) + 3
+    r = call(srv, "PUT", "models/mlp3?min_worker=1&max_worker=1&synchronous=true")
+    assert r.status_code == 200
+    gone = pids3 - {w["pid"] for w in call(srv, "GET", "models/mlp3").json()[0]["workers"]}
+    assert len(gone) == 2
+    deadline = time.time() + 10
+    while time.time() < deadline and any(alive(p) for p in gone):
+        time.sleep(0.05)
+    assert not any(alive(p) for p in gone)
+    left = {w["pid"] for w in call(srv, "GET", "models/mlp3").json()[0]["workers"]}
+    r = call(srv, "DELETE", "models/mlp3")
+    assert r.status_code == 200 and r.json() == {"status": 'Model "mlp3" unregistered'}
+    # unregister answers once the processes are gone
+    assert not any(alive(p) for p in left)
+    assert set(srv.worker_pids()) == before
+
+
+def test_versions_and_set_default(srv):
+    r = call(srv, "POST", "models?url=mlp_v2&initial_workers=1&synchronous=true")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"status": 'Model "mlp" Version: 2.0 registered with 1 initial workers'}
+    srv.put("/models/mlp?min_worker=1&synchronous=true")
+    all_ = call(srv, "GET", "models/mlp/all").json()
+    assert sorted(d["modelVersion"] for d in all_) == ["1.0", "2.0"]
+    # both versions serve at once; no version = the default (1.0, registered first)
+    r1 = srv.post("/predictions/mlp/1.0", json=SAMPLE)
+    r2 = srv.post("/predictions/mlp/2.0", json=SAMPLE)
+    r0 = srv.post("/predictions/mlp", json=SAMPLE)
+    assert r1.status_code == r2.status_code == r0.status_code == 200
+    assert r1.json() == r2.json() == r0.json()
+    assert srv.post("/predictions/mlp/3.0", json=SAMPLE).status_code == 404
+    # the default version cannot go while another exists
+    r = call(srv, "DELETE", "models/mlp")
+    assert r.status_code == 403
+    assert r.json() == {"code": 403, "type": "InvalidModelVersionException",
+                        "message": "Cannot remove default version for model mlp"}
+    assert status(srv, "DELETE", "models/mlp/1.0") == 403
+    r = call(srv, "PUT", "models/mlp/2.0/set-default")
+    assert r.status_code == 200
+    assert r.json() == {"status": 'Default version successfully updated for model "mlp" to "2.0"'}
+    assert status(srv, "PUT", "models/mlp/0.0/set-default") == 404
+    assert status(srv, "PUT", "models/squeezenet0_1/1.0/set-default") == 404
+    assert call(srv, "GET", "models/mlp").json()[0]["modelVersion"] == "2.0"
+    assert status(srv, "DELETE", "models/mlp/0.0") == 404
+    assert status(srv, "DELETE", "models/mlp/1.0") == 200
+    assert srv.post("/predictions/mlp", json=SAMPLE).json() == r1.json()
+    assert status(srv, "DELETE", "models/mlp") == 200
+    assert status(srv, "DELETE", "models/invalid_squeezenet1_1") == 404
+    assert status(srv, "GET", "models/mlp") == 404
+
+
+@pytest.mark.smoke
+def test_url_policy(srv, tmp_path):
+    secret = tmp_path / "outside.mar"
+    shutil.copy(os.path.join(MODEL_STORE, "identity_text.mar"), secret)
+    os.utime(secret, (1000000000, 1000000000))
+    cases = {
+        "../../etc/passwd": (404, "Relative path is not allowed in url: ../../etc/passwd"),
+        "mlp/../../x.mar": (404, "Relative path is not allowed in url: mlp/../../x.mar"),
+        str(secret): (404, f"Model url {secret} is outside the model store"),
+        f"file://{secret}": (404, f"Model url file://{secret} is outside the model store"),
+        "ftp://example.com/m.mar": (404, "Given URL ftp://example.com/m.mar does not match any "
+                                         "allowed URL(s)"),
+        "nonexistent.mar": (404, "Model not found at: nonexistent.mar"),
+    }
+    for url, (code, msg) in cases.items():
+        r = call(srv, "POST", "models", params={"url": url})
+        assert (r.status_code, r.json()["message"]) == (code, msg), url
+    # nothing outside the store was opened: its access time did not move
+    assert os.stat(secret).st_atime == 1000000000
+    # a symlink in the store pointing outside it is refused after resolution
+    link = os.path.join(srv.store, "link.mar")
+    os.symlink(secret, link)
+    try:
+        r = call(srv, "POST", "models?url=link.mar")
+        assert r.status_code == 404 and "outside the model store" in r.json()["message"]
+    finally:
+        os.unlink(link)
+
+
+def test_allowed_urls_rules(server_factory):
+    s = server_factory(config={"enable_model_api": "true", "default_workers_per_model": 0,
+                               "allowed_urls": "https://models\\.example\\.com/.*"})
+    r = s.post("/models?url=http://evil.example.org/m.mar", api="management")
+    assert r.status_code == 404
+    assert r.json()["message"] == ("Given URL http://evil.example.org/m.mar does not match any "
+                                   "allowed URL(s)")
+    r = s.post("/models?url=HTTPS://models.example.com/m.mar", api="management")
+    assert r.status_code == 400 and "remote model download is not supported" in r.json()["message"]
+
+
+@pytest.mark.smoke
+def test_model_api_disabled_by_default(server_factory):
+    s = server_factory(models=["identity_text"], yaml={"identity_text": {"minWorkers": 1}},
+                       config={"default_workers_per_model": 1})
+    r = s.post("/models?url=mlp.mar", api="management")
+    assert r.status_code == 405 and r.json() == NOT_ALLOWED
+    r = s.delete("/models/identity_text")
+    assert r.status_code == 405 and r.json() == NOT_ALLOWED
+    # scale, describe and list still work
+    assert s.get("/models", api="management").status_code == 200
+    assert s.get("/models/identity_text", api="management").status_code == 200
+    assert s.put("/models/identity_text?min_worker=1").status_code == 202
+    assert s.get("/api-description", api="management").json()["openapi"].startswith("3.")
+    assert s.get("/nope", api="management").status_code == 404
