@@ -53,6 +53,7 @@ void ctx_destroy(struct ts_ctx *c)
     free(c->model_dir);
     free(c->serialized_file);
     free(c->state_dir);
+    state_close(c->state);
     yflat_free(&c->cfg);
     free(c->cur);
     free(c->out_ids);
@@ -129,6 +130,7 @@ void wreq_free(struct wreq *r)
     free(r->ctype);
     free(r->body);
     free_kvs(r->rheaders, r->n_rheaders);
+    free(r->state_copy);
     free(r);
 }
 
@@ -523,30 +525,163 @@ void ts_continue(struct ts_ctx *ctx, size_t idx, int64_t delay_us)
 
 /* ---------------------------------------------------------------- state, counters, log */
 
+/* The store, opened at first use from model-config.yaml's handler.cache.capacity,
+ * handler.state_sync and handler.state_map_size_mb; NULL if it cannot be opened (logged once). */
+static struct state_store *store(struct ts_ctx *c)
+{
+    if (c->state || c->state_failed)
+        return c->state;
+    long cap = ts_config_get_long(c, "handler.cache.capacity", STATE_DEFAULT_CAPACITY);
+    long map_mb = ts_config_get_long(c, "handler.state_map_size_mb", STATE_DEFAULT_MAP_SIZE >> 20);
+    struct state_opts o = {
+        .capacity = cap >= 1 ? (size_t)cap : STATE_DEFAULT_CAPACITY,
+        .map_size =
+            map_mb >= 1 && map_mb <= (1L << 20) ? (size_t)map_mb << 20 : STATE_DEFAULT_MAP_SIZE,
+    };
+    const char *sync = ts_config_get(c, "handler.state_sync");
+    if (sync && ts_parse_bool(sync, &o.sync)) {
+        LOG_WARN("model-config.yaml: handler.state_sync: \"%s\" is not true/false; not syncing",
+                 sync);
+        o.sync = 0;
+    }
+    char err[512];
+    if (!c->state_dir)
+        LOG_WARN("no --state-dir: sequence state is kept in memory only and is lost with the "
+                 "worker");
+    if (state_open(&c->state, c->state_dir, &o, err, sizeof(err))) {
+        LOG_ERROR("%s", err);
+        c->state_failed = 1;
+        return NULL;
+    }
+    LOG_INFO("state store %s: LRU capacity %zu, map %zu MiB, %s",
+             c->state_dir ? c->state_dir : "(memory)", o.capacity, o.map_size >> 20,
+             o.sync ? "synced commits" : "MDB_NOSYNC");
+    return c->state;
+}
+
+/* The request's sequence id and the store, or NULL with *rc set. A start request first drops
+ * whatever an earlier sequence with the same id left behind (once per request). */
+static const char *state_key(struct ts_ctx *c, size_t idx, struct state_store **st, int *rc)
+{
+    struct wreq *r = req_at(c, idx);
+    const char *key = r ? ts_sequence_id(c, idx) : NULL;
+    *st = NULL;
+    if (!key || !*key) {
+        *rc = -EINVAL;
+        if (r)
+            LOG_REQ(LOG_LEVEL_ERROR, r->id, "state API used by a request without a sequence id");
+        return NULL;
+    }
+    if (!(*st = store(c))) {
+        *rc = -EIO;
+        return NULL;
+    }
+    if (!r->state_fresh) {
+        r->state_fresh = 1;
+        const char *start = ts_get_header(c, idx, "ts_request_sequence_start");
+        int b = 0;
+        const void *v;
+        size_t len;
+        if (start && ts_parse_bool(start, &b) == 0 && b && state_get(*st, key, &v, &len) == 0)
+            state_del(*st, key);
+    }
+    *rc = 0;
+    return key;
+}
+
 const void *ts_state_get(struct ts_ctx *ctx, size_t idx, size_t *len)
 {
-    (void)ctx;
-    (void)idx;
+    struct state_store *st;
+    int rc;
+    const void *v;
+    size_t n = 0;
     if (len)
         *len = 0;
-    errno = ENOSYS;
+    const char *key = state_key(ctx, idx, &st, &rc);
+    if (key && (rc = state_get(st, key, &v, &n)) == 0) {
+        /* a copy per request: a later get may evict the LRU entry under the handler */
+        struct wreq *r = ctx->cur[idx];
+        free(r->state_copy);
+        r->state_copy = xmalloc(n + 1);
+        memcpy(r->state_copy, v, n);
+        ((char *)r->state_copy)[n] = '\0';
+        if (len)
+            *len = n;
+        return r->state_copy;
+    }
+    if (rc != -ENOENT && rc != -EINVAL)
+        LOG_REQ(LOG_LEVEL_ERROR, ctx->cur[idx]->id, "state get: %s", state_strerror(rc));
+    errno = rc == -ENOENT ? ENOENT : EIO;
     return NULL;
 }
 
 int ts_state_put(struct ts_ctx *ctx, size_t idx, const void *data, size_t len)
 {
-    (void)ctx;
-    (void)idx;
-    (void)data;
-    (void)len;
-    return -ENOSYS;
+    struct state_store *st;
+    int rc;
+    const char *key = state_key(ctx, idx, &st, &rc);
+    if (key && (rc = state_put(st, key, data, len)))
+        LOG_REQ(LOG_LEVEL_ERROR, ctx->cur[idx]->id, "state put: %s", state_strerror(rc));
+    return rc;
 }
 
 int ts_state_del(struct ts_ctx *ctx, size_t idx)
 {
-    (void)ctx;
-    (void)idx;
-    return -ENOSYS;
+    struct state_store *st;
+    int rc;
+    const char *key = state_key(ctx, idx, &st, &rc);
+    if (key && (rc = state_del(st, key)))
+        LOG_REQ(LOG_LEVEL_ERROR, ctx->cur[idx]->id, "state del: %s", state_strerror(rc));
+    return rc;
+}
+
+/* Sets a counter to an absolute value (ts_counter_add keeps running totals). */
+static void counter_set(struct ts_ctx *c, const char *name, int64_t value)
+{
+    int64_t cur = 0;
+    for (size_t i = 0; i < c->n_counters; i++)
+        if (!strcmp(c->counters[i].name, name))
+            cur = c->counters[i].total;
+    ts_counter_add(c, name, value - cur);
+}
+
+int ctx_state_commit(struct ts_ctx *c)
+{
+    if (!state_dirty(c->state))
+        return 0;
+    int rc = state_commit(c->state);
+    if (rc) {
+        LOG_ERROR("state commit failed: %s (raise handler.state_map_size_mb if the map is full)",
+                  state_strerror(rc));
+        return rc;
+    }
+    /* LMDB write-through totals, on later responses as x-ts-worker-state_writes /
+     * x-ts-worker-state_commits / x-ts-worker-state_us (put + del + commit time) */
+    struct state_stats st;
+    state_get_stats(c->state, &st);
+    counter_set(c, "state_writes", (int64_t)st.writes);
+    counter_set(c, "state_commits", (int64_t)st.commits);
+    counter_set(c, "state_us", st.commit_us);
+    return 0;
+}
+
+void ctx_state_drop(struct ts_ctx *c, const char *seq_id)
+{
+    if (!seq_id || !*seq_id)
+        return;
+    /* a sequence model's worker may get the event before any request used the state API
+     * (its predecessor wrote the state); any other model has nothing to drop */
+    const char *seqb = ts_config_get(c, "sequenceBatching");
+    int b = 0;
+    if (!c->state && !(c->state_dir && seqb && ts_parse_bool(seqb, &b) == 0 && b))
+        return;
+    if (!store(c))
+        return;
+    int rc = state_del(c->state, seq_id);
+    if (rc == 0)
+        rc = state_commit(c->state);
+    if (rc)
+        LOG_ERROR("sequence %s: dropping its state: %s", seq_id, state_strerror(rc));
 }
 
 void ts_counter_add(struct ts_ctx *ctx, const char *name, int64_t delta)

@@ -15,6 +15,7 @@
 
 #include "handler.h"
 #include "otf.h"
+#include "state.h"
 #include "util.h"
 #include "yaml_flat.h"
 
@@ -55,6 +56,9 @@ struct wreq {
     size_t body_len;
     struct wkv *rheaders;
     size_t n_rheaders;
+    /* state API: the copy ts_state_get handed out; fresh: a start request dropped old state */
+    void *state_copy;
+    int state_fresh;
 };
 
 struct counter {
@@ -102,6 +106,8 @@ struct ts_ctx {
     int64_t last_read_us; /* when the socket was last read (ts_is_cancelled rate limit) */
     size_t max_field;
     char *state_dir;
+    struct state_store *state; /* opened at the first ts_state_* call */
+    int state_failed;          /* opening it failed: every ts_state_* call fails */
 };
 
 void ctx_init(struct ts_ctx *c, int fd, size_t max_field);
@@ -119,6 +125,12 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
 void ctx_queue_final(struct ts_ctx *c, struct wreq *r);
 /* Closes the open frame, if any; the bytes stay in c->out for the caller to write. */
 void ctx_close_frame(struct ts_ctx *c);
+
+/* Commits the state writes of the step; called before any response frame is written. A
+ * failure means an acknowledged state might not be on disk: the caller must not send frames. */
+int ctx_state_commit(struct ts_ctx *c);
+/* A sequence ended (any 'S' event): drops its state from the LRU and LMDB, committed at once. */
+void ctx_state_drop(struct ts_ctx *c, const char *seq_id);
 
 /* Error body {"code": status, "type": ..., "message": msg}, malloc'd. */
 char *ctx_error_json(int status, const char *msg);

@@ -26,6 +26,8 @@ static const struct builtin builtins[] = {
     {"", ts_handler_torchscript},
     {"identity_text", ts_handler_identity_text},
     {"char_lm", ts_handler_char_lm},
+    {"stateful", ts_handler_stateful},
+    {"lstm_stateful", ts_handler_lstm_stateful},
 };
 
 static int has_suffix(const char *s, size_t n, const char *suf)
@@ -107,7 +109,8 @@ const struct ts_handler *handler_loader_find(const char *spec, const char *model
     if (has_suffix(spec, liblen, ".so") || memmem(spec, liblen, ".so.", 4))
         return load_library(spec, model_dir, err, errlen);
     snprintf(err, errlen,
-             "unknown handler \"%s\" (built-in: torchscript, identity_text, char_lm; or "
+             "unknown handler \"%s\" (built-in: torchscript, identity_text, char_lm, stateful, "
+             "lstm_stateful; or "
              "libfoo.so[:symbol] in the model archive)",
              spec);
     return NULL;

@@ -21,5 +21,7 @@ const struct ts_handler *handler_loader_find(const char *spec, const char *model
 const struct ts_handler *ts_handler_torchscript(void);
 const struct ts_handler *ts_handler_identity_text(void);
 const struct ts_handler *ts_handler_char_lm(void);
+const struct ts_handler *ts_handler_stateful(void);
+const struct ts_handler *ts_handler_lstm_stateful(void);
 
 #endif

@@ -124,6 +124,13 @@ static void write_all(struct ts_ctx *c, const uint8_t *p, size_t len)
 int worker_flush(struct ts_ctx *c)
 {
     ctx_close_frame(c);
+    /* every state a frame acknowledges is on disk before the frame leaves; if that fails, exit
+     * without answering: the frontend fails these requests and respawns us */
+    if (!c->eof && ctx_state_commit(c)) {
+        c->eof = 2;
+        buf_reset(&c->out);
+        return -EIO;
+    }
     if (c->out.len)
         write_all(c, c->out.data, c->out.len);
     buf_reset(&c->out);
@@ -451,6 +458,8 @@ static void deliver_seq_events(struct ts_ctx *c)
         LOG_DEBUG("sequence %s: event %d", c->seq[i].seq_id, c->seq[i].event);
         if (c->loaded && c->h->seq_event)
             c->h->seq_event(c->hstate, c, c->seq[i].seq_id, c->seq[i].event);
+        if (c->loaded)
+            ctx_state_drop(c, c->seq[i].seq_id);
         free(c->seq[i].seq_id);
     }
     c->n_seq = 0;
@@ -469,6 +478,9 @@ static void serve(struct ts_ctx *c)
         }
         if (n > 0)
             worker_poll_input(c);
+        /* events first: a sequence that ended and a request restarting its id can arrive in
+         * the same read, and the restart must not find its state deleted afterwards */
+        deliver_seq_events(c);
         if (c->loaded && !c->eof && next_step_in(c, ts_now_us()) == 0)
             run_step(c);
         deliver_seq_events(c);
