@@ -31,7 +31,7 @@ struct key {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int enabled;
-static int expiration_min = 60;
+static double expiration_min = 60;
 static struct key keys[3]; /* indexed by enum auth_scope */
 
 static int new_key(struct key *k, int expires)
@@ -58,7 +58,7 @@ static int new_key(struct key *k, int expires)
         k->k[4 * i + 3] = b64url[v & 63];
     }
     k->k[KEY_LEN] = '\0';
-    k->expires_ms = expires ? ts_wall_ms() + (int64_t)expiration_min * 60000 : 0;
+    k->expires_ms = expires ? ts_wall_ms() + (int64_t)(expiration_min * 60000.0) : 0;
     return 0;
 }
 
@@ -125,7 +125,7 @@ static int write_key_file(void)
     return rc;
 }
 
-int auth_init(int on, int exp_min)
+int auth_init(int on, double exp_min)
 {
     pthread_mutex_lock(&lock);
     enabled = on;

@@ -30,7 +30,7 @@ enum auth_scope {
 
 /* enabled = !disable_token_authorization. Generates the keys and writes key_file.json.
  * 0 or -errno (the file could not be written). */
-int auth_init(int enabled, int expiration_min);
+int auth_init(int enabled, double expiration_min);
 int auth_enabled(void);
 /* authorization: the Authorization header / `authorization` metadata value, NULL if absent.
  * 0 when allowed, -EACCES when missing, malformed, wrong or expired. */

@@ -32,6 +32,7 @@ enum kind {
     K_JSON,      /* char *, must parse as JSON; empty = unset */
     K_METRICS,   /* char *, log | prometheus | legacy */
     K_GRPC_HOST, /* char *, a bare host name or address */
+    K_POS_DOUBLE, /* double > 0 */
 };
 
 struct key {
@@ -63,7 +64,7 @@ static const struct key keys[] = {
     {"unregister_model_timeout", K_INT, F(unregister_model_timeout), 0, INT_MAX},
     {"enable_model_api", K_BOOL, F(enable_model_api), 0, 0},
     {"disable_token_authorization", K_BOOL, F(disable_token_authorization), 0, 0},
-    {"token_expiration_min", K_INT, F(token_expiration_min), 1, INT_MAX},
+    {"token_expiration_min", K_POS_DOUBLE, F(token_expiration_min), 0, 0},
     {"allowed_urls", K_STR, F(allowed_urls), 0, 0},
     {"enable_metrics_api", K_BOOL, F(enable_metrics_api), 0, 0},
     {"metrics_mode", K_METRICS, F(metrics_mode), 0, 0},
@@ -249,6 +250,15 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
         free(dst->scheme);
         free(dst->host);
         *dst = a;
+        return NULL;
+    }
+    case K_POS_DOUBLE: {
+        char *end;
+        errno = 0;
+        double d = strtod(v, &end);
+        if (end == v || *end || errno || !(d > 0) || d > 1e9)
+            return "expected a positive number";
+        *(double *)field = d;
         return NULL;
     }
     case K_INT:

@@ -35,7 +35,7 @@ struct config {
     int unregister_model_timeout;          /* 120 s */
     int enable_model_api;                  /* false */
     int disable_token_authorization;       /* false */
-    int token_expiration_min;              /* 60 */
+    double token_expiration_min;           /* 60; a fraction is allowed (TorchServe: Double) */
     char *allowed_urls;                    /* "file://.*|http(s)?://.*" */
     int enable_metrics_api;                /* true */
     char *metrics_mode;                    /* "log" */
