@@ -4,6 +4,7 @@
 #include "http_stream.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -17,6 +18,7 @@
 #include "server.h"
 
 #define SSE_KEEPALIVE_S 15
+#define STREAM_TIMEOUT_S (24 * 3600)
 
 void http_call_free(struct http_call *c)
 {
@@ -62,15 +64,31 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 
 void http_call_watch(struct http_call *c)
 {
-    if (c->evcon)
-        evhttp_connection_set_closecb(c->evcon, on_close, c);
+    if (!c->evcon)
+        return;
+    evhttp_connection_set_closecb(c->evcon, on_close, c);
+    /* evhttp stops reading a connection while its request is being handled, so a client that
+     * leaves while its job is queued (or before the first frame) would go unnoticed and the job
+     * would still run. Watch for EOF the way evhttp itself does while it writes a reply: no read
+     * callback, EV_READ on. The wait in the queue has no idle limit (call_done restores it). */
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+    bufferevent_data_cb wcb;
+    bufferevent_event_cb ecb;
+    void *arg;
+    bufferevent_getcb(bev, NULL, &wcb, &ecb, &arg);
+    bufferevent_setcb(bev, NULL, wcb, ecb, arg);
+    bufferevent_enable(bev, EV_READ);
+    evhttp_connection_set_timeout(c->evcon, STREAM_TIMEOUT_S);
 }
 
 /* The reply is complete (or abandoned): stop watching and free. */
 static void call_done(struct http_call *c)
 {
-    if (c->evcon)
+    if (c->evcon) {
         evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+        /* back to the idle timeout of http_server.c for the next request on the connection */
+        evhttp_connection_set_timeout(c->evcon, srv->cfg.default_response_timeout + 10);
+    }
     http_call_free(c);
 }
 
@@ -162,7 +180,7 @@ static void start_stream(struct http_call *c, const struct otf_prediction *p)
     add_seq_header(c);
     /* the gap between chunks may exceed the idle timeout: a stream sets its own pace */
     if (c->evcon)
-        evhttp_connection_set_timeout(c->evcon, 24 * 3600);
+        evhttp_connection_set_timeout(c->evcon, STREAM_TIMEOUT_S);
     http_count_status(status);
     evhttp_send_reply_start(c->req, status, http_reason(status));
     c->started = 1;
