@@ -1,0 +1,366 @@
+"""Open Inference Protocol (issue 6): REST (/v2), SSE infer_stream / generate_stream in MLServer's
+framing, Triton's binary tensor extension, and gRPC inference.GRPCInferenceService.
+"""
+import io
+import json
+import os
+import struct
+import sys
+import threading
+import time
+import zipfile
+
+import pytest
+import requests
+import torch
+
+from conftest import MODEL_STORE, PYSTUBS
+
+# MLServer's docs/examples/streaming/generate-request.json
+MLSERVER_STREAM_REQUEST = {
+    "inputs": [
+        {
+            "name": "prompt",
+            "shape": [1],
+            "datatype": "BYTES",
+            "data": ["What is the capital of France?"],
+            "parameters": {"content_type": "str"},
+        }
+    ],
+    "outputs": [{"name": "output"}],
+}
+WORDS = ["What", " is", " the", " capital", " of", " France?"]
+
+
+def sse_events(resp):
+    """Parses a text/event-stream body into (event, data) pairs; checks MLServer's framing:
+    every event is exactly `data: <json>` followed by a blank line (no id:)."""
+    events = []
+    for block in resp.text.split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        ev, data = None, []
+        for ln in lines:
+            if ln.startswith(":"):
+                continue
+            key, _, val = ln.partition(": ")
+            assert key in ("data", "event"), f"unexpected SSE line {ln!r}"
+            if key == "event":
+                ev = val
+            else:
+                data.append(val)
+        if data:
+            events.append((ev, "\n".join(data)))
+    return events
+
+
+def check_oip_response(o, model, name="output"):
+    assert o["model_name"] == model
+    assert "model_version" in o and "id" in o
+    outs = o["outputs"]
+    assert isinstance(outs, list) and outs
+    for t in outs:
+        assert {"name", "datatype", "shape", "data"} <= set(t)
+    return outs
+
+
+def mlp_torch(x):
+    """What torch computes for the archived mlp (the model.pt inside model-store/mlp.mar)."""
+    with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
+        m = torch.jit.load(io.BytesIO(z.read("model.pt"))).eval()
+    with torch.no_grad():
+        return m(torch.tensor(x, dtype=torch.float32)).numpy()
+
+
+@pytest.fixture(scope="module")
+def x2():
+    g = torch.Generator().manual_seed(7)
+    return torch.randn(2, 64, generator=g).tolist()
+
+
+@pytest.fixture
+def text_srv(server_factory):
+    srv = server_factory(models=["identity_text"], yaml={"identity_text": {"handler": {"delay_ms": 20}}})
+    srv.wait_ready("identity_text")
+    return srv
+
+
+@pytest.fixture
+def mlp_srv(server_factory):
+    srv = server_factory(models=["mlp"])
+    srv.wait_ready("mlp", body={"json": {"data": [0.0] * 64}})
+    return srv
+
+
+# ---------------------------------------------------------------- REST: health and metadata
+
+@pytest.mark.smoke
+def test_health_and_metadata(mlp_srv):
+    srv = mlp_srv
+    assert srv.get("/v2/health/live").json() == {"live": True}
+    r = srv.get("/v2/health/ready")
+    assert r.status_code == 200 and r.json() == {"ready": True}
+    md = srv.get("/v2").json()
+    assert md["name"] and md["version"] and "binary_tensor_data" in md["extensions"]
+    r = srv.get("/v2/models/mlp")
+    assert r.status_code == 200
+    assert r.json() == {
+        "name": "mlp", "versions": ["1.0"], "platform": "pytorch_torchscript",
+        "inputs": [{"name": "input__0", "datatype": "FP32", "shape": [-1, 64]}],
+        "outputs": [{"name": "output__0", "datatype": "FP32", "shape": [-1, 10]}],
+    }
+    assert srv.get("/v2/models/mlp/versions/1.0").json()["name"] == "mlp"
+    assert srv.get("/v2/models/mlp/ready").json() == {"name": "mlp", "ready": True}
+    assert srv.get("/v2/models/mlp/versions/1.0/ready").status_code == 200
+    r = srv.get("/v2/models/nope")
+    assert r.status_code == 404 and "nope" in r.json()["error"]
+    r = srv.get("/v2/models/mlp/versions/9.9/ready")
+    assert r.status_code == 404 and "9.9" in r.json()["error"]
+
+
+# ---------------------------------------------------------------- REST: tensors
+
+@pytest.mark.smoke
+def test_mlp_json_matches_torch(mlp_srv, x2):
+    want = mlp_torch(x2)
+    # MLServer's request shape: flat data, one named input
+    flat = [v for row in x2 for v in row]
+    body = {"id": "req-1", "parameters": {"foo": "bar"},
+            "inputs": [{"name": "input__0", "shape": [2, 64], "datatype": "FP32", "data": flat}]}
+    r = mlp_srv.post("/v2/models/mlp/infer", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("application/json")
+    o = r.json()
+    assert o["id"] == "req-1" and o["model_name"] == "mlp" and o["model_version"] == "1.0"
+    (out,) = o["outputs"]
+    assert out["name"] == "output__0" and out["datatype"] == "FP32" and out["shape"] == [2, 10]
+    assert torch.allclose(torch.tensor(out["data"]).reshape(2, 10), torch.tensor(want), atol=1e-5)
+    # nested data, unnamed-by-position input name, versioned path
+    body = {"inputs": [{"name": "x", "shape": [2, 64], "datatype": "FP32", "data": x2}]}
+    r = mlp_srv.post("/v2/models/mlp/versions/1.0/infer", json=body)
+    assert r.status_code == 200, r.text
+    got = torch.tensor(r.json()["outputs"][0]["data"]).reshape(2, 10)
+    assert torch.allclose(got, torch.tensor(want), atol=1e-5)
+
+
+@pytest.mark.smoke
+def test_mlp_binary_extension_matches_torch(mlp_srv, x2):
+    want = mlp_torch(x2)
+    raw = struct.pack("<128f", *[v for row in x2 for v in row])
+    hdr = json.dumps({
+        "inputs": [{"name": "input__0", "shape": [2, 64], "datatype": "FP32",
+                    "parameters": {"binary_data_size": len(raw)}}],
+        "outputs": [{"name": "output__0", "parameters": {"binary_data": True}}],
+    }).encode()
+    r = mlp_srv.post("/v2/models/mlp/infer", data=hdr + raw,
+                     headers={"Inference-Header-Content-Length": str(len(hdr)),
+                              "Content-Type": "application/octet-stream"})
+    assert r.status_code == 200, r.text
+    n = int(r.headers["Inference-Header-Content-Length"])
+    o = json.loads(r.content[:n])
+    (out,) = o["outputs"]
+    assert out["parameters"]["binary_data_size"] == 80 and "data" not in out
+    got = torch.tensor(struct.unpack("<20f", r.content[n:])).reshape(2, 10)
+    assert torch.allclose(got, torch.tensor(want), atol=1e-5)
+    # binary input, JSON output
+    hdr = json.dumps({"inputs": [{"name": "input__0", "shape": [2, 64], "datatype": "FP32",
+                                  "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    r = mlp_srv.post("/v2/models/mlp/infer", data=hdr + raw,
+                     headers={"Inference-Header-Content-Length": str(len(hdr))})
+    assert r.status_code == 200, r.text
+    got = torch.tensor(r.json()["outputs"][0]["data"]).reshape(2, 10)
+    assert torch.allclose(got, torch.tensor(want), atol=1e-5)
+
+
+@pytest.mark.smoke
+def test_bad_requests(mlp_srv):
+    srv = mlp_srv
+
+    def err(path, status, *words, **kw):
+        r = srv.post(path, **kw)
+        assert r.status_code == status, r.text
+        assert r.headers["Content-Type"].startswith("application/json")
+        msg = r.json()["error"]
+        for w in words:
+            assert w in msg, msg
+        return msg
+
+    ok = {"name": "input__0", "shape": [1, 64], "datatype": "FP32", "data": [0.5] * 64}
+    # wrong datatype: unknown name, data of another type, or not what the model takes
+    err("/v2/models/mlp/infer", 400, "inputs[0].datatype", "FP33",
+        json={"inputs": [dict(ok, datatype="FP33")]})
+    err("/v2/models/mlp/infer", 400, "inputs[0].data[0]", "FP32",
+        json={"inputs": [dict(ok, data=["a"] * 64)]})
+    err("/v2/models/mlp/infer", 400, "inputs[0].datatype", "INT64", "FP32",
+        json={"inputs": [dict(ok, datatype="INT64", data=[1] * 64)]})
+    # shape against data, and against the model
+    err("/v2/models/mlp/infer", 400, "inputs[0].shape [2,3] does not match 5 data elements",
+        json={"inputs": [dict(ok, shape=[2, 3], data=[1.0] * 5)]})
+    err("/v2/models/mlp/infer", 400, "inputs[0].shape [1,63]", "[-1,64]",
+        json={"inputs": [dict(ok, shape=[1, 63], data=[1.0] * 63)]})
+    # unknown model / version
+    err("/v2/models/nope/infer", 404, "nope", json={"inputs": [ok]})
+    err("/v2/models/mlp/versions/7/infer", 404, "7", json={"inputs": [ok]})
+    # malformed JSON, missing inputs, bad id
+    err("/v2/models/mlp/infer", 400, "malformed JSON", data=b'{"inputs": [')
+    err("/v2/models/mlp/infer", 400, "inputs", json={"id": "x"})
+    err("/v2/models/mlp/infer", 400, "id", json={"id": 5, "inputs": [ok]})
+    err("/v2/models/mlp/infer", 400, "outputs[0].name", "nope",
+        json={"inputs": [ok], "outputs": [{"name": "nope"}]})
+    # binary extension: size that does not fit
+    hdr = json.dumps({"inputs": [dict(ok, data=None, parameters={"binary_data_size": 256})]})
+    hdr = json.dumps({"inputs": [{"name": "input__0", "shape": [1, 64], "datatype": "FP32",
+                                  "parameters": {"binary_data_size": 256}}]}).encode()
+    err("/v2/models/mlp/infer", 400, "binary_data_size", data=hdr + b"\0" * 100,
+        headers={"Inference-Header-Content-Length": str(len(hdr))})
+    # infer_stream: an error before streaming starts is a plain JSON error
+    msg = err("/v2/models/mlp/infer_stream", 400, "inputs[0].shape",
+              json={"inputs": [dict(ok, shape=[2, 3], data=[1.0] * 5)]})
+    msg = err("/v2/models/mlp/infer_stream", 400, "[-1,64]",
+              json={"inputs": [dict(ok, shape=[1, 63], data=[1.0] * 63)]})
+    # the server still serves
+    assert srv.post("/v2/models/mlp/infer", json={"inputs": [ok]}).status_code == 200
+
+
+# ---------------------------------------------------------------- REST: SSE
+
+@pytest.mark.smoke
+def test_mlserver_example_infer_stream(text_srv):
+    r = text_srv.post("/v2/models/identity_text/infer_stream", json=MLSERVER_STREAM_REQUEST,
+                      stream=True)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    assert "gzip" not in r.headers.get("Content-Encoding", "")
+    raw = r.content.decode()
+    # exactly `data: {json}\n\n` per event
+    assert raw.startswith("data: {") and raw.endswith("}\n\n") and "id:" not in raw
+    events = sse_events(r)
+    assert [e for e, _ in events] == [None] * len(WORDS)
+    got = []
+    for _, d in events:
+        o = json.loads(d)
+        (out,) = check_oip_response(o, "identity_text")
+        assert out["name"] == "output" and out["datatype"] == "BYTES" and out["shape"] == [1]
+        got.append(out["data"][0])
+    assert got == WORDS
+    # generate_stream is the same stream (MLServer aliases it); /infer answers once
+    r = text_srv.post("/v2/models/identity_text/generate_stream", json=MLSERVER_STREAM_REQUEST)
+    assert [json.loads(d)["outputs"][0]["data"][0] for _, d in sse_events(r)] == WORDS
+    r = text_srv.post("/v2/models/identity_text/infer", json=dict(MLSERVER_STREAM_REQUEST, id="q7"))
+    o = r.json()
+    assert o["id"] == "q7" and o["outputs"][0]["data"] == ["".join(WORDS)]
+
+
+@pytest.mark.smoke
+def test_generate_shape(text_srv):
+    body = {"text_input": "hello big wide world", "parameters": {"max_tokens": 10,
+                                                                 "temperature": 0.5,
+                                                                 "stop": ["x"]}}
+    r = text_srv.post("/v2/models/identity_text/generate", json=body)
+    assert r.status_code == 200, r.text
+    o = r.json()
+    assert o["text_output"] == "hello big wide world" and o["model_name"] == "identity_text"
+    r = text_srv.post("/v2/models/identity_text/generate_stream", json=body)
+    outs = [json.loads(d) for _, d in sse_events(r)]
+    assert [o["text_output"] for o in outs] == ["hello", " big", " wide", " world"]
+    r = text_srv.post("/v2/models/identity_text/generate", json={"text_input": 5})
+    assert r.status_code == 400 and "text_input" in r.json()["error"]
+    r = text_srv.post("/v2/models/identity_text/generate",
+                      json={"text_input": "a", "parameters": {"max_tokens": "many"}})
+    assert r.status_code == 400 and "parameters.max_tokens" in r.json()["error"]
+
+
+def test_generate_char_lm(server_factory):
+    if not os.path.exists(os.path.join(MODEL_STORE, "char_lm.mar")):
+        pytest.skip("char_lm not built")
+    srv = server_factory(models=["char_lm"])
+    srv.wait_ready("char_lm", body={"json": {"prompt": "a", "max_new_tokens": 1}})
+    ref = srv.post("/predictions/char_lm", json={"prompt": "The ", "max_new_tokens": 12}).text
+    r = srv.post("/v2/models/char_lm/generate",
+                 json={"text_input": "The ", "parameters": {"max_tokens": 12}})
+    assert r.status_code == 200, r.text
+    assert r.json()["text_output"] == ref and len(ref) == 12
+    r = srv.post("/v2/models/char_lm/generate_stream",
+                 json={"text_input": "The ", "parameters": {"max_tokens": 12}})
+    chunks = [json.loads(d)["text_output"] for _, d in sse_events(r)]
+    assert len(chunks) == 12 and "".join(chunks) == ref
+
+
+def test_stream_error_event_after_start(text_srv):
+    """A worker that dies mid-stream: the 200 stream ends with `event: error` + {"error"}."""
+    body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES",
+                        "data": [" ".join(["w"] * 50)]}]}
+    result = {}
+
+    def run():
+        r = text_srv.post("/v2/models/identity_text/infer_stream", json=body,
+                          headers={"x-delay-ms": "50"}, timeout=30)
+        result["r"] = r
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.6)
+    for pid in text_srv.worker_pids():
+        os.kill(pid, 9)
+    t.join(30)
+    r = result["r"]
+    assert r.status_code == 200
+    events = sse_events(r)
+    assert events and events[-1][0] == "error"
+    assert "error" in json.loads(events[-1][1])
+    assert all(e is None for e, _ in events[:-1]) and len(events) > 2
+
+
+def test_stream_many_clients_two_workers(server_factory):
+    srv = server_factory(models=["identity_text"],
+                         yaml={"identity_text": {"minWorkers": 2, "maxWorkers": 2, "batchSize": 4,
+                                                 "handler": {"delay_ms": 10}}},
+                         config={"default_workers_per_model": 2})
+    srv.wait_ready("identity_text")
+    n = 16
+    results = [None] * n
+
+    def client(i):
+        text = " ".join(f"c{i}w{k}" for k in range(12))
+        body = {"id": f"c{i}", "inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES",
+                                           "data": [text]}]}
+        r = srv.post("/v2/models/identity_text/infer_stream", json=body, timeout=60)
+        outs = [json.loads(d) for _, d in sse_events(r)]
+        results[i] = (r.status_code, text, outs)
+
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert len(srv.worker_pids()) == 2
+    for i, (status, text, outs) in enumerate(results):
+        assert status == 200
+        assert all(o["id"] == f"c{i}" for o in outs)
+        assert "".join(o["outputs"][0]["data"][0] for o in outs) == text
+        assert len(outs) == 12
+
+
+def test_sequence_parameters_become_headers(server_factory):
+    """OIP sequence parameters reach the sequence machinery: an unknown sequence without
+    sequence_start is refused the same way as with the ts_request_sequence_* headers."""
+    srv = server_factory(models=["identity_text"],
+                         yaml={"identity_text": {"sequenceBatching": "true",
+                                                 "sequenceMaxIdleMSec": 5000,
+                                                 "handler": {"delay_ms": 0}}})
+    srv.wait_ready("identity_text")
+    body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": ["a b"]}]}
+    hdr = srv.post("/predictions/identity_text", data="a b",
+                   headers={"ts_request_sequence_id": "s-hdr"})
+    oip = srv.post("/v2/models/identity_text/infer",
+                   json=dict(body, parameters={"sequence_id": "s-oip"}))
+    assert hdr.status_code == oip.status_code
+    r1 = srv.post("/v2/models/identity_text/infer",
+                  json=dict(body, parameters={"sequence_id": "s1", "sequence_start": True}))
+    assert r1.status_code == 200, r1.text
+    r2 = srv.post("/v2/models/identity_text/infer",
+                  json=dict(body, parameters={"sequence_id": "s1", "sequence_end": True}))
+    assert r2.status_code == 200, r2.text
+    r3 = srv.post("/v2/models/identity_text/infer", json=dict(body, parameters={"sequence_id": "s1"}))
+    assert r3.status_code >= 400
