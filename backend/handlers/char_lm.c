@@ -10,6 +10,8 @@
  * Request: a JSON object {"prompt": "...", "max_new_tokens": N} or the prompt as plain text
  * (max_new_tokens then from the query / form parameter of that name, else handler.max_new_tokens).
  * Characters missing from the vocabulary are read as a space; an empty prompt starts from "\n".
+ * For tests of error delivery, a JSON "fail_after": K makes the request fail with a 500 after K
+ * characters, as a handler error in the middle of a stream.
  *
  * Every handle() call is one step. New requests first run their whole prompt through the model
  * (one forward each, T = prompt length). Then every live stream emits the argmax of its current
@@ -60,6 +62,7 @@ struct clm_req {
     int64_t next; /* token to emit at the next step */
     long generated;
     long max_new;
+    long fail_after; /* -1: never */
     int64_t delay_us;
 };
 
@@ -245,8 +248,9 @@ fail:
 
 /* Prompt and max_new_tokens of a request; -1 with err set for a bad request. */
 static int parse_request(struct ts_ctx *ctx, size_t i, const struct clm_state *s, char **prompt,
-                         size_t *plen, long *max_new, char *err, size_t errlen)
+                         size_t *plen, long *max_new, long *fail_after, char *err, size_t errlen)
 {
+    *fail_after = -1;
     size_t blen = 0;
     const char *ctype = "";
     const char *body = ts_get_body(ctx, i, &blen, &ctype);
@@ -291,6 +295,10 @@ static int parse_request(struct ts_ctx *ctx, size_t i, const struct clm_state *s
     }
     if (n)
         *max_new = (long)json_integer_value(n);
+    json_t *f = json_object_get(j, "fail_after");
+    if (json_is_integer(f) && json_integer_value(f) >= 0 &&
+        json_integer_value(f) <= MAX_NEW_TOKENS_LIMIT)
+        *fail_after = (long)json_integer_value(f);
     *plen = p ? json_string_length(p) : 0;
     *prompt = xstrndup(p ? json_string_value(p) : "", *plen);
     json_decref(j);
@@ -312,8 +320,8 @@ static int start_request(struct ts_ctx *ctx, size_t i, struct clm_state *s)
     char err[512];
     char *prompt = NULL;
     size_t plen = 0;
-    long max_new;
-    if (parse_request(ctx, i, s, &prompt, &plen, &max_new, err, sizeof(err))) {
+    long max_new, fail_after;
+    if (parse_request(ctx, i, s, &prompt, &plen, &max_new, &fail_after, err, sizeof(err))) {
         ts_set_error(ctx, i, 400, "%s", err);
         return -1;
     }
@@ -339,6 +347,7 @@ static int start_request(struct ts_ctx *ctx, size_t i, struct clm_state *s)
     struct clm_req *u = xcalloc(1, sizeof(*u));
     u->h = xcalloc((size_t)(s->layers * s->hidden), sizeof(float));
     u->max_new = max_new;
+    u->fail_after = fail_after;
     u->delay_us = request_delay_us(ctx, i, s);
     ts_set_user(ctx, i, u, clm_req_free);
 
@@ -375,6 +384,14 @@ static void clm_handle(void *state, struct ts_ctx *ctx, size_t n)
             continue;
         if (!ts_get_user(ctx, i) && start_request(ctx, i, s))
             continue;
+        struct clm_req *u = ts_get_user(ctx, i);
+        if (u->fail_after >= 0 && u->generated >= u->fail_after) {
+            ts_set_error(ctx, i, 500,
+                         "char_lm: failing after %ld characters, as the request "
+                         "asked (fail_after)",
+                         u->generated);
+            continue;
+        }
         live[nlive++] = i;
     }
 
