@@ -29,6 +29,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -109,11 +110,14 @@ static struct {
     struct mail *box, *spare;
     size_t n_box, cap_box, cap_spare;
     int draining;
-    long live_calls; /* allocated gcalls, armed ones included */
-    uint64_t next_id;
+    atomic_long live_calls; /* allocated gcalls, armed ones included */
+    uint64_t next_id;       /* CQ thread only */
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* ---- CQ thread ---- */
+
+static void on_new(struct gcall *c, int success);
+static void call_maybe_free(struct gcall *c);
 
 static void *cq_thread(void *arg)
 {
@@ -125,6 +129,19 @@ static void *cq_thread(void *arg)
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         pthread_mutex_lock(&G.mu);
+        struct gtag *t = ev.tag;
+        if (t->kind == TAG_NEW && ev.success && !G.draining) {
+            /* A new call is set up here, on the poller's own thread: its first batches then
+             * need no wake-up of this thread. The loop sees the call only through the
+             * completions of those batches, which come back through this thread and the
+             * mailbox, so the two threads never touch it at the same time. */
+            pthread_mutex_unlock(&G.mu);
+            struct gcall *c = t->call;
+            on_new(c, 1);
+            c->pending--;
+            call_maybe_free(c); /* only when no batch could be started */
+            continue;
+        }
         if (G.n_box == G.cap_box) {
             G.cap_box = G.cap_box ? G.cap_box * 2 : 256;
             G.box = xrealloc(G.box, G.cap_box * sizeof(*G.box));

@@ -1,0 +1,128 @@
+#!/bin/bash
+# gRPC benchmark (issue 3): unary Predictions on mlp against a bare gRPC C core server.
+#
+#   scripts/bench/grpc_bench.sh [BUILD_DIR]        (default build; needs `make all models`)
+#
+# grpc_load (scripts/bench/grpc_load.c, built here) keeps 32 calls in flight over 4 HTTP/2
+# connections for DURATION seconds, each call a PredictionsRequest{model_name: mlp,
+# input: {data: <64 floats as JSON>}}, and prints calls/s, p50 and p99. It runs against:
+#   1. grpc_bare (scripts/bench/grpc_bare.c, built here): a bare gRPC C core server answering a
+#      fixed 132-byte message from its completion-queue thread, the ceiling;
+#   2. torchserve-c with mlp: a) 1 worker, batchSize 1   b) 1 worker, batchSize 32, maxBatchDelay 2
+# and reports each one's ratio to the bare server (target >= 0.5).
+# Env: DURATION (seconds per run, default 10).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-build}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+DURATION=${DURATION:-10}
+PY=/usr/bin/python3
+BODY=$ROOT/scripts/models/mlp/sample.json
+METHOD=/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions
+
+for f in "$BUILD/bin/torchserve-c" "$BUILD/bin/torchserve-c-worker" "$ROOT/model-store/mlp.mar" \
+    "$BODY"; do
+    [ -e "$f" ] || { echo "grpc_bench: $f missing: run make all models" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d -t tsc-grpcbench.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_load" "$ROOT/scripts/bench/grpc_load.c" -lgrpc -lgpr
+gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_bare" "$ROOT/scripts/bench/grpc_bare.c" -lgrpc -lgpr
+
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
+# run_load PORT -> "calls_per_s p50_us p99_us errors calls"
+run_load() {
+    "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "$DURATION" > "$WORK/load.last" \
+        2> "$WORK/load.err" || true
+    local l; l=$(cat "$WORK/load.last")
+    val() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+    echo "$(val calls_per_s) $(val p50_us) $(val p99_us) $(val errors) $(val calls)"
+}
+
+# ---- the ceiling: a bare gRPC C core server
+port=$(free_port)
+: > "$WORK/bare.out"
+"$WORK/grpc_bare" "127.0.0.1:$port" $((DURATION + 30)) > "$WORK/bare.out" &
+bpid=$!
+PIDS+=("$bpid")
+for _ in $(seq 50); do grep -q listening "$WORK/bare.out" && break; sleep 0.1; done
+echo "== bare gRPC C core server: 32 in flight over 4 connections, ${DURATION}s"
+t0=$(cpu_ticks "$bpid")
+read -r b_rps b_p50 b_p99 b_err b_n < <(run_load "$port")
+b_cpu=$(( ($(cpu_ticks "$bpid") - t0) * 10000 / (b_n > 0 ? b_n : 1) ))
+echo "   $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call"
+kill "$bpid"; wait "$bpid" 2>/dev/null || true
+
+# ---- torchserve-c: NAME BATCH DELAY
+declare -A R
+bench_config() {
+    local name=$1 batch=$2 delay=$3 d=$WORK/$1
+    mkdir -p "$d/store/mlp"
+    (cd "$d/store/mlp" && $PY -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall()' \
+        "$ROOT/model-store/mlp.mar")
+    cat > "$d/store/mlp/model-config.yaml" <<EOF
+minWorkers: 1
+maxWorkers: 1
+batchSize: $batch
+maxBatchDelay: $delay
+handler:
+  input_shape: [64]
+EOF
+    local gport; gport=$(free_port)
+    cat > "$d/config.properties" <<EOF
+inference_address=http://127.0.0.1:$(free_port)
+management_address=http://127.0.0.1:$(free_port)
+metrics_address=http://127.0.0.1:$(free_port)
+grpc_inference_port=$gport
+grpc_management_port=$(free_port)
+disable_token_authorization=true
+EOF
+    (cd "$d" && TMPDIR=$d exec "$BUILD/bin/torchserve-c" --start --foreground --model-store store \
+        --models mlp --ts-config config.properties > out.log 2> server.log) &
+    local spid=$!
+    PIDS+=("$spid")
+    local ok=0
+    for _ in $(seq 300); do # until one call succeeds (the worker loads in the background)
+        if "$WORK/grpc_load" "127.0.0.1:$gport" "$METHOD" mlp "$BODY" 1 1 0.05 > /dev/null 2>&1; then
+            ok=1; break
+        fi
+        sleep 0.1
+    done
+    [ $ok = 1 ] || { echo "grpc_bench: $name never served:" >&2; tail "$d/server.log" >&2; exit 1; }
+    echo "== torchserve-c mlp $name: 32 in flight over 4 connections, ${DURATION}s"
+    local wpid; wpid=$(ps -o pid= --ppid "$spid" | tr -d ' ' | head -1)
+    local f0 w0; f0=$(cpu_ticks "$spid"); w0=$(cpu_ticks "$wpid")
+    read -r rps p50 p99 err n < <(run_load "$gport")
+    local fc wc
+    fc=$(( ($(cpu_ticks "$spid") - f0) * 10000 / (n > 0 ? n : 1) ))
+    wc=$(( ($(cpu_ticks "$wpid") - w0) * 10000 / (n > 0 ? n : 1) ))
+    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us"
+    [ -s "$WORK/load.err" ] && head -3 "$WORK/load.err"
+    R[$name]="$rps $p50 $p99 $err"
+    kill "$spid"; wait "$spid" 2>/dev/null || true
+}
+
+bench_config 1w-bs1 1 0
+bench_config 1w-bs32 32 2
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+echo
+echo "== summary (machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); client on the same cores)"
+printf "%-26s %10s %9s %9s %7s %7s %s\n" server "calls/s" "p50 us" "p99 us" ratio target errors
+printf "%-26s %10s %9s %9s %7s %7s %s\n" "bare gRPC C core" "$b_rps" "$b_p50" "$b_p99" 1.00 - "$b_err"
+for name in 1w-bs1 1w-bs32; do
+    read -r rps p50 p99 err <<< "${R[$name]}"
+    printf "%-26s %10s %9s %9s %7s %7s %s\n" "torchserve-c mlp $name" "$rps" "$p50" "$p99" \
+        "$(ratio "$rps" "$b_rps")" 0.50 "$err"
+done
