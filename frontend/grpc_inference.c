@@ -196,12 +196,14 @@ static void on_error(struct job *j, int status, const char *type, const char *ms
     struct icall *c = j->sink_arg;
     LOG_REQ(LOG_LEVEL_WARN, j->id, "grpc %s: request failed: %d %s: %s", gcall_id(c->g), status,
             type ? type : "", msg);
+    /* a worker that died under the request: the model is temporarily unavailable */
+    int code = j->worker_lost ? GS_UNAVAILABLE : code_for_http(status);
     if (c->kind == K_STREAM2) {
-        send_status(c, code_for_http(status), msg);
+        send_status(c, code, msg);
         job_ended(c);
         return;
     }
-    icall_end(c, code_for_http(status), msg);
+    icall_end(c, code, msg);
 }
 
 static const struct job_sink grpc_job_sink = {on_frame, on_error};

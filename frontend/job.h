@@ -58,6 +58,7 @@ struct job {
     int64_t dispatched_us;
     struct worker *worker; /* while running */
     int frames;            /* frames delivered so far */
+    int worker_lost;       /* failed because its worker process died unexpectedly */
     struct seq *seq;       /* its sequence while queued or running (sequence.c) */
     int seq_end;           /* the request ends its sequence */
     char *seq_id;          /* echoed to the client in ts_request_sequence_id */

@@ -395,6 +395,10 @@ static void reap(struct worker *w, int status)
         else
             snprintf(msg, sizeof(msg), "Worker died. (%s)", how);
         LOG_WARN("worker %d: failing %d in-flight request(s): %s", w->id, w->n_inflight, msg);
+        /* HTTP keeps TorchServe's 500 "Worker died."; gRPC says UNAVAILABLE (retry later) */
+        struct job *j;
+        TAILQ_FOREACH(j, &w->inflight, link)
+        j->worker_lost = !w->kill_reason && !oom;
         fail_inflight(w, oom ? 507 : 500, "InternalServerException", msg);
     }
 

@@ -1,0 +1,142 @@
+"""Streaming over gRPC StreamPredictions: one PredictionResponse per partial result at the
+handler's pace, char_lm equal to a torch greedy decode, mid-stream errors as a status, a
+non-streaming model as one message and OK, a cancelled call stopping generation on the worker,
+and a worker killed mid-stream ending the call with UNAVAILABLE.
+
+Worker token counters are read over HTTP (x-ts-worker-* headers), as in test_streaming.py.
+"""
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import PYSTUBS, start_server  # noqa: E402
+from test_streaming import Reference, char_lm_worker_pid, counters  # noqa: E402
+
+sys.path.insert(0, PYSTUBS)
+import grpc  # noqa: E402
+import inference_pb2 as ipb  # noqa: E402
+import inference_pb2_grpc as igrpc  # noqa: E402
+
+DELAY_MS = 200
+TOL_MS = 60
+STEP_MS = 10  # char_lm pace in this server
+WORDS = "one message per partial result on every transport"
+
+
+@pytest.fixture(scope="module")
+def ref():
+    r = Reference()
+    yield r
+    shutil.rmtree(r.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def gsrv():
+    tmp = tempfile.mkdtemp(prefix="tsc-gstream-")
+    srv = start_server(tmp, models=["identity_text", "char_lm", "mlp"], yaml={
+        "identity_text": {"batchSize": 8, "handler": {"delay_ms": DELAY_MS}},
+        "char_lm": {"batchSize": 8, "handler": {"delay_ms": STEP_MS}},
+        "mlp": {"batchSize": 1},
+    })
+    srv.wait_ready("char_lm", body={"json": {"prompt": "a", "max_new_tokens": 2}})
+    srv.wait_ready("identity_text", body={"data": "warm", "headers": {"x-delay-ms": "0"}})
+    srv.wait_ready("mlp", body={"json": {"data": [0.0] * 64}})
+    chan = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}")
+    srv.stub = igrpc.InferenceAPIsServiceStub(chan)
+    yield srv
+    chan.close()
+    srv.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def lm_request(prompt, n, **extra):
+    body = {"prompt": prompt, "max_new_tokens": n}
+    body.update(extra)
+    return ipb.PredictionsRequest(model_name="char_lm",
+                                  input={"data": json.dumps(body).encode()})
+
+
+def test_one_message_per_word_on_time(gsrv):
+    req = ipb.PredictionsRequest(model_name="identity_text", input={"data": WORDS.encode()})
+    t0 = time.monotonic()
+    msgs, times = [], []
+    for m in gsrv.stub.StreamPredictions(req, timeout=30):
+        times.append(time.monotonic() - t0)
+        msgs.append(m.prediction.decode())
+    words = WORDS.split()
+    assert msgs == [w if i == 0 else " " + w for i, w in enumerate(words)]
+    assert "".join(msgs) == WORDS
+    for k, t in enumerate(times, 1):
+        assert abs(t * 1000 - k * DELAY_MS) <= TOL_MS, \
+            f"message {k} at {t * 1000:.0f} ms, expected {k * DELAY_MS} +- {TOL_MS}: {times}"
+
+
+@pytest.mark.smoke
+def test_char_lm_matches_torch(gsrv, ref):
+    msgs = [m.prediction.decode()
+            for m in gsrv.stub.StreamPredictions(lm_request("The keeper", 40), timeout=30)]
+    assert len(msgs) == 40 and all(len(m) == 1 for m in msgs)
+    assert "".join(msgs) == ref.greedy("The keeper", 40)
+
+
+@pytest.mark.smoke
+def test_mid_stream_error_ends_with_status(gsrv, ref):
+    it = gsrv.stub.StreamPredictions(lm_request("The baker", 50, fail_after=5), timeout=30)
+    got = []
+    with pytest.raises(grpc.RpcError) as ei:
+        for m in it:
+            got.append(m.prediction.decode())
+    assert "".join(got) == ref.greedy("The baker", 5)
+    assert ei.value.code() == grpc.StatusCode.INTERNAL
+    assert "fail_after" in ei.value.details()
+
+
+@pytest.mark.smoke
+def test_non_streaming_model_gives_one_message_and_ok(gsrv):
+    req = ipb.PredictionsRequest(model_name="mlp",
+                                 input={"data": json.dumps({"data": [0.5] * 64}).encode()})
+    it = gsrv.stub.StreamPredictions(req, timeout=30)
+    msgs = list(it)
+    assert len(msgs) == 1 and len(json.loads(msgs[0].prediction)) == 10
+    assert it.code() == grpc.StatusCode.OK
+    # the worker is fine afterwards (TorchServe kills it here)
+    assert len(list(gsrv.stub.StreamPredictions(req, timeout=30))) == 1
+
+
+def test_cancel_stops_generation(gsrv, ref):
+    c0 = counters(gsrv)
+    it = gsrv.stub.StreamPredictions(lm_request("The keeper", 2000), timeout=60)
+    for _ in range(50):
+        next(it)
+    it.cancel()
+    time.sleep(0.5)  # a runaway stream would make 50 more tokens meanwhile
+    c1 = counters(gsrv)
+    generated = c1["tokens"] - c0["tokens"] - 1
+    assert 50 <= generated <= 50 + 1 + 50 // STEP_MS + 1, generated
+    msgs = [m.prediction.decode()
+            for m in gsrv.stub.StreamPredictions(lm_request("The miller", 20), timeout=30)]
+    assert "".join(msgs) == ref.greedy("The miller", 20)
+
+
+def test_worker_killed_mid_stream_is_unavailable(gsrv, ref):
+    it = gsrv.stub.StreamPredictions(lm_request("The keeper", 1000), timeout=60)
+    for _ in range(10):
+        next(it)
+    pid = char_lm_worker_pid(gsrv)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(grpc.RpcError) as ei:
+        for _ in it:
+            pass
+    assert ei.value.code() == grpc.StatusCode.UNAVAILABLE, ei.value
+    assert "Worker died" in ei.value.details()
+    gsrv.wait_ready("char_lm", body={"json": {"prompt": "a", "max_new_tokens": 2}})
+    msgs = [m.prediction.decode()
+            for m in gsrv.stub.StreamPredictions(lm_request("The baker", 20), timeout=30)]
+    assert "".join(msgs) == ref.greedy("The baker", 20)
