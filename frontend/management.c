@@ -10,8 +10,8 @@
  *     state change through mgmt_worker_changed(); a deadline of startupTimeout + 5 s answers 206
  *     "Workers scaling in progress..." for a scale that is still short of workers.
  *   - an unregister waits until the model's worker processes are gone (polled, the reaper runs
- *     on SIGCHLD), up to unregister_model_timeout (408), so that a client sees no worker left
- *     once it has its 200.
+ *     on SIGCHLD; a worker still there after 5 s is killed), up to unregister_model_timeout
+ *     (408), so that a client sees no worker left once it has its 200.
  *   - a customized describe waits for the worker's answer to a DESCRIBE job.
  * A transport whose client goes away cancels its op: the op stays until its condition is met
  * (so the model is still cleaned up) but `done` is not called.
@@ -37,6 +37,8 @@
 
 /* A safety cap, not TorchServe's: a typo in min_worker must not fork-bomb the host. */
 #define MGMT_MAX_WORKERS 64
+/* How long an unregister lets workers exit on their own before killing them. */
+#define MGMT_KILL_GRACE_MS 5000
 
 enum op_kind { OP_REGISTER, OP_SCALE, OP_UNREGISTER, OP_DESCRIBE };
 
@@ -50,7 +52,8 @@ struct mgmt_op {
     int version_given;
     pid_t *pids; /* unregister: processes to wait for */
     int n_pids;
-    int64_t deadline_us;
+    int64_t started_us, deadline_us;
+    int killed; /* unregister: SIGKILL sent after the grace period */
     struct event *timer;
     struct job *job; /* customized describe */
     json_t *describe; /* customized describe: the array being built */
@@ -173,7 +176,8 @@ static struct mgmt_op *op_new(enum op_kind kind, mgmt_done_fn *done, void *arg, 
     op->kind = kind;
     op->done = done;
     op->arg = arg;
-    op->deadline_us = ts_now_us() + wait_ms * 1000;
+    op->started_us = ts_now_us();
+    op->deadline_us = op->started_us + wait_ms * 1000;
     op->timer = evtimer_new(srv->base, op_timer, op);
     struct timeval tv = {poll_ms / 1000, (poll_ms % 1000) * 1000};
     evtimer_add(op->timer, &tv);
@@ -261,6 +265,14 @@ static void op_timer(evutil_socket_t fd, short what, void *arg)
         }
         return;
     case OP_UNREGISTER:
+        if (pids_alive(op) && !op->killed &&
+            ts_now_us() - op->started_us > MGMT_KILL_GRACE_MS * 1000) {
+            /* a worker busy in a long forward() only notices its closed socket afterwards */
+            for (int i = 0; i < op->n_pids; i++)
+                if (op->pids[i] > 0)
+                    kill(op->pids[i], SIGKILL);
+            op->killed = 1;
+        }
         if (!pids_alive(op)) {
             char *msg = xasprintf("Model \"%s\" unregistered", op->name);
             op_finish(op, 200, NULL, msg);
@@ -718,6 +730,14 @@ static void describe_frame(struct job *j, const struct otf_prediction *p, int fi
     job_unref(j);
     json_t *o = json_array_get(op->describe, 0);
     size_t blen = p->body.len > 0 ? (size_t)p->body.len : 0;
+    if (p->status >= 400) {
+        /* the handler refused to describe itself: its answer is the error message */
+        char *msg = xasprintf("Describe failed in the worker: %.*s", (int)(blen < 512 ? blen : 512),
+                              blen ? p->body.p : "");
+        op_finish(op, p->status, "InternalServerException", msg);
+        free(msg);
+        return;
+    }
     if (blen) {
         json_error_t je;
         json_t *meta = json_loadb(p->body.p, blen, JSON_DECODE_ANY, &je);
@@ -729,9 +749,7 @@ static void describe_frame(struct job *j, const struct otf_prediction *p, int fi
     json_t *arr = op->describe;
     op->describe = NULL;
     char *s = pretty(arr);
-    op_finish(op, p->status >= 400 ? p->status : 200, p->status >= 400 ? "InternalServerException"
-                                                                       : NULL,
-              s);
+    op_finish(op, 200, NULL, s);
     free(s);
 }
 
