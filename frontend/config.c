@@ -76,6 +76,7 @@ static const struct key keys[] = {
     {"models", K_JSON, F(models_json), 0, 0},
     {"state_dir", K_STR, F(state_dir), 0, 0},
     {"log_location", K_STR, F(log_location), 0, 0},
+    {"oip_stream_response", K_STR, F(oip_stream_response), 0, 0},
 };
 
 /* TorchServe keys that mean something to TorchServe (JVM, Python, TLS, CORS, ...) but that we
@@ -172,6 +173,7 @@ void config_defaults(struct config *c)
     c->ts_header_key_sequence_end = xstrdup("ts_request_sequence_end");
     c->state_dir = NULL; /* default: <run dir>/state, see server.c */
     c->log_location = xstrdup("logs/");
+    c->oip_stream_response = xstrdup("triton");
 }
 
 /* The reason an address does not parse, or NULL when it does (out then filled). */
@@ -396,5 +398,6 @@ void config_free(struct config *c)
     free(c->models_json);
     free(c->state_dir);
     free(c->log_location);
+    free(c->oip_stream_response);
     memset(c, 0, sizeof *c);
 }

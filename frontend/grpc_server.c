@@ -315,6 +315,11 @@ static void on_new(struct gcall *c, int success)
     for (const struct grpc_method *m = s->methods; m->path; m++)
         if (grpc_slice_str_cmp(c->details.method, m->path) == 0)
             c->method = m;
+    for (const struct grpc_method *m = grpc_oip_methods; s->methods == grpc_inference_methods &&
+                                                         !c->method && m->path;
+         m++)
+        if (grpc_slice_str_cmp(c->details.method, m->path) == 0)
+            c->method = m;
     if (auth_check(s->scope, gcall_metadata(c, "authorization")) != 0) {
         LOG_INFO("grpc %s call %s: token authorization failed", s->name, c->id);
         reject(c, GRPC_STATUS_UNAUTHENTICATED, AUTH_FAIL_MSG);

@@ -39,6 +39,8 @@ struct grpc_method {
 /* The services (NULL path terminates each table). */
 extern const struct grpc_method grpc_inference_methods[];
 extern const struct grpc_method grpc_management_methods[];
+/* inference.GRPCInferenceService (OIP, grpc_oip.c), served on the inference port too */
+extern const struct grpc_method grpc_oip_methods[];
 
 /* gRPC status codes used by the services (the values of grpc_status_code). */
 enum {

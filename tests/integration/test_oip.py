@@ -364,3 +364,125 @@ def test_sequence_parameters_become_headers(server_factory):
     assert r2.status_code == 200, r2.text
     r3 = srv.post("/v2/models/identity_text/infer", json=dict(body, parameters={"sequence_id": "s1"}))
     assert r3.status_code >= 400
+
+
+# ---------------------------------------------------------------- gRPC
+
+def grpc_stubs():
+    if PYSTUBS not in sys.path:
+        sys.path.insert(0, PYSTUBS)
+    import grpc
+    import oip_grpc_pb2 as pb
+    import oip_grpc_pb2_grpc as pbg
+    return grpc, pb, pbg
+
+
+def grpc_client(srv):
+    grpc, pb, pbg = grpc_stubs()
+    ch = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}")
+    return grpc, pb, pbg.GRPCInferenceServiceStub(ch)
+
+
+def text_request(pb, text, rid="", model="identity_text", raw=False):
+    q = pb.ModelInferRequest(model_name=model, id=rid)
+    t = q.inputs.add(name="prompt", datatype="BYTES", shape=[1])
+    if raw:
+        b = text.encode()
+        q.raw_input_contents.append(struct.pack("<I", len(b)) + b)
+    else:
+        t.contents.bytes_contents.append(text.encode())
+    q.outputs.add(name="output")
+    return q
+
+
+@pytest.mark.smoke
+def test_grpc_health_metadata_and_infer(mlp_srv, x2):
+    grpc, pb, stub = grpc_client(mlp_srv)
+    assert stub.ServerLive(pb.ServerLiveRequest()).live
+    assert stub.ServerReady(pb.ServerReadyRequest()).ready
+    assert stub.ModelReady(pb.ModelReadyRequest(name="mlp")).ready
+    md = stub.ServerMetadata(pb.ServerMetadataRequest())
+    assert md.name and "binary_tensor_data" in md.extensions
+    mm = stub.ModelMetadata(pb.ModelMetadataRequest(name="mlp", version="1.0"))
+    assert mm.platform == "pytorch_torchscript" and list(mm.versions) == ["1.0"]
+    assert (mm.inputs[0].name, mm.inputs[0].datatype, list(mm.inputs[0].shape)) == \
+        ("input__0", "FP32", [-1, 64])
+    assert (mm.outputs[0].name, list(mm.outputs[0].shape)) == ("output__0", [-1, 10])
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelMetadata(pb.ModelMetadataRequest(name="nope"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+    want = torch.tensor(mlp_torch(x2))
+    flat = [v for row in x2 for v in row]
+    # contents
+    q = pb.ModelInferRequest(model_name="mlp", id="g1")
+    q.inputs.add(name="input__0", datatype="FP32", shape=[2, 64]).contents.fp32_contents.extend(flat)
+    r = stub.ModelInfer(q)
+    assert r.id == "g1" and r.model_name == "mlp" and r.outputs[0].name == "output__0"
+    assert list(r.outputs[0].shape) == [2, 10] and r.outputs[0].datatype == "FP32"
+    got = torch.tensor(list(r.outputs[0].contents.fp32_contents)).reshape(2, 10)
+    assert torch.allclose(got, want, atol=1e-5)
+    # raw_input_contents -> raw_output_contents
+    q = pb.ModelInferRequest(model_name="mlp", model_version="1.0")
+    q.inputs.add(name="input__0", datatype="FP32", shape=[2, 64])
+    q.raw_input_contents.append(struct.pack("<128f", *flat))
+    r = stub.ModelInfer(q)
+    got = torch.tensor(struct.unpack("<20f", r.raw_output_contents[0])).reshape(2, 10)
+    assert torch.allclose(got, want, atol=1e-5)
+    # bad requests: status + a message naming the field
+    q = pb.ModelInferRequest(model_name="mlp")
+    q.inputs.add(name="input__0", datatype="FP32", shape=[2, 3]).contents.fp32_contents.extend([1] * 5)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(q)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "inputs[0].shape [2,3]" in e.value.details()
+    q = pb.ModelInferRequest(model_name="mlp", model_version="3")
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(q)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.smoke
+def test_grpc_model_stream_infer_mlserver_example(text_srv):
+    grpc, pb, stub = grpc_client(text_srv)
+    ex = MLSERVER_STREAM_REQUEST["inputs"][0]["data"][0]
+    resps = list(stub.ModelStreamInfer(iter([text_request(pb, ex, "s1")]), timeout=30))
+    assert len(resps) == len(WORDS)
+    got = []
+    for r in resps:
+        assert r.error_message == ""
+        ir = r.infer_response
+        assert ir.model_name == "identity_text" and ir.id == "s1"
+        (out,) = ir.outputs
+        assert out.name == "output" and out.datatype == "BYTES" and list(out.shape) == [1]
+        got.append(out.contents.bytes_contents[0].decode())
+    assert got == WORDS
+
+
+def test_grpc_stream_two_requests_in_order_and_errors_in_band(text_srv):
+    grpc, pb, stub = grpc_client(text_srv)
+    bad = pb.ModelInferRequest(model_name="identity_text", id="bad")
+    bad.inputs.add(name="prompt", datatype="FP33", shape=[1])
+    reqs = [text_request(pb, "one two three four five", "a"),
+            bad,
+            text_request(pb, "six seven", "b", raw=True),
+            pb.ModelInferRequest(model_name="nope", id="nf")]
+    resps = list(stub.ModelStreamInfer(iter(reqs), timeout=30))
+    seq = []
+    for r in resps:
+        if r.error_message:
+            seq.append((r.infer_response.id, "ERR:" + r.error_message))
+        else:
+            ir = r.infer_response
+            if ir.raw_output_contents:
+                b = ir.raw_output_contents[0]
+                word = b[4:4 + struct.unpack("<I", b[:4])[0]].decode()
+            else:
+                word = ir.outputs[0].contents.bytes_contents[0].decode()
+            seq.append((ir.id, word))
+    ids = [i for i, _ in seq]
+    assert ids == ["a"] * 5 + ["bad", "b", "b", "nf"], seq
+    assert "".join(w for i, w in seq if i == "a") == "one two three four five"
+    assert "inputs[0].datatype" in seq[5][1]
+    assert [w for i, w in seq if i == "b"] == ["six", " seven"]
+    assert "nope" in seq[-1][1]
