@@ -33,10 +33,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "smoke: quick end-to-end checks (also run under sanitizers)")
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1, never the same twice in a session: the kernel may hand a just
+    closed port out again, and a server given the same port for two listeners fails to start."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def _yaml_dump(d, indent=0):
