@@ -4,8 +4,9 @@
  *
  * A PredictionsRequest becomes one job: model_name/model_version pick the model (empty version
  * = the default one), every `input` map entry becomes one backend parameter (name = key, no
- * content type, the last duplicate key wins as in proto3), and no request header is added. The
- * job's sink turns worker frames into PredictionResponse messages:
+ * content type, the last duplicate key wins as in proto3), and the only request header is the
+ * sequence id (ts_request_sequence_id, as configured) when sequence_id is set. The job's sink
+ * turns worker frames into PredictionResponse messages:
  *   Predictions        the bodies of all frames, joined, as one message (a streaming handler
  *                      called through the unary rpc gives its whole answer), then OK;
  *   StreamPredictions  one message per frame; an empty last frame after earlier ones only ends
