@@ -112,7 +112,7 @@ static int find_or_fail(const char *name, const char *version, struct model **m,
     }
     if (rc) {
         fail(done, arg, 404, "ModelVersionNotFoundException",
-             "Model version: %s does not exist for model: %s", version, name);
+             "Model version: %s does not exist for model: %s", version ? version : "", name);
         return -1;
     }
     return 0;

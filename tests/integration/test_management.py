@@ -106,6 +106,8 @@ def test_postman_register_scenarios(srv):
                                           "batch_size": 4, "initial_workers": 0})
     assert r.status_code == 200, r.text
     assert call(srv, "GET", "models/echo").json()[0]["batchSize"] == 4
+    r = call(srv, "POST", "models", json={"url": "identity_text.mar", "batch_size": [1]})
+    assert r.status_code == 400 and "$.batch_size" in r.json()["message"]
     assert status(srv, "DELETE", "models/echo") == 200
 
 
@@ -157,6 +159,11 @@ def test_postman_scale_and_describe(srv):
         assert b"torchserve-c-worker" in f.read()
     assert w["memoryUsage"] > 1 << 20
     assert d["jobQueueStatus"] == {"remainingCapacity": 100, "pendingRequests": 0}
+    # customized: the worker is asked too (header describe: True); the answer is still the array
+    assert status(srv, "POST", "models?url=identity_text.mar&model_name=desc&initial_workers=1") == 200
+    r = call(srv, "GET", "models/desc?customized=true")
+    assert r.status_code == 200 and [d["modelName"] for d in r.json()] == ["desc"]
+    assert status(srv, "DELETE", "models/desc") == 200
     assert status(srv, "GET", "models/invalid_squeezenet1_1") == 404
     r = call(srv, "GET", "models/mlp/0.0")
     assert r.status_code == 404 and r.json()["type"] == "ModelVersionNotFoundException"
