@@ -8,6 +8,8 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -179,8 +181,15 @@ static void start_stream(struct http_call *c, const struct otf_prediction *p)
     copy_frame_headers(out, p);
     add_seq_header(c);
     /* the gap between chunks may exceed the idle timeout: a stream sets its own pace */
-    if (c->evcon)
+    if (c->evcon) {
         evhttp_connection_set_timeout(c->evcon, STREAM_TIMEOUT_S);
+        /* Each chunk is a small write while the previous one may be unacknowledged: with Nagle
+         * on, it would wait for the client's delayed ACK (up to 40 ms) */
+        int one = 1;
+        evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(c->evcon));
+        if (fd >= 0)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
     http_count_status(status);
     evhttp_send_reply_start(c->req, status, http_reason(status));
     c->started = 1;
