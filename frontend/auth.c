@@ -36,8 +36,7 @@ static struct key keys[3]; /* indexed by enum auth_scope */
 
 static int new_key(struct key *k, int expires)
 {
-    static const char b64url[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     unsigned char r[6];
     size_t got = 0;
     while (got < sizeof(r)) {
@@ -78,21 +77,21 @@ static int write_key_file(void)
     char em[64], ei[64];
     iso_instant(keys[AUTH_MANAGEMENT].expires_ms, em);
     iso_instant(keys[AUTH_INFERENCE].expires_ms, ei);
-    char *body = xasprintf("{\n"
-                           "  \"management\": {\n"
-                           "    \"key\": \"%s\",\n"
-                           "    \"expiration time\": \"%s\"\n"
-                           "  },\n"
-                           "  \"inference\": {\n"
-                           "    \"key\": \"%s\",\n"
-                           "    \"expiration time\": \"%s\"\n"
-                           "  },\n"
-                           "  \"API\": {\n"
-                           "    \"key\": \"%s\"\n"
-                           "  }\n"
-                           "}",
-                           keys[AUTH_MANAGEMENT].k, em, keys[AUTH_INFERENCE].k, ei,
-                           keys[AUTH_API].k);
+    char *body =
+        xasprintf("{\n"
+                  "  \"management\": {\n"
+                  "    \"key\": \"%s\",\n"
+                  "    \"expiration time\": \"%s\"\n"
+                  "  },\n"
+                  "  \"inference\": {\n"
+                  "    \"key\": \"%s\",\n"
+                  "    \"expiration time\": \"%s\"\n"
+                  "  },\n"
+                  "  \"API\": {\n"
+                  "    \"key\": \"%s\"\n"
+                  "  }\n"
+                  "}",
+                  keys[AUTH_MANAGEMENT].k, em, keys[AUTH_INFERENCE].k, ei, keys[AUTH_API].k);
     char tmp[64];
     snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", AUTH_KEY_FILE, (int)getpid());
     unlink(tmp);

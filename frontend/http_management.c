@@ -166,8 +166,7 @@ static int json_int_field(json_t *o, const char *key, int *out, char *err, size_
     return -1;
 }
 
-static int json_str_field(json_t *o, const char *key, const char **out, char *err,
-                          size_t errlen)
+static int json_str_field(json_t *o, const char *key, const char **out, char *err, size_t errlen)
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v))
@@ -310,8 +309,9 @@ void http_api_description(struct evhttp_request *req, const char *rid, int manag
     json_t *doc = json_object();
     json_object_set_new(doc, "openapi", json_string("3.0.1"));
     json_t *info = json_object();
-    json_object_set_new(info, "title", json_string(management ? "TorchServe-c Management APIs"
-                                                              : "TorchServe-c Inference APIs"));
+    json_object_set_new(
+        info, "title",
+        json_string(management ? "TorchServe-c Management APIs" : "TorchServe-c Inference APIs"));
     json_object_set_new(info, "version", json_string("0.1.0"));
     json_object_set_new(doc, "info", info);
     json_t *paths = json_object();
@@ -326,23 +326,27 @@ void http_api_description(struct evhttp_request *req, const char *rid, int manag
                                    "startup_timeout"));
         json_object_set_new(paths, "/models", p);
         p = json_object();
-        json_object_set_new(p, "get", op_doc("Describe the default version", "{model_name},customized"));
-        json_object_set_new(p, "put", op_doc("Scale the default version's workers",
-                                             "{model_name},min_worker,max_worker,synchronous"));
+        json_object_set_new(p, "get",
+                            op_doc("Describe the default version", "{model_name},customized"));
+        json_object_set_new(p, "put",
+                            op_doc("Scale the default version's workers",
+                                   "{model_name},min_worker,max_worker,synchronous"));
         json_object_set_new(p, "delete", op_doc("Unregister the default version", "{model_name}"));
         json_object_set_new(paths, "/models/{model_name}", p);
         p = json_object();
-        json_object_set_new(p, "get", op_doc("Describe a version (or all)",
-                                             "{model_name},{model_version},customized"));
-        json_object_set_new(p, "put",
-                            op_doc("Scale a version's workers",
-                                   "{model_name},{model_version},min_worker,max_worker,synchronous"));
+        json_object_set_new(
+            p, "get",
+            op_doc("Describe a version (or all)", "{model_name},{model_version},customized"));
+        json_object_set_new(
+            p, "put",
+            op_doc("Scale a version's workers",
+                   "{model_name},{model_version},min_worker,max_worker,synchronous"));
         json_object_set_new(p, "delete",
                             op_doc("Unregister a version", "{model_name},{model_version}"));
         json_object_set_new(paths, "/models/{model_name}/{model_version}", p);
         p = json_object();
-        json_object_set_new(p, "put", op_doc("Set the default version",
-                                             "{model_name},{model_version}"));
+        json_object_set_new(p, "put",
+                            op_doc("Set the default version", "{model_name},{model_version}"));
         json_object_set_new(paths, "/models/{model_name}/{model_version}/set-default", p);
         p = json_object();
         json_object_set_new(p, "get", op_doc("Rotate a key (needs the API key)", "type"));
@@ -355,8 +359,8 @@ void http_api_description(struct evhttp_request *req, const char *rid, int manag
         json_object_set_new(p, "post", op_doc("Predict with the default version", "{model_name}"));
         json_object_set_new(paths, "/predictions/{model_name}", p);
         p = json_object();
-        json_object_set_new(p, "post", op_doc("Predict with a version",
-                                              "{model_name},{model_version}"));
+        json_object_set_new(p, "post",
+                            op_doc("Predict with a version", "{model_name},{model_version}"));
         json_object_set_new(paths, "/predictions/{model_name}/{model_version}", p);
         p = json_object();
         json_object_set_new(p, "post", op_doc("Explain with the default version", "{model_name}"));
@@ -401,8 +405,7 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
     if (path->n == 1) {
         if (cmd == EVHTTP_REQ_GET) {
             c = rest_call_new(req, rid, 1);
-            mgmt_list(param_int(p, "limit", 100), param_int(p, "next_page_token", 0), rest_done,
-                      c);
+            mgmt_list(param_int(p, "limit", 100), param_int(p, "next_page_token", 0), rest_done, c);
         } else if (cmd == EVHTTP_REQ_POST && srv->cfg.enable_model_api) {
             register_model(req, rid, p);
         } else {
@@ -425,8 +428,8 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
     switch (cmd) {
     case EVHTTP_REQ_GET:
         c = rest_call_new(req, rid, 1);
-        rest_call_wait(c, mgmt_describe(name, version, param_bool(p, "customized", 0),
-                                        rest_done, c));
+        rest_call_wait(c,
+                       mgmt_describe(name, version, param_bool(p, "customized", 0), rest_done, c));
         break;
     case EVHTTP_REQ_PUT: {
         struct mgmt_scale_args a;
@@ -475,8 +478,7 @@ void http_management_handle(struct evhttp_request *req)
         http_path_free(&path);
         return;
     }
-    const char *authz =
-        evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    const char *authz = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
     int is_token = path.n == 1 && !strcmp(path.seg[0], "token");
     if (auth_check(is_token ? AUTH_API : AUTH_MANAGEMENT, authz) != 0) {
         http_send_error(req, rid, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, AUTH_FAIL_MSG);

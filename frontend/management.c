@@ -55,7 +55,7 @@ struct mgmt_op {
     int64_t started_us, deadline_us;
     int killed; /* unregister: SIGKILL sent after the grace period */
     struct event *timer;
-    struct job *job; /* customized describe */
+    struct job *job;  /* customized describe */
     json_t *describe; /* customized describe: the array being built */
     LIST_ENTRY(mgmt_op) link;
 };
@@ -73,8 +73,8 @@ static char *pretty(json_t *o)
     return r;
 }
 
-static void fail(mgmt_done_fn *done, void *arg, int status, const char *type, const char *fmt,
-                 ...) __attribute__((format(printf, 5, 6)));
+static void fail(mgmt_done_fn *done, void *arg, int status, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 static void fail(mgmt_done_fn *done, void *arg, int status, const char *type, const char *fmt, ...)
 {
     char msg[1024];
@@ -98,8 +98,8 @@ static void ok(mgmt_done_fn *done, void *arg, int status, const char *fmt, ...)
 }
 
 /* TorchServe's lookup errors for name + version (NULL / "" = default). */
-static int find_or_fail(const char *name, const char *version, struct model **m,
-                        mgmt_done_fn *done, void *arg)
+static int find_or_fail(const char *name, const char *version, struct model **m, mgmt_done_fn *done,
+                        void *arg)
 {
     if (!name || !*name) {
         fail(done, arg, 400, "BadRequestException", "Parameter model_name is required.");
@@ -221,8 +221,7 @@ static int op_check_workers(struct mgmt_op *op, int timed_out)
     }
     if (any_failed(m) || (timed_out && op->kind == OP_REGISTER)) {
         if (op->kind == OP_REGISTER) {
-            LOG_WARN("model %s %s: workers failed to start; unregistering it", m->name,
-                     m->version);
+            LOG_WARN("model %s %s: workers failed to start; unregistering it", m->name, m->version);
             op->model = NULL;
             model_unregister(m);
         }
@@ -365,11 +364,10 @@ static const char *nonempty(const char *s)
     return s && *s ? s : NULL;
 }
 
-void mgmt_register_from_grpc(struct mgmt_register_args *a, const char *url,
-                             const char *model_name, const char *handler, const char *runtime,
-                             int32_t batch_size, int32_t max_batch_delay,
-                             int32_t initial_workers, int synchronous, int32_t response_timeout,
-                             int32_t startup_timeout)
+void mgmt_register_from_grpc(struct mgmt_register_args *a, const char *url, const char *model_name,
+                             const char *handler, const char *runtime, int32_t batch_size,
+                             int32_t max_batch_delay, int32_t initial_workers, int synchronous,
+                             int32_t response_timeout, int32_t startup_timeout)
 {
     mgmt_register_init(a);
     a->url = nonempty(url);
@@ -531,8 +529,8 @@ struct mgmt_op *mgmt_unregister(const char *name, const char *version, mgmt_done
              "Cannot remove default version for model %s", name);
         return NULL;
     }
-    struct mgmt_op *op = op_new(OP_UNREGISTER, done, arg,
-                                (int64_t)srv->cfg.unregister_model_timeout * 1000, 5);
+    struct mgmt_op *op =
+        op_new(OP_UNREGISTER, done, arg, (int64_t)srv->cfg.unregister_model_timeout * 1000, 5);
     op->name = xstrdup(m->name);
     op->pids = xcalloc((size_t)m->n_workers + 1, sizeof(pid_t));
     struct worker *w;
@@ -662,9 +660,9 @@ static json_t *describe_one(const struct model *m)
     json_object_set_new(o, "modelName", json_string(m->name));
     json_object_set_new(o, "modelVersion", json_string(m->version));
     json_object_set_new(o, "modelUrl", json_string(m->url));
-    json_object_set_new(o, "runtime", json_string(m->manifest.runtime && *m->manifest.runtime
-                                                      ? m->manifest.runtime
-                                                      : "python"));
+    json_object_set_new(
+        o, "runtime",
+        json_string(m->manifest.runtime && *m->manifest.runtime ? m->manifest.runtime : "python"));
     json_object_set_new(o, "minWorkers", json_integer(m->min_workers > 0 ? m->min_workers : 0));
     json_object_set_new(o, "maxWorkers", json_integer(m->max_workers > 0 ? m->max_workers : 0));
     json_object_set_new(o, "batchSize", json_integer(m->batch_size));
@@ -699,9 +697,9 @@ static json_t *describe_one(const struct model *m)
         json_object_set_new(e, "id", json_string(id));
         json_object_set_new(e, "startTime", start_time(w->start_wall_ms));
         json_object_set_new(e, "status", json_string(worker_state_name(w)));
-        json_object_set_new(e, "memoryUsage",
-                            json_integer(w->pid > 0 ? (json_int_t)worker_rss_kb(w->pid) * 1024
-                                                    : 0));
+        json_object_set_new(
+            e, "memoryUsage",
+            json_integer(w->pid > 0 ? (json_int_t)worker_rss_kb(w->pid) * 1024 : 0));
         json_object_set_new(e, "pid", json_integer(w->pid > 0 ? w->pid : -1));
         json_object_set_new(e, "gpu", json_false());
         json_object_set_new(e, "gpuUsage", json_string("N/A"));
@@ -767,8 +765,8 @@ static const struct job_sink describe_sink = {describe_frame, describe_error};
 
 static struct mgmt_op *describe_customized(struct model *m, mgmt_done_fn *done, void *arg)
 {
-    struct mgmt_op *op = op_new(OP_DESCRIBE, done, arg,
-                                (int64_t)m->response_timeout_s * 1000 + 1000, 1000);
+    struct mgmt_op *op =
+        op_new(OP_DESCRIBE, done, arg, (int64_t)m->response_timeout_s * 1000 + 1000, 1000);
     op->model = m;
     op->describe = json_array();
     json_array_append_new(op->describe, describe_one(m));
@@ -886,5 +884,5 @@ int mgmt_grpc_status(int http_status, const char *exception_type, const char *ms
         return 9; /* FAILED_PRECONDITION */
     if (http_status >= 500 && http_status < 600)
         return 13; /* INTERNAL */
-    return 2; /* UNKNOWN */
+    return 2;      /* UNKNOWN */
 }

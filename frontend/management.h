@@ -31,8 +31,7 @@
 struct model;
 struct mgmt_op;
 
-typedef void mgmt_done_fn(void *arg, int http_status, const char *exception_type,
-                          const char *msg);
+typedef void mgmt_done_fn(void *arg, int http_status, const char *exception_type, const char *msg);
 
 /* POST /models, RegisterModel. Unset = the value mgmt_register_init gives. */
 struct mgmt_register_args {
@@ -64,11 +63,10 @@ void mgmt_scale_init(struct mgmt_scale_args *a);
 /* gRPC defaults (TorchServe's GRPCUtils.getRegisterParam): an int counts only when > 0, a
  * string only when non-empty; synchronous is the proto value (false when unset). The strings
  * are borrowed. */
-void mgmt_register_from_grpc(struct mgmt_register_args *a, const char *url,
-                             const char *model_name, const char *handler, const char *runtime,
-                             int32_t batch_size, int32_t max_batch_delay,
-                             int32_t initial_workers, int synchronous, int32_t response_timeout,
-                             int32_t startup_timeout);
+void mgmt_register_from_grpc(struct mgmt_register_args *a, const char *url, const char *model_name,
+                             const char *handler, const char *runtime, int32_t batch_size,
+                             int32_t max_batch_delay, int32_t initial_workers, int synchronous,
+                             int32_t response_timeout, int32_t startup_timeout);
 /* min_worker defaults to 1 and max_worker to min_worker unless > 0. */
 void mgmt_scale_from_grpc(struct mgmt_scale_args *a, const char *model_name,
                           const char *model_version, int32_t min_worker, int32_t max_worker,
