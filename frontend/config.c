@@ -23,15 +23,15 @@
 #include "util.h"
 
 enum kind {
-    K_ADDR,      /* struct listen_addr */
-    K_INT,       /* int in [min, max] */
-    K_LONG,      /* long in [min, max] */
-    K_BOOL,      /* int 0/1 */
-    K_STR,       /* char *, must not be empty */
-    K_OPT_STR,   /* char *, empty = unset (NULL) */
-    K_JSON,      /* char *, must parse as JSON; empty = unset */
-    K_METRICS,   /* char *, log | prometheus | legacy */
-    K_GRPC_HOST, /* char *, a bare host name or address */
+    K_ADDR,       /* struct listen_addr */
+    K_INT,        /* int in [min, max] */
+    K_LONG,       /* long in [min, max] */
+    K_BOOL,       /* int 0/1 */
+    K_STR,        /* char *, must not be empty */
+    K_OPT_STR,    /* char *, empty = unset (NULL) */
+    K_JSON,       /* char *, must parse as JSON; empty = unset */
+    K_METRICS,    /* char *, log | prometheus | legacy */
+    K_GRPC_HOST,  /* char *, a bare host name or address */
     K_POS_DOUBLE, /* double > 0 */
 };
 

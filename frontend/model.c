@@ -293,13 +293,13 @@ int model_register(const struct model_reg *r, struct model **out, char *err, siz
 
     const struct config *c = &srv->cfg;
     m->batch_size = r->batch_size > 0 ? r->batch_size : m->mc.batch_size > 0 ? m->mc.batch_size : 1;
-    m->max_batch_delay_ms = r->max_batch_delay_ms >= 0   ? r->max_batch_delay_ms
+    m->max_batch_delay_ms = r->max_batch_delay_ms >= 0      ? r->max_batch_delay_ms
                             : m->mc.max_batch_delay_ms >= 0 ? m->mc.max_batch_delay_ms
                                                             : 100;
-    m->response_timeout_s = r->response_timeout_s >= 0  ? r->response_timeout_s
+    m->response_timeout_s = r->response_timeout_s >= 0     ? r->response_timeout_s
                             : m->mc.response_timeout_s > 0 ? m->mc.response_timeout_s
                                                            : c->default_response_timeout;
-    m->startup_timeout_s = r->startup_timeout_s >= 0  ? r->startup_timeout_s
+    m->startup_timeout_s = r->startup_timeout_s >= 0     ? r->startup_timeout_s
                            : m->mc.startup_timeout_s > 0 ? m->mc.startup_timeout_s
                                                          : c->default_startup_timeout;
     m->queue_max = m->mc.job_queue_size > 0 ? m->mc.job_queue_size : c->job_queue_size;
