@@ -4,7 +4,7 @@
 # and without synced commits.
 #
 #   scripts/bench/seq_bench.sh [BUILD_DIR]        (default build; needs `make all models`)
-# Env: SEQ_STEPS (steps per sequence, default 60), SEQ_PROCS (client processes, default 4).
+# Env: SEQ_DURATION (wrk seconds per configuration, default 8). Needs wrk.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
@@ -13,4 +13,4 @@ for f in "$ROOT/$BUILD/bin/torchserve-c" "$ROOT/$BUILD/bin/torchserve-c-worker" 
     [ -e "$f" ] || { echo "seq_bench: $f missing: run make all models" >&2; exit 1; }
 done
 TS_BUILD=$BUILD exec /usr/bin/python3 "$ROOT/scripts/bench/seq_bench.py" \
-    --steps "${SEQ_STEPS:-60}" --procs "${SEQ_PROCS:-4}"
+    --duration "${SEQ_DURATION:-8}"
