@@ -67,8 +67,15 @@ def test_stream_predictions2_two_sequences(grpc_srv):
     first message, end on the last): both read "1 3 6"."""
     _, st = grpc_srv
     got = {}
+    errors = []
 
     def run(sid):
+        try:
+            run1(sid)
+        except BaseException as e:  # noqa: B036 - reported by the main thread
+            errors.append(e)
+
+    def run1(sid):
         reqs = [msg(1, sid, start=True), msg(2, sid), msg(3, sid, end=True)]
         out = list(st.StreamPredictions2(iter(reqs), timeout=30))
         assert all(not o.HasField("status") for o in out), out
@@ -80,6 +87,8 @@ def test_stream_predictions2_two_sequences(grpc_srv):
         t.start()
     for t in ts:
         t.join()
+    if errors:
+        raise errors[0]
     assert got == {"grpc-a": "1 3 6", "grpc-b": "1 3 6"}
 
 
