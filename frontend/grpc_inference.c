@@ -96,13 +96,17 @@ static void icall_end(struct icall *c, int code, const char *msg)
     icall_free(c);
 }
 
-static void send_prediction(struct icall *c, const void *data, size_t len)
+/* last: the call ends with OK right after this message (sent in the same batch) */
+static void send_prediction(struct icall *c, const void *data, size_t len, int last)
 {
     PredResp r = ORG__PYTORCH__SERVE__GRPC__INFERENCE__PREDICTION_RESPONSE__INIT;
     r.prediction.data = (uint8_t *)data;
     r.prediction.len = len;
     r.sequence_id = c->seq_id ? c->seq_id : (char *)"";
-    gcall_send(c->g, &r.base);
+    if (last)
+        gcall_send_finish(c->g, &r.base, GS_OK, NULL);
+    else
+        gcall_send(c->g, &r.base);
     c->sent++;
 }
 
@@ -173,19 +177,19 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
         if (len)
             buf_put(&c->acc, p->body.p, len);
         if (final) {
-            send_prediction(c, c->acc.data ? (const char *)c->acc.data : "", c->acc.len);
+            send_prediction(c, c->acc.data ? (const char *)c->acc.data : "", c->acc.len, 1);
             icall_end(c, GS_OK, NULL);
         }
         return;
     case K_STREAM:
         if (len || (final && c->sent == 0))
-            send_prediction(c, len ? p->body.p : "", len);
+            send_prediction(c, len ? p->body.p : "", len, final);
         if (final)
             icall_end(c, GS_OK, NULL);
         return;
     case K_STREAM2:
         if (len || (final && c->sent == 0))
-            send_prediction(c, len ? p->body.p : "", len);
+            send_prediction(c, len ? p->body.p : "", len, 0);
         if (final)
             job_ended(c);
         return;
@@ -289,8 +293,7 @@ static void ping_message(struct gcall *g, const uint8_t *data, size_t len)
         ORG__PYTORCH__SERVE__GRPC__INFERENCE__TORCH_SERVE_HEALTH_RESPONSE__INIT;
     r.health = healthy ? (char *)"{\n  \"status\": \"Healthy\"\n}"
                        : (char *)"{\n  \"status\": \"Unhealthy\"\n}";
-    gcall_send(g, &r.base);
-    gcall_finish(g, GS_OK, NULL);
+    gcall_send_finish(g, &r.base, GS_OK, NULL);
 }
 
 /* ---- Predictions, StreamPredictions ---- */
@@ -307,7 +310,7 @@ static void predict_message(struct gcall *g, const uint8_t *data, size_t len, en
     int code = submit(c, req, msg, sizeof(msg));
     org__pytorch__serve__grpc__inference__predictions_request__free_unpacked(req, NULL);
     if (code == SUBMIT_ANSWERED) {
-        send_prediction(c, msg, strlen(msg));
+        send_prediction(c, msg, strlen(msg), 1);
         icall_end(c, GS_OK, NULL);
     } else if (code) {
         icall_end(c, code, msg);
@@ -354,7 +357,7 @@ static void stream2_next(struct icall *c)
                             ? xstrdup(p->req->sequence_id)
                             : NULL;
             if (code == SUBMIT_ANSWERED)
-                send_prediction(c, msg, strlen(msg));
+                send_prediction(c, msg, strlen(msg), 0);
             else
                 send_status(c, code, msg);
         }

@@ -30,8 +30,7 @@ static void on_done(void *arg, int http_status, const char *type, const char *ms
         Org__Pytorch__Serve__Grpc__Management__ManagementResponse r =
             ORG__PYTORCH__SERVE__GRPC__MANAGEMENT__MANAGEMENT_RESPONSE__INIT;
         r.msg = (char *)(msg ? msg : "");
-        gcall_send(c->g, &r.base);
-        gcall_finish(c->g, GS_OK, NULL);
+        gcall_send_finish(c->g, &r.base, GS_OK, NULL);
     } else {
         const char *m = msg;
         int code = mgmt_grpc_status(http_status, type, msg, &m);

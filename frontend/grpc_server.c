@@ -452,7 +452,7 @@ static void on_mail(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the service API ---- */
 
-int gcall_send(struct gcall *c, const ProtobufCMessage *msg)
+static int queue_message(struct gcall *c, const ProtobufCMessage *msg)
 {
     if (c->closed || c->status_queued)
         return -1;
@@ -463,20 +463,41 @@ int gcall_send(struct gcall *c, const ProtobufCMessage *msg)
     m->bb = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
     STAILQ_INSERT_TAIL(&c->out, m, link);
+    return 0;
+}
+
+/* Queues the status; 0 if the service still held the call. */
+static int queue_status(struct gcall *c, int code, const char *msg)
+{
+    if (!c->owned)
+        return -1;
+    c->owned = 0;
+    if (c->closed)
+        return -1;
+    c->status = (grpc_status_code)code;
+    c->status_details = grpc_slice_from_copied_string(msg ? msg : "");
+    c->status_queued = 1;
+    return 0;
+}
+
+int gcall_send(struct gcall *c, const ProtobufCMessage *msg)
+{
+    if (queue_message(c, msg) != 0)
+        return -1;
     pump_send(c);
     return 0;
 }
 
 void gcall_finish(struct gcall *c, int code, const char *msg)
 {
-    if (!c->owned)
-        return;
-    c->owned = 0;
-    if (c->closed)
-        return;
-    c->status = (grpc_status_code)code;
-    c->status_details = grpc_slice_from_copied_string(msg ? msg : "");
-    c->status_queued = 1;
+    if (queue_status(c, code, msg) == 0)
+        pump_send(c);
+}
+
+void gcall_send_finish(struct gcall *c, const ProtobufCMessage *msg, int code, const char *text)
+{
+    queue_message(c, msg);
+    queue_status(c, code, text);
     pump_send(c);
 }
 

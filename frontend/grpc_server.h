@@ -73,6 +73,9 @@ void grpc_servers_stop(void);
 int gcall_send(struct gcall *c, const ProtobufCMessage *msg);
 /* Ends the call with code and message (NULL = none) once the queued messages are out. */
 void gcall_finish(struct gcall *c, int code, const char *msg);
+/* gcall_send + gcall_finish in one batch: the last message goes out with the status (a unary
+ * answer costs one write instead of two). */
+void gcall_send_finish(struct gcall *c, const ProtobufCMessage *msg, int code, const char *text);
 /* Client-streaming methods: stop (hold = 1) or resume (0) reading request messages, e.g. while
  * too many requests wait for the model. */
 void gcall_hold_recv(struct gcall *c, int hold);
