@@ -40,14 +40,15 @@
 /* How long an unregister lets workers exit on their own before killing them. */
 #define MGMT_KILL_GRACE_MS 5000
 
-enum op_kind { OP_REGISTER, OP_SCALE, OP_UNREGISTER, OP_DESCRIBE };
+enum op_kind { OP_PREPARE, OP_REGISTER, OP_SCALE, OP_UNREGISTER, OP_DESCRIBE };
 
 struct mgmt_op {
     enum op_kind kind;
     mgmt_done_fn *done; /* NULL once cancelled */
     void *arg;
     struct model *model; /* register/scale/describe; NULL once the model is gone */
-    int target;          /* workers to wait for */
+    int target;          /* workers to wait for (OP_PREPARE: initial_workers) */
+    int synchronous;     /* OP_PREPARE: wait for the workers once registered */
     char *name, *version;
     int version_given;
     pid_t *pids; /* unregister: processes to wait for */
@@ -285,6 +286,8 @@ static void op_timer(evutil_socket_t fd, short what, void *arg)
             return;
         }
         break;
+    case OP_PREPARE: /* waits for register_prepared */
+        break;
     case OP_DESCRIBE:
         if (timed_out) {
             op_finish(op, 500, "InternalServerException", "Worker did not respond in given time");
@@ -436,6 +439,8 @@ static void register_failed(int rc, const char *err, mgmt_done_fn *done, void *a
     }
 }
 
+static void register_prepared(void *arg, struct model *m, int rc, const char *err);
+
 struct mgmt_op *mgmt_register(const struct mgmt_register_args *a, mgmt_done_fn *done, void *arg)
 {
     if (!srv->cfg.enable_model_api) {
@@ -466,23 +471,35 @@ struct mgmt_op *mgmt_register(const struct mgmt_register_args *a, mgmt_done_fn *
     r.max_batch_delay_ms = a->max_batch_delay >= 0 ? a->max_batch_delay : -1;
     r.response_timeout_s = a->response_timeout >= 0 ? a->response_timeout : -1;
     r.startup_timeout_s = a->startup_timeout >= 0 ? a->startup_timeout : -1;
-    struct model *m;
-    char err[1024];
-    int rc = model_register(&r, &m, err, sizeof(err));
+    /* the archive is extracted and parsed on a thread; register_prepared carries on */
+    struct mgmt_op *op = op_new(OP_PREPARE, done, arg, 24 * 3600 * 1000LL, 3600 * 1000);
+    op->target = a->initial_workers;
+    op->synchronous = a->synchronous;
+    model_register_async(&r, register_prepared, op);
+    return op;
+}
+
+static void register_prepared(void *arg, struct model *m, int rc, const char *err)
+{
+    struct mgmt_op *op = arg;
     if (rc) {
-        LOG_WARN("register %s refused: %s", a->url, err);
-        register_failed(rc, err, done, arg);
-        return NULL;
+        LOG_WARN("register refused: %s", err);
+        if (op->done)
+            register_failed(rc, err, op->done, op->arg);
+        op->done = NULL;
+        op_free(op);
+        return;
     }
-    if (a->initial_workers <= 0) {
+    if (op->target <= 0) {
         m->min_workers = m->max_workers = 0;
-        ok(done, arg, 200,
-           "Model \"%s\" Version: %s registered with 0 initial workers. Use scale workers API "
-           "to add workers for the model.",
-           m->name, m->version);
-        return NULL;
+        char *msg = xasprintf("Model \"%s\" Version: %s registered with 0 initial workers. Use "
+                              "scale workers API to add workers for the model.",
+                              m->name, m->version);
+        op_finish(op, 200, NULL, msg);
+        free(msg);
+        return;
     }
-    int n = a->initial_workers, max = n;
+    int n = op->target, max = n;
     if (m->mc.min_workers > 0 && m->mc.max_workers >= m->mc.min_workers &&
         m->mc.max_workers <= MGMT_MAX_WORKERS) {
         n = m->mc.min_workers;
@@ -491,17 +508,19 @@ struct mgmt_op *mgmt_register(const struct mgmt_register_args *a, mgmt_done_fn *
     m->min_workers = n;
     m->max_workers = max;
     worker_pool_scale(m, n);
-    if (!a->synchronous) {
-        ok(done, arg, 202, "Processing worker updates...");
-        return NULL;
+    if (!op->synchronous) {
+        op_finish(op, 202, NULL, "Processing worker updates...");
+        return;
     }
-    struct mgmt_op *op =
-        op_new(OP_REGISTER, done, arg, (int64_t)m->startup_timeout_s * 1000 + 5000, 1000);
+    op->kind = OP_REGISTER;
     op->model = m;
     op->target = n;
     op->name = xstrdup(m->name);
     op->version = xstrdup(m->version);
-    return op_check_workers(op, 0) ? NULL : op;
+    op->deadline_us = ts_now_us() + ((int64_t)m->startup_timeout_s * 1000 + 5000) * 1000;
+    struct timeval tv = {1, 0};
+    evtimer_add(op->timer, &tv);
+    op_check_workers(op, 0);
 }
 
 /* ---- unregister ---- */

@@ -12,6 +12,7 @@
 #include "model.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <event2/event.h>
 #include <limits.h>
 #include <regex.h>
@@ -206,7 +207,10 @@ static void on_batch_timer(evutil_socket_t fd, short what, void *arg)
     model_dispatch(arg);
 }
 
-int model_register(const struct model_reg *r, struct model **out, char *err, size_t errlen)
+/* The disk part of a registration: resolve, extract, read the manifest and the yaml, name the
+ * model. Touches nothing shared but the immutable config and model store path, so it runs on
+ * the registration thread. */
+static int model_prepare(const struct model_reg *r, struct model **out, char *err, size_t errlen)
 {
     char *path = NULL;
     int rc = resolve_url(r->url, &path, err, errlen);
@@ -282,15 +286,26 @@ int model_register(const struct model_reg *r, struct model **out, char *err, siz
     m->version = xstrdup(m->manifest.model_version && *m->manifest.model_version
                              ? m->manifest.model_version
                              : "1.0");
+    m->handler = xstrdup(r->handler && *r->handler ? r->handler : m->manifest.handler);
+    free(path);
+    *out = m;
+    return 0;
+fail:
+    free(path);
+    model_free(m);
+    return rc;
+}
+
+/* The loop-thread part: settings, uniqueness, and entry into the registry. Frees m on error. */
+static int model_commit(struct model *m, const struct model_reg *r, char *err, size_t errlen)
+{
     struct model *dup;
     if (model_find(m->name, m->version, &dup) == 0) {
         snprintf(err, errlen, "Model version %s is already registered for model %s", m->version,
                  m->name);
-        rc = TS_E_EXISTS;
-        goto fail;
+        model_free(m);
+        return TS_E_EXISTS;
     }
-    m->handler = xstrdup(r->handler && *r->handler ? r->handler : m->manifest.handler);
-
     const struct config *c = &srv->cfg;
     m->batch_size = r->batch_size > 0 ? r->batch_size : m->mc.batch_size > 0 ? m->mc.batch_size : 1;
     m->max_batch_delay_ms = r->max_batch_delay_ms >= 0      ? r->max_batch_delay_ms
@@ -312,13 +327,95 @@ int model_register(const struct model_reg *r, struct model **out, char *err, siz
     LIST_INSERT_HEAD(&srv->models, m, link);
     LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)",
              m->name, m->version, r->url, m->batch_size, m->max_batch_delay_ms);
-    free(path);
-    *out = m;
     return 0;
-fail:
-    free(path);
-    model_free(m);
+}
+
+int model_register(const struct model_reg *r, struct model **out, char *err, size_t errlen)
+{
+    int rc = model_prepare(r, out, err, errlen);
+    if (rc == 0 && (rc = model_commit(*out, r, err, errlen)) != 0)
+        *out = NULL;
     return rc;
+}
+
+/* ---- registration off the loop thread ---- */
+
+struct reg_task {
+    struct model_reg r; /* strings owned (copies) */
+    model_registered_fn *cb;
+    void *arg;
+    struct model *m;
+    int rc;
+    char err[1024];
+    pthread_t thread;
+    struct event *done_ev; /* activated by the thread when the disk work is over */
+    LIST_ENTRY(reg_task) link;
+};
+
+static LIST_HEAD(, reg_task) reg_tasks = LIST_HEAD_INITIALIZER(reg_tasks);
+
+static void reg_task_free(struct reg_task *t)
+{
+    LIST_REMOVE(t, link);
+    event_free(t->done_ev);
+    free((char *)t->r.url);
+    free((char *)t->r.name);
+    free((char *)t->r.handler);
+    free(t);
+}
+
+static void *reg_thread(void *arg)
+{
+    struct reg_task *t = arg;
+    t->rc = model_prepare(&t->r, &t->m, t->err, sizeof(t->err));
+    event_active(t->done_ev, EV_TIMEOUT, 1);
+    return NULL;
+}
+
+static void reg_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct reg_task *t = arg;
+    if (!pthread_equal(t->thread, pthread_self()))
+        pthread_join(t->thread, NULL);
+    if (t->rc == 0 && (t->rc = model_commit(t->m, &t->r, t->err, sizeof(t->err))) != 0)
+        t->m = NULL;
+    t->cb(t->arg, t->rc == 0 ? t->m : NULL, t->rc, t->err);
+    reg_task_free(t);
+}
+
+void model_register_async(const struct model_reg *r, model_registered_fn *cb, void *arg)
+{
+    struct reg_task *t = xcalloc(1, sizeof(*t));
+    t->r = *r;
+    t->r.url = r->url ? xstrdup(r->url) : NULL;
+    t->r.name = r->name ? xstrdup(r->name) : NULL;
+    t->r.handler = r->handler ? xstrdup(r->handler) : NULL;
+    t->cb = cb;
+    t->arg = arg;
+    t->done_ev = event_new(srv->base, -1, 0, reg_done, t);
+    LIST_INSERT_HEAD(&reg_tasks, t, link);
+    int rc = pthread_create(&t->thread, NULL, reg_thread, t);
+    if (rc != 0) { /* no thread: do the disk work here rather than fail */
+        LOG_WARN("registration thread: %s; extracting on the loop thread", strerror(rc));
+        t->rc = model_prepare(&t->r, &t->m, t->err, sizeof(t->err));
+        t->thread = pthread_self();
+        event_active(t->done_ev, EV_TIMEOUT, 1);
+        return;
+    }
+}
+
+void model_register_cancel_all(void)
+{
+    struct reg_task *t;
+    while ((t = LIST_FIRST(&reg_tasks))) {
+        if (!pthread_equal(t->thread, pthread_self()))
+            pthread_join(t->thread, NULL);
+        if (t->rc == 0 && t->m)
+            model_free(t->m);
+        reg_task_free(t);
+    }
 }
 
 void model_unregister(struct model *m)

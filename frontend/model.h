@@ -73,6 +73,12 @@ void model_reg_init(struct model_reg *r);
 /* Resolves the url inside the model store, extracts it, reads its manifest and yaml, and adds
  * the model (not yet with workers). *out = the new model. err gets a client-facing message. */
 int model_register(const struct model_reg *r, struct model **out, char *err, size_t errlen);
+typedef void model_registered_fn(void *arg, struct model *m, int rc, const char *err);
+/* The same as model_register with the disk work (extraction, parsing) on a thread of its own;
+ * cb runs later on the loop thread with the new model, or NULL and the error. */
+void model_register_async(const struct model_reg *r, model_registered_fn *cb, void *arg);
+/* Shutdown: waits for registrations in progress and drops them without calling back. */
+void model_register_cancel_all(void);
 /* Stops workers, fails queued jobs with 503, frees. */
 void model_unregister(struct model *m);
 /* NULL version = the default version. Returns TS_E_MODEL_NOT_FOUND / TS_E_VERSION_NOT_FOUND. */

@@ -246,6 +246,7 @@ int server_main(const struct server_opts *o)
     rc = 0;
 out:
     http_servers_stop();
+    model_register_cancel_all();
     mgmt_shutdown();
     grpc_servers_stop();
     model_unregister_all();
