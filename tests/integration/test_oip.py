@@ -486,3 +486,92 @@ def test_grpc_stream_two_requests_in_order_and_errors_in_band(text_srv):
     assert "inputs[0].datatype" in seq[5][1]
     assert [w for i, w in seq if i == "b"] == ["six", " seven"]
     assert "nope" in seq[-1][1]
+
+
+def test_grpc_mlserver_stream_form(server_factory):
+    """oip_stream_response=mlserver: ModelStreamInfer answers plain ModelInferResponse."""
+    srv = server_factory(models=["identity_text"], config={"oip_stream_response": "mlserver"},
+                         yaml={"identity_text": {"handler": {"delay_ms": 5}}})
+    srv.wait_ready("identity_text")
+    grpc, pb, _ = grpc_client(srv)
+    ch = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}")
+    call = ch.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                            request_serializer=pb.ModelInferRequest.SerializeToString,
+                            response_deserializer=pb.ModelInferResponse.FromString)
+    ex = MLSERVER_STREAM_REQUEST["inputs"][0]["data"][0]
+    resps = list(call(iter([text_request(pb, ex, "m1")]), timeout=30))
+    assert [r.outputs[0].contents.bytes_contents[0].decode() for r in resps] == WORDS
+    assert all(r.model_name == "identity_text" and r.id == "m1" for r in resps)
+
+
+def test_grpc_empty_final_response(text_srv):
+    grpc, pb, stub = grpc_client(text_srv)
+    q = text_request(pb, "x y", "e1")
+    q.parameters["triton_enable_empty_final_response"].bool_param = True
+    resps = list(stub.ModelStreamInfer(iter([q]), timeout=30))
+    finals = [r.infer_response.parameters["triton_final_response"].bool_param for r in resps]
+    assert finals == [False, False, True]
+    assert len(resps[-1].infer_response.outputs) == 0
+
+
+class DtypeModel(torch.nn.Module):
+    def forward(self, a, b, c, d, e, f, g, h):
+        # type: (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
+        return (a * 2, b + 1, ~c, d - 1, e + 1, f * 2, g * 3, h + 7)
+
+
+def test_datatypes_and_mapping_by_name(server_factory, tmp_path):
+    """Every TorchScript datatype through OIP, inputs mapped to forward() by argument name."""
+    store = tmp_path / "store"
+    d = store / "dtypes"
+    (d / "MAR-INF").mkdir(parents=True)
+    torch.jit.script(DtypeModel()).save(str(d / "model.pt"))
+    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps({"runtime": "python", "model": {
+        "modelName": "dtypes", "serializedFile": "model.pt", "handler": "torchscript",
+        "modelVersion": "1.0", "configFile": "model-config.yaml"}}))
+    (d / "model-config.yaml").write_text("minWorkers: 1\nmaxWorkers: 1\n")
+    srv = server_factory(models=["dtypes"], store=str(store))
+    ins = [  # name, datatype, data, expected output datatype, expected output
+        ("h", "INT16", [1, -2], "INT16", [8, 5]),
+        ("a", "INT64", [5, -(2 ** 40)], "INT64", [10, -(2 ** 41)]),
+        ("b", "FP64", [0.5, 1e-300], "FP64", [1.5, 1.0]),
+        ("c", "BOOL", [True, False], "BOOL", [False, True]),
+        ("d", "INT8", [-128, 5], "INT8", [127, 4]),  # wraps as torch does
+        ("e", "UINT8", [0, 254], "UINT8", [1, 255]),
+        ("f", "FP16", [1.5, -0.25], "FP16", [3.0, -0.5]),
+        ("g", "INT32", [7, -1], "INT32", [21, -3]),
+    ]
+    body = {"inputs": [{"name": n, "datatype": dt, "shape": [2], "data": v}
+                       for n, dt, v, _, _ in ins]}
+    deadline = time.time() + 60
+    while True:
+        r = srv.post("/v2/models/dtypes/infer", json=body)
+        if r.status_code != 503 or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert r.status_code == 200, r.text
+    outs = r.json()["outputs"]
+    want = {n: (odt, ov) for n, _, _, odt, ov in ins}
+    order = "abcdefgh"
+    for k, o in enumerate(outs):
+        assert o["name"] == f"output__{k}" and o["shape"] == [2]
+        odt, ov = want[order[k]]
+        assert o["datatype"] == odt, o
+        assert o["data"] == ov, o
+    # gRPC with raw contents: FP16 only travels raw; the answer is raw too
+    grpc, pb, stub = grpc_client(srv)
+    q = pb.ModelInferRequest(model_name="dtypes")
+    fmt = {"INT16": "h", "INT64": "q", "FP64": "d", "BOOL": "?", "INT8": "b", "UINT8": "B",
+           "FP16": "e", "INT32": "i"}
+    for n, dt, v, _, _ in ins:
+        q.inputs.add(name=n, datatype=dt, shape=[2])
+        q.raw_input_contents.append(struct.pack("<2" + fmt[dt], *v))
+    resp = stub.ModelInfer(q)
+    for k, o in enumerate(resp.outputs):
+        odt, ov = want[order[k]]
+        assert o.datatype == odt
+        assert list(struct.unpack("<2" + fmt[odt], resp.raw_output_contents[k])) == ov
+    # UINT32 is no TorchScript type: a 400 naming the field
+    bad = {"inputs": [dict(body["inputs"][0], datatype="UINT32", data=[1, 2])] + body["inputs"][1:]}
+    r = srv.post("/v2/models/dtypes/infer", json=bad)
+    assert r.status_code == 400 and "inputs[0].datatype" in r.json()["error"], r.text
