@@ -3,7 +3,6 @@ many concurrent sequences, expiry and limits, a worker crash in the middle of op
 cancel of a running stream, and an LSTM whose hidden state travels through the state API."""
 import os
 import random
-import re
 import signal
 import threading
 import time
@@ -119,10 +118,10 @@ def test_no_crosstalk_64_sequences(server_factory):
         assert r.status_code == 200 and int(r.text) == total and r.headers.get(END) == "true"
 
     run_threads([lambda p=p: seq(p) for p in plans])
-    assert max_batch[0] > 1, "no batch ever held more than one sequence"
-    m = srv.get("/metrics", api="metrics").text
-    mb = re.search(r'ts_max_batch_size\{model_name="stateful".*\} ([0-9.]+)', m)
-    assert mb and float(mb.group(1)) > 1, m
+    # x-ts-worker-batch: the requests of the worker step that answered (the stateful handler is
+    # continuous, so the worker also merges frames the frontend sent one by one into one step;
+    # ts_max_batch_size counts only the frontend's frames)
+    assert max_batch[0] > 1, "no worker step ever held more than one sequence"
 
 
 def test_expiry_ended_and_limits(server_factory):
