@@ -149,13 +149,19 @@ static void on_keepalive(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct http_call *c = arg;
-    if (ts_now_us() - c->last_event_us < (SSE_KEEPALIVE_S - 1) * 1000000LL)
-        return;
-    struct evbuffer *b = evbuffer_new();
-    evbuffer_add_printf(b, ": keep-alive\n\n");
-    evhttp_send_reply_chunk(c->req, b);
-    evbuffer_free(b);
-    c->last_event_us = ts_now_us();
+    /* a one-shot timer, re-armed for the rest of the quiet period when events went out
+     * meanwhile: the comment comes 15 s after the last event, and events cost no timer work */
+    int64_t left = SSE_KEEPALIVE_S * 1000000LL - (ts_now_us() - c->last_event_us);
+    if (left <= 0) {
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add_printf(b, ": keep-alive\n\n");
+        evhttp_send_reply_chunk(c->req, b);
+        evbuffer_free(b);
+        c->last_event_us = ts_now_us();
+        left = SSE_KEEPALIVE_S * 1000000LL;
+    }
+    struct timeval tv = {(time_t)(left / 1000000), (suseconds_t)(left % 1000000)};
+    event_add(c->keepalive, &tv);
 }
 
 static void start_stream(struct http_call *c, const struct otf_prediction *p)
@@ -169,7 +175,7 @@ static void start_stream(struct http_call *c, const struct otf_prediction *p)
         evhttp_add_header(out, "Cache-Control", "no-cache");
         evhttp_add_header(out, "X-Accel-Buffering", "no");
         struct timeval tv = {SSE_KEEPALIVE_S, 0};
-        c->keepalive = event_new(srv->base, -1, EV_PERSIST, on_keepalive, c);
+        c->keepalive = event_new(srv->base, -1, 0, on_keepalive, c);
         event_add(c->keepalive, &tv);
         c->last_event_us = ts_now_us();
     } else {
