@@ -10,7 +10,8 @@
 2. Batching gain: char_lm tokens/s with 1, 8 and 32 concurrent streams on 1 worker with
    batchSize 32 (delay 0, max_new_tokens TOKENS each), and the worker's mean rows per forward.
 
-Env: RUNS (requests per transport in 1., default 200), TOKENS (per char_lm stream, default 1000).
+Env: RUNS (requests per transport in 1., default 200), TOKENS (per char_lm stream, default 2000),
+REPEAT (runs per stream count in 2., the fastest is reported; default 3).
 The server is started like the integration tests start it (tests/integration/conftest.py).
 """
 import json
@@ -37,7 +38,8 @@ import inference_pb2_grpc as igrpc  # noqa: E402
 from google.protobuf import empty_pb2  # noqa: E402
 
 RUNS = int(os.environ.get("RUNS", "200"))
-TOKENS = int(os.environ.get("TOKENS", "1000"))
+TOKENS = int(os.environ.get("TOKENS", "2000"))
+REPEAT = int(os.environ.get("REPEAT", "3"))
 WORDS = " ".join(f"w{k}" for k in range(100))
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -192,22 +194,27 @@ def batching(srv):
     prompts = ["The keeper", "The baker", "A model server", "The river", "At night", "The wind"]
     base = None
     for n in (1, 8, 32):
-        k0 = worker_counters(port)
-        wpid = model_worker_pid(srv, "char_lm")
-        f0, w0 = cpu_s(srv.pid), cpu_s(wpid)
-        t0 = time.perf_counter()
-        out = lm_streams(port, [prompts[i % len(prompts)] for i in range(n)], TOKENS)
-        dt = time.perf_counter() - t0
-        f1, w1 = cpu_s(srv.pid), cpu_s(wpid)
-        k1 = worker_counters(port)
-        assert out == [TOKENS] * n, out
+        best = None
+        for _ in range(REPEAT):  # a shared 2-core box is noisy: keep the fastest run
+            k0 = worker_counters(port)
+            wpid = model_worker_pid(srv, "char_lm")
+            f0, w0 = cpu_s(srv.pid), cpu_s(wpid)
+            t0 = time.perf_counter()
+            out = lm_streams(port, [prompts[i % len(prompts)] for i in range(n)], TOKENS)
+            dt = time.perf_counter() - t0
+            f1, w1 = cpu_s(srv.pid), cpu_s(wpid)
+            k1 = worker_counters(port)
+            assert out == [TOKENS] * n, out
+            if best is None or dt < best[0]:
+                best = (dt, f1 - f0, w1 - w0, k1["stepped"] - k0["stepped"],
+                        k1["steps"] - k0["steps"])
+        dt, fcpu, wcpu, rows, steps = best
         rate = n * TOKENS / dt
         base = base or rate
-        rows = (k1["stepped"] - k0["stepped"]) / max(1, k1["steps"] - k0["steps"])
         print(f"  {n:2d} stream(s): {rate:8.0f} tokens/s ({rate / base:4.1f}x of 1 stream), "
-              f"{dt:.2f} s for {n * TOKENS} tokens, mean batch {rows:.1f} rows/forward; CPU "
-              f"per token: frontend {(f1 - f0) * 1e6 / (n * TOKENS):.1f} us, worker "
-              f"{(w1 - w0) * 1e6 / (n * TOKENS):.1f} us")
+              f"{dt:.2f} s for {n * TOKENS} tokens, mean batch {rows / max(1, steps):.1f} "
+              f"rows/forward; CPU per token: frontend {fcpu * 1e6 / (n * TOKENS):.1f} us, "
+              f"worker {wcpu * 1e6 / (n * TOKENS):.1f} us")
 
 
 def model_worker_pid(srv, model):
