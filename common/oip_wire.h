@@ -34,6 +34,9 @@
 typedef struct json_t json_t;
 
 #define OIP_WIRE_CTYPE "application/x-ts-oip"
+/* A request for the model's tensor metadata (empty body): the handler answers JSON
+ * {"inputs": [{"name","datatype","shape"}], "outputs": [...]} as far as it knows them. */
+#define OIP_WIRE_META_CTYPE "application/x-ts-oip-metadata"
 #define OIP_MAX_DIMS 8
 #define OIP_MAX_TENSORS 64
 

@@ -763,6 +763,53 @@ out:
     json_decref(root);
 }
 
+/* Metadata the worker completes (a TorchScript model without handler.inputs in its yaml). */
+static char *metadata_transform(struct http_call *c, const struct otf_prediction *p, int final,
+                                size_t *len)
+{
+    json_t *md = c->arg;
+    if (!final) {
+        *len = 0;
+        return xstrdup("");
+    }
+    oip_req_metadata_merge(md, p);
+    char *s = json_dumps(md, JSON_COMPACT);
+    *len = strlen(s);
+    return s;
+}
+
+static void metadata_free(void *arg)
+{
+    json_decref(arg);
+}
+
+static void model_metadata(struct evhttp_request *req, const char *rid, struct model *m)
+{
+    json_t *md = oip_req_metadata(m);
+    if (!oip_req_metadata_from_worker(m, md)) {
+        send_json(req, rid, 200, md);
+        return;
+    }
+    struct http_call *c = http_call_new(req, rid, HTTP_STREAM_CHUNKED);
+    struct job *j = job_new(rid, &http_call_sink, c);
+    c->job = j;
+    oip_req_metadata_job(j);
+    c->arg = md;
+    c->arg_free = metadata_free;
+    c->transform = metadata_transform;
+    c->error_body = oip_error_body;
+    c->ctype = "application/json";
+    c->whole = 1;
+    struct submit_error e;
+    int rc = model_submit_request(m, j, &e);
+    if (rc < 0)
+        http_call_reject(c, e.status, e.type, e.msg);
+    else if (rc == 1)
+        http_call_free(c);
+    else
+        http_call_watch(c);
+}
+
 /* Looks the model up; on failure answers 404 and returns NULL. */
 static struct model *find_model(struct evhttp_request *req, const char *rid, const char *name,
                                 const char *version)
@@ -848,7 +895,7 @@ void http_oip_handle(struct evhttp_request *req, const char *rid, const struct h
             send_json(req, rid, ready ? 200 : 503,
                       json_pack("{s:s, s:b}", "name", m->name, "ready", ready));
         } else {
-            send_json(req, rid, 200, oip_req_metadata(m));
+            model_metadata(req, rid, m);
         }
         return;
     }

@@ -363,3 +363,26 @@ json_t *oip_req_metadata(struct model *m)
     json_object_set_new(o, "outputs", outs ? outs : json_array());
     return o;
 }
+
+int oip_req_metadata_from_worker(const struct model *m, json_t *md)
+{
+    return is_torchscript_handler(m) && !json_array_size(json_object_get(md, "inputs"));
+}
+
+void oip_req_metadata_job(struct job *j)
+{
+    job_add_param_owned(j, "body", OIP_WIRE_META_CTYPE, xstrdup(""), 0);
+}
+
+void oip_req_metadata_merge(json_t *md, const struct otf_prediction *p)
+{
+    if (p->status >= 300 || p->body.len <= 0)
+        return;
+    json_t *o = json_loadb(p->body.p, (size_t)p->body.len, 0, NULL);
+    json_t *ins = json_object_get(o, "inputs"), *outs = json_object_get(o, "outputs");
+    if (json_is_array(ins))
+        json_object_set(md, "inputs", ins);
+    if (json_is_array(outs) && json_array_size(outs))
+        json_object_set(md, "outputs", outs);
+    json_decref(o);
+}

@@ -70,6 +70,13 @@ void oip_req_result_free(struct oip_result *r);
  * tensors from model-config.yaml `handler.inputs` / `handler.outputs` (lists of {name, datatype,
  * shape}); text handlers default to BYTES prompt -> BYTES output. */
 json_t *oip_req_metadata(struct model *m);
+/* The yaml declares no inputs and the handler is torchscript: ask the worker (forward()'s
+ * argument names). */
+int oip_req_metadata_from_worker(const struct model *m, json_t *md);
+/* Makes j a metadata request (see OIP_WIRE_META_CTYPE). */
+void oip_req_metadata_job(struct job *j);
+/* Merges the worker's metadata answer into md (left as is when the answer is unusable). */
+void oip_req_metadata_merge(json_t *md, const struct otf_prediction *p);
 /* "pytorch_torchscript" for TorchScript handlers, "torchserve-c_<handler>" otherwise. */
 const char *oip_req_platform(const struct model *m);
 /* The model has a worker that loaded it. */

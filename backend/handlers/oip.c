@@ -167,7 +167,39 @@ int oip_is_request(struct ts_ctx *ctx, size_t idx)
 {
     const char *ctype = NULL;
     ts_get_body(ctx, idx, NULL, &ctype);
-    return ctype && !strcmp(ctype, OIP_WIRE_CTYPE);
+    return ctype && (!strcmp(ctype, OIP_WIRE_CTYPE) || !strcmp(ctype, OIP_WIRE_META_CTYPE));
+}
+
+static json_t *decl_json(const struct decl *d)
+{
+    json_t *shape = json_array();
+    for (int k = 0; k < d->ndim; k++)
+        json_array_append_new(shape, json_integer(d->shape[k]));
+    if (d->ndim < 0)
+        json_array_append_new(shape, json_integer(-1));
+    return json_pack("{s:s, s:s, s:o}", "name", d->name, "datatype",
+                     d->dtype >= 0 ? oip_dtype_name(d->dtype) : "FP32", "shape", shape);
+}
+
+/* Metadata: the declared tensors, else forward()'s argument names (the schema has no dtypes or
+ * shapes: FP32 and [-1] are what /predictions assumes too). */
+static void metadata(struct ts_ctx *ctx, const struct oip_model *om, size_t idx)
+{
+    json_t *ins = json_array(), *outs = json_array();
+    for (size_t i = 0; i < om->n_in; i++)
+        json_array_append_new(ins, decl_json(&om->in[i]));
+    for (size_t i = 0; !om->n_in && i < om->n_args; i++) {
+        struct decl d = {.name = om->args[i], .dtype = -1, .ndim = -1};
+        json_array_append_new(ins, decl_json(&d));
+    }
+    for (size_t i = 0; i < om->n_out; i++)
+        json_array_append_new(outs, decl_json(&om->out[i]));
+    json_t *o = json_pack("{s:o, s:o}", "inputs", ins, "outputs", outs);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    ts_set_response(ctx, idx, s, strlen(s));
+    ts_set_content_type(ctx, idx, "application/json");
+    free(s);
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -489,6 +521,12 @@ void oip_handle(struct ts_ctx *ctx, struct oip_model *om, struct tsh_model *m, c
         rs[i].idx = idx[i];
         if (ts_is_cancelled(ctx, idx[i]))
             continue;
+        const char *ctype = NULL;
+        ts_get_body(ctx, idx[i], NULL, &ctype);
+        if (ctype && !strcmp(ctype, OIP_WIRE_META_CTYPE)) {
+            metadata(ctx, om, idx[i]);
+            continue;
+        }
         if (parse_one(ctx, om, &rs[i], err, sizeof(err))) {
             ts_log(ctx, LOG_LEVEL_DEBUG, "request %s: %s", ts_request_id(ctx, idx[i]), err);
             ts_set_error(ctx, idx[i], 400, "%s", err);

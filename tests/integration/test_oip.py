@@ -558,6 +558,10 @@ def test_datatypes_and_mapping_by_name(server_factory, tmp_path):
         odt, ov = want[order[k]]
         assert o["datatype"] == odt, o
         assert o["data"] == ov, o
+    # metadata without handler.inputs: forward()'s argument names, from the TorchScript module
+    md = srv.get("/v2/models/dtypes").json()
+    assert [t["name"] for t in md["inputs"]] == list("abcdefgh"), md
+    assert md["platform"] == "pytorch_torchscript"
     # gRPC with raw contents: FP16 only travels raw; the answer is raw too
     grpc, pb, stub = grpc_client(srv)
     q = pb.ModelInferRequest(model_name="dtypes")
