@@ -15,11 +15,11 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[OIP_DTYPE_COUNT] = {
-    [OIP_BOOL] = {"BOOL", 1},   [OIP_UINT8] = {"UINT8", 1},   [OIP_UINT16] = {"UINT16", 2},
+    [OIP_BOOL] = {"BOOL", 1},     [OIP_UINT8] = {"UINT8", 1},   [OIP_UINT16] = {"UINT16", 2},
     [OIP_UINT32] = {"UINT32", 4}, [OIP_UINT64] = {"UINT64", 8}, [OIP_INT8] = {"INT8", 1},
-    [OIP_INT16] = {"INT16", 2}, [OIP_INT32] = {"INT32", 4},   [OIP_INT64] = {"INT64", 8},
-    [OIP_FP16] = {"FP16", 2},   [OIP_FP32] = {"FP32", 4},     [OIP_FP64] = {"FP64", 8},
-    [OIP_BF16] = {"BF16", 2},   [OIP_BYTES] = {"BYTES", 0},
+    [OIP_INT16] = {"INT16", 2},   [OIP_INT32] = {"INT32", 4},   [OIP_INT64] = {"INT64", 8},
+    [OIP_FP16] = {"FP16", 2},     [OIP_FP32] = {"FP32", 4},     [OIP_FP64] = {"FP64", 8},
+    [OIP_BF16] = {"BF16", 2},     [OIP_BYTES] = {"BYTES", 0},
 };
 
 int oip_dtype_from_name(const char *s)
@@ -189,15 +189,14 @@ uint16_t oip_float_to_bf16(float f)
 
 void oip_wire_put_header(struct buf *b, const char *json, size_t len)
 {
-    uint8_t le[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
-                     (uint8_t)(len >> 24)};
+    uint8_t le[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
     buf_put(b, "OIP1", 4);
     buf_put(b, le, 4);
     buf_put(b, json, len);
 }
 
-int oip_wire_split(const void *p, size_t len, const char **json, size_t *jlen,
-                   const uint8_t **raw, size_t *rawlen, char *err, size_t errlen)
+int oip_wire_split(const void *p, size_t len, const char **json, size_t *jlen, const uint8_t **raw,
+                   size_t *rawlen, char *err, size_t errlen)
 {
     const uint8_t *u = p;
     if (!p || len < 8 || memcmp(u, "OIP1", 4)) {
@@ -253,8 +252,7 @@ int oip_wire_tensors(json_t *header, const char *key, const uint8_t *raw, size_t
             return -1;
         }
         if (json_array_size(shape) > OIP_MAX_DIMS) {
-            snprintf(err, errlen, "%s[%zu].shape: more than %d dimensions", key, i,
-                     OIP_MAX_DIMS);
+            snprintf(err, errlen, "%s[%zu].shape: more than %d dimensions", key, i, OIP_MAX_DIMS);
             return -1;
         }
         size_t k;

@@ -96,8 +96,8 @@ uint16_t oip_float_to_bf16(float f);
 /* Appends "OIP1", the header length and the header. Raw data goes after it (buf_put). */
 void oip_wire_put_header(struct buf *b, const char *json, size_t len);
 /* Splits a payload. 0, or -1 with err set. */
-int oip_wire_split(const void *p, size_t len, const char **json, size_t *jlen,
-                   const uint8_t **raw, size_t *rawlen, char *err, size_t errlen);
+int oip_wire_split(const void *p, size_t len, const char **json, size_t *jlen, const uint8_t **raw,
+                   size_t *rawlen, char *err, size_t errlen);
 
 /* Reads header[key] (an array of tensor descriptions) and cuts raw into their data.
  * out gets up to max tensors (names and parameters borrowed from header). 0 with *n set, or -1

@@ -47,7 +47,7 @@ struct config {
     char *models_json;                     /* `models=` JSON, NULL unless set */
     char *state_dir;                       /* our key: state_dir; default <run dir>/state */
     char *log_location;                    /* logs/ */
-    char *oip_stream_response;             /* our key: triton (default) | mlserver, see docs/oip.md */
+    char *oip_stream_response;             /* our key: triton (default) | mlserver */
 };
 
 typedef void config_warn_fn(const char *msg, void *arg);

@@ -47,8 +47,8 @@ struct greq {
     struct job *job;
     char *id, *model_name, *model_version;
     int raw_out;
-    int empty_final; /* triton_enable_empty_final_response */
-    struct buf acc;  /* unary: text chunks so far */
+    int empty_final;              /* triton_enable_empty_final_response */
+    struct buf acc;               /* unary: text chunks so far */
     struct gevent *ev, **ev_tail; /* frames held until this is the oldest request */
     int done;
     TAILQ_ENTRY(greq) link;
@@ -168,8 +168,9 @@ static int contents_to_raw(struct buf *b, int dt, const Inference__InferTensorCo
         int64_t hi = dt == OIP_INT8 ? 127 : dt == OIP_INT16 ? 32767 : INT32_MAX;
         for (size_t i = 0; i < c->n_int_contents; i++) {
             if (c->int_contents[i] < lo || c->int_contents[i] > hi) {
-                snprintf(err, errlen, "inputs[%zu].contents.int_contents[%zu]: %d is out of range "
-                                      "for %s",
+                snprintf(err, errlen,
+                         "inputs[%zu].contents.int_contents[%zu]: %d is out of range "
+                         "for %s",
                          ti, i, c->int_contents[i], oip_dtype_name(dt));
                 return -1;
             }
@@ -184,8 +185,9 @@ static int contents_to_raw(struct buf *b, int dt, const Inference__InferTensorCo
         uint32_t hi = dt == OIP_UINT8 ? 255 : dt == OIP_UINT16 ? 65535 : UINT32_MAX;
         for (size_t i = 0; i < c->n_uint_contents; i++) {
             if (c->uint_contents[i] > hi) {
-                snprintf(err, errlen, "inputs[%zu].contents.uint_contents[%zu]: %u is out of range "
-                                      "for %s",
+                snprintf(err, errlen,
+                         "inputs[%zu].contents.uint_contents[%zu]: %u is out of range "
+                         "for %s",
                          ti, i, c->uint_contents[i], oip_dtype_name(dt));
                 return -1;
             }
@@ -312,16 +314,16 @@ static int parse_infer(const Inference__ModelInferRequest *q, struct parsed *ps,
         }
         if (ps->raw_in) {
             if (!contents_empty(in->contents)) {
-                snprintf(err, errlen, "inputs[%zu].contents: not allowed together with "
-                                      "raw_input_contents",
+                snprintf(err, errlen,
+                         "inputs[%zu].contents: not allowed together with "
+                         "raw_input_contents",
                          i);
                 return -1;
             }
-            t->data = q->raw_input_contents[i].data ? q->raw_input_contents[i].data
-                                                    : (const uint8_t *)"";
+            t->data =
+                q->raw_input_contents[i].data ? q->raw_input_contents[i].data : (const uint8_t *)"";
             t->nbytes = q->raw_input_contents[i].len;
-            if (oip_check_data(t->dtype, t->shape, t->ndim, t->data, t->nbytes, why,
-                               sizeof(why))) {
+            if (oip_check_data(t->dtype, t->shape, t->ndim, t->data, t->nbytes, why, sizeof(why))) {
                 snprintf(err, errlen, "raw_input_contents[%zu] (inputs[%zu]): %s", i, i, why);
                 return -1;
             }
@@ -332,8 +334,9 @@ static int parse_infer(const Inference__ModelInferRequest *q, struct parsed *ps,
             if (contents_to_raw(&ps->raw, t->dtype, in->contents, i, &count, err, errlen))
                 return -1;
             if ((int64_t)count != numel) {
-                snprintf(err, errlen, "inputs[%zu].shape %s does not match %zu elements of "
-                                      "contents.%s",
+                snprintf(err, errlen,
+                         "inputs[%zu].shape %s does not match %zu elements of "
+                         "contents.%s",
                          i, sh, count, contents_field(t->dtype));
                 return -1;
             }
@@ -400,10 +403,8 @@ static void resp_free(struct resp *rs)
     buf_free(&rs->textbuf);
 }
 
-static Inference__ModelInferResponse__InferOutputTensor *add_output(struct resp *rs,
-                                                                    const char *name, int dt,
-                                                                    const int64_t *shape,
-                                                                    int ndim)
+static Inference__ModelInferResponse__InferOutputTensor *
+add_output(struct resp *rs, const char *name, int dt, const int64_t *shape, int ndim)
 {
     size_t i = rs->m.n_outputs++;
     Inference__ModelInferResponse__InferOutputTensor init =
@@ -894,8 +895,8 @@ static void stream_message(struct gcall *c, const uint8_t *data, size_t len)
         st = xcalloc(1, sizeof(*st));
         st->call = c;
         TAILQ_INIT(&st->reqs);
-        st->mlserver = srv->cfg.oip_stream_response &&
-                       !strcmp(srv->cfg.oip_stream_response, "mlserver");
+        st->mlserver =
+            srv->cfg.oip_stream_response && !strcmp(srv->cfg.oip_stream_response, "mlserver");
         gcall_set_user(c, st);
     }
     start_request(c, st, data, len);

@@ -315,9 +315,9 @@ static void on_new(struct gcall *c, int success)
     for (const struct grpc_method *m = s->methods; m->path; m++)
         if (grpc_slice_str_cmp(c->details.method, m->path) == 0)
             c->method = m;
-    for (const struct grpc_method *m = grpc_oip_methods; s->methods == grpc_inference_methods &&
-                                                         !c->method && m->path;
-         m++)
+    /* the inference port also serves OIP's inference.GRPCInferenceService (grpc_oip.c) */
+    const struct grpc_method *oip = s->methods == grpc_inference_methods ? grpc_oip_methods : NULL;
+    for (const struct grpc_method *m = oip; m && !c->method && m->path; m++)
         if (grpc_slice_str_cmp(c->details.method, m->path) == 0)
             c->method = m;
     if (auth_check(s->scope, gcall_metadata(c, "authorization")) != 0) {

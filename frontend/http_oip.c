@@ -251,9 +251,7 @@ static int output_binary(const struct oip_http *o, const char *name)
         return 1;
     size_t i;
     json_t *v;
-    json_array_foreach(o->binary_out, i, v)
-    if (!strcmp(json_string_value(v), name))
-        return 1;
+    json_array_foreach(o->binary_out, i, v) if (!strcmp(json_string_value(v), name)) return 1;
     return 0;
 }
 
@@ -348,7 +346,7 @@ static char *oip_error_body(struct http_call *c, int status, const char *type, c
 
 struct parsed {
     struct oip_request r;
-    struct buf raw;          /* JSON data converted to raw tensors */
+    struct buf raw; /* JSON data converted to raw tensors */
     size_t off[OIP_MAX_TENSORS];
     int from_raw[OIP_MAX_TENSORS]; /* data is in raw (else in the binary section) */
     int binary_all;
@@ -408,8 +406,8 @@ static int elem_to_raw(struct buf *b, int dtype, json_t *v, size_t idx, size_t t
             memcpy(le, &f, 4);
             buf_put(b, le, 4);
         } else {
-            uint16_t h = dtype == OIP_FP16 ? oip_float_to_half((float)d)
-                                           : oip_float_to_bf16((float)d);
+            uint16_t h =
+                dtype == OIP_FP16 ? oip_float_to_half((float)d) : oip_float_to_bf16((float)d);
             uint8_t h2[2] = {(uint8_t)h, (uint8_t)(h >> 8)};
             buf_put(b, h2, 2);
         }
@@ -420,8 +418,8 @@ static int elem_to_raw(struct buf *b, int dtype, json_t *v, size_t idx, size_t t
             goto bad;
         long long x = json_integer_value(v);
         if (x < range[dtype].lo || (x > 0 && (unsigned long long)x > range[dtype].hi)) {
-            snprintf(err, errlen, "inputs[%zu].data[%zu]: %lld is out of range for %s", ti, idx,
-                     x, oip_dtype_name(dtype));
+            snprintf(err, errlen, "inputs[%zu].data[%zu]: %lld is out of range for %s", ti, idx, x,
+                     oip_dtype_name(dtype));
             return -1;
         }
         uint64_t u = (uint64_t)x;
@@ -434,8 +432,8 @@ static int elem_to_raw(struct buf *b, int dtype, json_t *v, size_t idx, size_t t
     }
 bad:
     snprintf(err, errlen, "inputs[%zu].data[%zu]: expected %s for datatype %s, got %s", ti, idx,
-             dtype == OIP_BOOL    ? "a boolean"
-             : dtype == OIP_BYTES ? "a string"
+             dtype == OIP_BOOL                        ? "a boolean"
+             : dtype == OIP_BYTES                     ? "a string"
              : dtype >= OIP_FP16 && dtype <= OIP_BF16 ? "a number"
                                                       : "an integer",
              oip_dtype_name(dtype), got);
@@ -449,8 +447,7 @@ static int data_to_raw(struct buf *b, int dtype, json_t *v, size_t *count, size_
     if (!json_is_array(v))
         return elem_to_raw(b, dtype, v, (*count)++, ti, err, errlen);
     if (depth > OIP_MAX_DIMS) {
-        snprintf(err, errlen, "inputs[%zu].data: nested deeper than %d levels", ti,
-                 OIP_MAX_DIMS);
+        snprintf(err, errlen, "inputs[%zu].data: nested deeper than %d levels", ti, OIP_MAX_DIMS);
         return -1;
     }
     size_t i;
@@ -530,8 +527,9 @@ static int parse_input(struct parsed *ps, json_t *in, size_t i, const uint8_t **
     json_t *bsz = json_object_get(prm, "binary_data_size");
     if (bsz) {
         if (!json_is_integer(bsz) || json_integer_value(bsz) < 0) {
-            snprintf(err, errlen, "inputs[%zu].parameters.binary_data_size: expected an integer "
-                                  ">= 0",
+            snprintf(err, errlen,
+                     "inputs[%zu].parameters.binary_data_size: expected an integer "
+                     ">= 0",
                      i);
             return -1;
         }
@@ -611,8 +609,9 @@ static int parse_request(struct parsed *ps, json_t *root, int generate_route, co
     }
     json_t *inputs = json_object_get(root, "inputs");
     if (!json_is_array(inputs) || !json_array_size(inputs)) {
-        snprintf(err, errlen, generate_route ? "text_input: missing (or an OIP \"inputs\" array)"
-                                             : "inputs: expected a non-empty array");
+        snprintf(err, errlen,
+                 generate_route ? "text_input: missing (or an OIP \"inputs\" array)"
+                                : "inputs: expected a non-empty array");
         return -1;
     }
     if (json_array_size(inputs) > OIP_MAX_TENSORS) {
@@ -684,8 +683,9 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
     if (ihcl) {
         long n;
         if (ts_parse_long(ihcl, 0, (long)len, &n)) {
-            send_error(req, rid, 400, BINARY_HEADER ": \"%s\" is not a length within the %zu-byte "
-                                      "body",
+            send_error(req, rid, 400,
+                       BINARY_HEADER ": \"%s\" is not a length within the %zu-byte "
+                                     "body",
                        ihcl, len);
             return;
         }
@@ -699,8 +699,8 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
     json_error_t jerr;
     json_t *root = json_loadb((const char *)body, jlen, 0, &jerr);
     if (!root) {
-        send_error(req, rid, 400, "malformed JSON request body: %s (line %d, column %d)",
-                   jerr.text, jerr.line, jerr.column);
+        send_error(req, rid, 400, "malformed JSON request body: %s (line %d, column %d)", jerr.text,
+                   jerr.line, jerr.column);
         return;
     }
     struct parsed ps;

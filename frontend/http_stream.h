@@ -42,7 +42,8 @@ struct http_call {
     http_transform_fn *transform;
     http_error_body_fn *error_body;
     void *arg; /* for transform / error_body */
-    void (*arg_free)(void *arg); /* called when the call is freed (may be NULL) */
+    /* called with arg when the call is freed (may be NULL) */
+    void (*arg_free)(void *arg);
     const char *ctype; /* content type override for whole replies (OIP: application/json) */
     /* OIP (MLServer's SSE framing): events are bare `data:` lines without `id:`; a frame with an
      * error status is an error (a plain JSON reply before the stream, `event: error` after) */

@@ -219,8 +219,7 @@ int oip_req_to_job(struct model *m, const struct oip_request *r, struct job *j, 
         return -1;
     }
     if (*text && is_torchscript_handler(m)) {
-        snprintf(err, errlen,
-                 "%s: model %s (torchscript handler) takes numeric tensors, not text",
+        snprintf(err, errlen, "%s: model %s (torchscript handler) takes numeric tensors, not text",
                  r->generate ? "text_input" : "inputs[].datatype BYTES", m->name);
         return -1;
     }
@@ -277,8 +276,8 @@ void oip_req_result(const struct otf_prediction *p, struct oip_result *r)
         r->header = json_loadb(js, jl, 0, &jerr);
         if (!r->header)
             snprintf(err, sizeof(err), "worker payload header: %s", jerr.text);
-        else if (oip_wire_tensors(r->header, "outputs", raw, rawlen, r->outputs,
-                                  OIP_MAX_TENSORS, &r->n_outputs, err, sizeof(err)) == 0) {
+        else if (oip_wire_tensors(r->header, "outputs", raw, rawlen, r->outputs, OIP_MAX_TENSORS,
+                                  &r->n_outputs, err, sizeof(err)) == 0) {
             json_t *prm = json_object_get(r->header, "parameters");
             r->parameters = json_is_object(prm) ? prm : NULL;
             return;
@@ -350,13 +349,13 @@ json_t *oip_req_metadata(struct model *m)
     if (!is_torchscript_handler(m)) {
         if (!ins || !json_array_size(ins)) {
             json_decref(ins);
-            ins = json_pack("[{s:s, s:s, s:[i]}]", "name", "prompt", "datatype", "BYTES",
-                            "shape", 1);
+            ins =
+                json_pack("[{s:s, s:s, s:[i]}]", "name", "prompt", "datatype", "BYTES", "shape", 1);
         }
         if (!outs || !json_array_size(outs)) {
             json_decref(outs);
-            outs = json_pack("[{s:s, s:s, s:[i]}]", "name", "output", "datatype", "BYTES",
-                             "shape", 1);
+            outs =
+                json_pack("[{s:s, s:s, s:[i]}]", "name", "output", "datatype", "BYTES", "shape", 1);
         }
     }
     json_object_set_new(o, "inputs", ins ? ins : json_array());

@@ -118,8 +118,8 @@ static int read_decl(struct ts_ctx *ctx, const char *key, struct decl **out, siz
                 break;
             long x;
             if (k == OIP_MAX_DIMS || ts_parse_long(v, -1, 1L << 40, &x)) {
-                ts_set_load_error(ctx, "model-config.yaml: %s: \"%s\" is not a size (or -1)",
-                                  path, v);
+                ts_set_load_error(ctx, "model-config.yaml: %s: \"%s\" is not a size (or -1)", path,
+                                  v);
                 return -1;
             }
             d->ndim = k + 1;
@@ -250,8 +250,7 @@ static int map_inputs(const struct oip_model *om, struct oreq *r, char *err, siz
         r->nargs = om->n_in ? om->n_in : maxp;
         for (size_t p = 0; p < r->nargs; p++)
             if (!filled[p]) {
-                snprintf(err, errlen, "inputs: the model input \"%s\" is missing",
-                         arg_name(om, p));
+                snprintf(err, errlen, "inputs: the model input \"%s\" is missing", arg_name(om, p));
                 return -1;
             }
         return 0;
@@ -281,8 +280,9 @@ static int check_inputs(const struct oip_model *om, struct oreq *r, char *err, s
         size_t k = r->order[p];
         const struct oip_tensor *t = &r->t[k];
         if (to_tsh(t->dtype) < 0) {
-            snprintf(err, errlen, "inputs[%zu].datatype: %s is not a tensor type TorchScript "
-                                  "takes",
+            snprintf(err, errlen,
+                     "inputs[%zu].datatype: %s is not a tensor type TorchScript "
+                     "takes",
                      k, oip_dtype_name(t->dtype));
             return -1;
         }
@@ -330,8 +330,7 @@ static int parse_one(struct ts_ctx *ctx, const struct oip_model *om, struct oreq
         snprintf(err, errlen, "OIP payload header: %s", jerr.text);
         return -1;
     }
-    if (oip_wire_tensors(r->hdr, "inputs", raw, rawlen, r->t, OIP_MAX_TENSORS, &r->nt, err,
-                         errlen))
+    if (oip_wire_tensors(r->hdr, "inputs", raw, rawlen, r->t, OIP_MAX_TENSORS, &r->nt, err, errlen))
         return -1;
     if (!r->nt) {
         snprintf(err, errlen, "inputs: at least one input is required");
@@ -497,8 +496,9 @@ static void run(struct ts_ctx *ctx, const struct oip_model *om, struct tsh_model
     for (size_t o = 0; o < nout; o++)
         if (from_tsh(out[o].dtype) < 0) {
             for (size_t i = 0; i < n; i++)
-                ts_set_error(ctx, members[i]->idx, 500, "output %zu has a dtype (%s) OIP cannot "
-                                                        "carry",
+                ts_set_error(ctx, members[i]->idx, 500,
+                             "output %zu has a dtype (%s) OIP cannot "
+                             "carry",
                              o, tsh_dtype_name(out[o].dtype));
             tsh_tensors_free(out, nout);
             return;

@@ -54,8 +54,9 @@ TEST(payload_round_trip)
 {
     struct buf b;
     buf_init(&b);
-    const char *hdr = "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"INT32\",\"shape\":[2],\"size\":8},"
-                      "{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1],\"size\":7}]}";
+    const char *hdr =
+        "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"INT32\",\"shape\":[2],\"size\":8},"
+        "{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1],\"size\":7}]}";
     oip_wire_put_header(&b, hdr, strlen(hdr));
     int32_t x[2] = {7, -1};
     buf_put(&b, x, 8);
