@@ -71,7 +71,7 @@ read -r c_rps c_p50 c_p99 c_bad < <(run_wrk "$port" /predictions/mlp)
 echo "   $c_rps req/s  p50 ${c_p50} us  p99 ${c_p99} us  non-200 $c_bad"
 read -r -a t_seq < <("$WORK/seq_client" "$port" /predictions/mlp "$BODY" "$SEQ_N" 200)
 echo "   sequential: ${t_seq[*]}"
-kill "$tpid"; wait "$tpid" 2>/dev/null || true
+# (it stays up, idle, and is measured again at the end: the ratio uses the better of the two)
 
 # ---- torchserve-c with one model configuration
 # start_server NAME WORKERS BATCH DELAY: sets SRV_PID SRV_PORT T_FIRST_MS
@@ -126,13 +126,12 @@ bench_config() { # NAME WORKERS BATCH DELAY
     local wrss=0 w
     for w in $(children "$SRV_PID"); do wrss=$(( wrss + $(rss_kb "$w") )); done
     echo "== torchserve-c $name: wrk -t2 -c32 -d${DURATION}s (first prediction ${T_FIRST_MS} ms after start)"
-    ( peak=0; while kill -0 "$SRV_PID" 2>/dev/null; do
-          r=$(rss_kb "$SRV_PID"); [ "${r:-0}" -gt "$peak" ] && peak=$r && echo "$peak" > "$WORK/peak"
-          sleep 0.2; done ) &
+    : > "$WORK/rss.$name"
+    ( while kill -0 "$SRV_PID" 2>/dev/null; do rss_kb "$SRV_PID" >> "$WORK/rss.$name"; sleep 0.2; done ) &
     local sampler=$!
     read -r rps p50 p99 bad < <(run_wrk "$SRV_PORT" /predictions/mlp)
     kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
-    local peak; peak=$(cat "$WORK/peak")
+    local peak; peak=$(sort -n "$WORK/rss.$name" | tail -1)
     local maxb; maxb=$(curl -s "http://127.0.0.1:$(sed -n 's/^metrics_address=.*://p' "$WORK/$name/config.properties")/metrics" |
         awk -F'} ' '/^ts_max_batch_size\{model_name="mlp"/ {print $2}')
     echo "   $rps req/s  p50 ${p50} us  p99 ${p99} us  non-200 $bad  largest batch ${maxb:-?}"
@@ -146,12 +145,22 @@ bench_config() { # NAME WORKERS BATCH DELAY
 bench_config "1w-bs1" 1 1 0
 bench_config "2w-bs8" 2 8 5
 
+echo "== trivial libevent server again (ceiling)"
+read -r c2_rps c2_p50 c2_p99 c2_bad < <(run_wrk "$port" /predictions/mlp)
+echo "   $c2_rps req/s  p50 ${c2_p50} us  p99 ${c2_p99} us  non-200 $c2_bad"
+kill "$tpid"; wait "$tpid" 2>/dev/null || true
+c1_rps=$c_rps
+if awk -v a="$c2_rps" -v b="$c_rps" 'BEGIN { exit !(a > b) }'; then
+    c_rps=$c2_rps c_p50=$c2_p50 c_p99=$c2_p99 c_bad=$c2_bad
+fi
+
 # ---- summary
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
 echo "== summary (machine: $(nproc) cores; wrk -t2 -c32 -d${DURATION}s; body 64 floats JSON)"
 printf "%-24s %10s %9s %9s %7s %7s %s\n" config "req/s" "p50 us" "p99 us" ratio target non200
 printf "%-24s %10s %9s %9s %7s %7s %s\n" "trivial libevent server" "$c_rps" "$c_p50" "$c_p99" 1.00 - "$c_bad"
+echo "  (ceiling: the better of $c1_rps at the start and $c2_rps at the end)"
 for name in 1w-bs1 2w-bs8; do
     read -r rps p50 p99 bad _ <<< "${R[$name]%%|*}"
     target=$([ "$name" = 1w-bs1 ] && echo 0.35 || echo 0.50)
@@ -164,6 +173,7 @@ echo "  trivial server:  ${t_seq[*]}"
 for name in 1w-bs1 2w-bs8; do
     echo "  mlp $name:      ${R[$name]#*|}"
 done
+echo "  (2w-bs8 latency includes maxBatchDelay: one connection never fills a batch of 8)"
 echo "  (ovh = latency - forward time measured in the worker; target ovh_p50 <= 150 us)"
 echo
 printf "%-10s %14s %16s %14s %18s\n" config "frontend idle" "frontend loaded" "workers RSS" "start->1st pred"
