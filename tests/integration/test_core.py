@@ -338,7 +338,8 @@ def test_bad_archives_refused_at_startup(server_factory, tmp_path):
     _mar_variant(mlp, store / "badyaml.mar",
                  replace={"model-config.yaml": b"minWorkers: 1\nmaxWorkers: 1\nbatchSize: eight\n"})
     _mar_variant(mlp, store / "broken.mar", replace={"model.pt": b"not a torchscript file"})
-    s = server_factory(store=str(store), load=False, config={"no_such_key": "1"},
+    s = server_factory(store=str(store), load=False,
+                       config={"no_such_key": "1", "enable_model_api": "true"},
                        extra_args=["--models", "mlp=mlp.mar", "evil=evil.mar",
                                    "badyaml=badyaml.mar", "broken=broken.mar"])
     s.wait_ready("mlp", body={"json": SAMPLE})
@@ -350,6 +351,10 @@ def test_bad_archives_refused_at_startup(server_factory, tmp_path):
         assert not (d / "escaped.txt").exists()
     assert_error(s.post("/predictions/evil", json=SAMPLE), 404, "evil")
     assert_error(s.post("/predictions/badyaml", json=SAMPLE), 404, "badyaml")
+    # the same refusals through the management API
+    assert_error(s.post("/models?url=evil.mar", api="management"), 400, "'../escaped.txt'")
+    assert_error(s.post("/models?url=badyaml.mar", api="management"), 400,
+                 "model-config.yaml:3: batchSize")
     deadline = time.time() + 20  # until the broken model's worker has failed to load
     while time.time() < deadline and s.get("/ping").status_code == 200:
         time.sleep(0.1)
