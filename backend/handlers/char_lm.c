@@ -39,6 +39,8 @@
 
 #define DEFAULT_MAX_NEW_TOKENS 64
 #define MAX_NEW_TOKENS_LIMIT 100000L
+/* the prompt runs as one forward of T steps: its memory grows with T */
+#define DEFAULT_MAX_PROMPT_CHARS 8192
 
 struct clm_token {
     size_t off, len; /* bytes of the character in vocab */
@@ -53,6 +55,7 @@ struct clm_state {
     int64_t layers, hidden;
     long delay_ms;
     long max_new_default;
+    long max_prompt;
     int64_t start_tok; /* for an empty prompt */
     int64_t unk_tok;   /* for characters outside the vocabulary */
 };
@@ -209,6 +212,9 @@ static int clm_init(struct ts_ctx *ctx, void **state)
     s->max_new_default = ts_config_get_long(ctx, "handler.max_new_tokens", DEFAULT_MAX_NEW_TOKENS);
     if (s->max_new_default < 0 || s->max_new_default > MAX_NEW_TOKENS_LIMIT)
         s->max_new_default = DEFAULT_MAX_NEW_TOKENS;
+    s->max_prompt = ts_config_get_long(ctx, "handler.max_prompt_chars", DEFAULT_MAX_PROMPT_CHARS);
+    if (s->max_prompt < 1)
+        s->max_prompt = DEFAULT_MAX_PROMPT_CHARS;
     if (load_vocab(ctx, s)) {
         free(s);
         return -1;
@@ -341,6 +347,12 @@ static int start_request(struct ts_ctx *ctx, size_t i, struct clm_state *s)
         off += n;
     }
     free(prompt);
+    if (t > s->max_prompt) {
+        free(ids);
+        ts_set_error(ctx, i, 400, "prompt: %lld characters, at most %ld (handler.max_prompt_chars)",
+                     (long long)t, s->max_prompt);
+        return -1;
+    }
     if (t == 0)
         ids[t++] = s->start_tok;
 

@@ -296,6 +296,8 @@ def test_char_lm_bad_request(server):
     assert "$.prompt" in r.json()["message"]
     r = server.post("/predictions/char_lm", json={"prompt": "x", "max_new_tokens": -1})
     assert r.status_code == 400
+    r = server.post("/predictions/char_lm", json={"prompt": "a" * 9000})
+    assert r.status_code == 400 and "max_prompt_chars" in r.json()["message"]
     r = server.post("/predictions/char_lm?max_new_tokens=5", data="The keeper",
                     headers={"Content-Type": "text/plain"})
     assert r.status_code == 200 and len(r.text) == 5
