@@ -291,25 +291,21 @@ def test_stream_error_event_after_start(text_srv):
     """A worker that dies mid-stream: the 200 stream ends with `event: error` + {"error"}."""
     body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES",
                         "data": [" ".join(["w"] * 50)]}]}
-    result = {}
-
-    def run():
-        r = text_srv.post("/v2/models/identity_text/infer_stream", json=body,
-                          headers={"x-delay-ms": "50"}, timeout=30)
-        result["r"] = r
-
-    t = threading.Thread(target=run)
-    t.start()
-    time.sleep(0.6)
-    for pid in text_srv.worker_pids():
-        os.kill(pid, 9)
-    t.join(30)
-    r = result["r"]
+    r = text_srv.post("/v2/models/identity_text/infer_stream", json=body,
+                      headers={"x-delay-ms": "50"}, stream=True, timeout=30)
     assert r.status_code == 200
-    events = sse_events(r)
-    assert events and events[-1][0] == "error"
-    assert "error" in json.loads(events[-1][1])
-    assert all(e is None for e, _ in events[:-1]) and len(events) > 2
+    lines, killed = [], False
+    for line in r.iter_lines(decode_unicode=True):
+        lines.append(line)
+        if not killed and sum(ln.startswith("data: ") for ln in lines) == 2:
+            for pid in text_srv.worker_pids():
+                os.kill(pid, 9)
+            killed = True
+    assert killed
+    events = [b for b in "\n".join(lines).split("\n\n") if b.strip()]
+    assert events[-1].startswith("event: error\ndata: {")
+    assert "error" in json.loads(events[-1].split("data: ", 1)[1])
+    assert all(e.startswith("data: {") for e in events[:-1]) and len(events) >= 3
 
 
 def test_stream_many_clients_two_workers(server_factory):
