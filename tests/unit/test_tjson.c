@@ -61,6 +61,186 @@ TEST(errors_name_the_element)
     CHECK(strstr(err, "\"data\""));
 }
 
+/* The body through the jansson path alone (what tjson_parse_json did before the fast path). */
+static int parse_slow(const char *s, struct tjson_input *in, char *err)
+{
+    memset(in, 0, sizeof(*in));
+    json_error_t je;
+    json_t *root = json_loadb(s, strlen(s), JSON_DECODE_ANY, &je);
+    if (!root)
+        return -1;
+    const json_t *v = json_is_object(root) ? json_object_get(root, "data") : root;
+    int rc = v ? from_value(v, "data", 7, in, err, 256) : -1;
+    json_decref(root);
+    return rc;
+}
+
+/* Both paths agree on shape and on every float, bit for bit. */
+static int same_as_slow(const char *s)
+{
+    struct tjson_input a, b;
+    char err[256];
+    if (parse(s, &a, err) || parse_slow(s, &b, err))
+        return 0;
+    int ok = a.ndim == b.ndim && !memcmp(a.shape, b.shape, sizeof(int64_t) * (size_t)a.ndim) &&
+             !memcmp(a.data, b.data, sizeof(float) * (size_t)tsh_numel(a.shape, a.ndim));
+    tjson_input_free(&a);
+    tjson_input_free(&b);
+    return ok;
+}
+
+static int fast_takes(const char *s)
+{
+    struct tjson_input in;
+    memset(&in, 0, sizeof(in));
+    int r = fast_parse(s, strlen(s), 7, &in);
+    if (r)
+        tjson_input_free(&in);
+    return r;
+}
+
+TEST(fast_path_shapes)
+{
+    CHECK(fast_takes("{\"data\": [1, 2.5, -3]}"));
+    CHECK(fast_takes(" {\n\"instances\" :[[1,2],[3,4]] }\r\n"));
+    CHECK(fast_takes("{\"inputs\": [[[0.5]]]}"));
+    CHECK(fast_takes("{\"input\": 7}"));
+    CHECK(fast_takes("[1e3, -0.25E-2]"));
+    CHECK(fast_takes("4.5"));
+    /* anything else is left to jansson, which gives the answer or the error */
+    CHECK(!fast_takes("{\"data\": [1, 2], \"extra\": 1}"));
+    CHECK(!fast_takes("{\"x\": [1]}"));
+    CHECK(!fast_takes("{\"da\\u0074a\": [1]}"));
+    CHECK(!fast_takes("[1, \"2\"]"));
+    CHECK(!fast_takes("[[1, 2], [3]]"));
+    CHECK(!fast_takes("[[1, 2], 3]"));
+    CHECK(!fast_takes("[1, [2]]"));
+    CHECK(!fast_takes("[]"));
+    CHECK(!fast_takes("[[]]"));
+    CHECK(!fast_takes("[1,]"));
+    CHECK(!fast_takes("[1 2]"));
+    CHECK(!fast_takes("[01]"));
+    CHECK(!fast_takes("[1.]"));
+    CHECK(!fast_takes("[.5]"));
+    CHECK(!fast_takes("[+1]"));
+    CHECK(!fast_takes("[1e]"));
+    CHECK(!fast_takes("[NaN]"));
+    CHECK(!fast_takes("[1] x"));
+    CHECK(!fast_takes("{\"data\": [1]"));
+    CHECK(!fast_takes("[[[[[[[[1]]]]]]]]")); /* deeper than max_dims 7 */
+    CHECK(!fast_takes("[12345678901234567890]")); /* jansson: too big integer */
+    CHECK(!fast_takes("[1e400]"));                /* jansson: real number overflow */
+    CHECK(fast_takes("[[[[[[[1]]]]]]]"));
+}
+
+TEST(fast_path_equals_jansson)
+{
+    /* Clinger's exact case, the 17-digit floats Python writes for float32 values, 19 digits,
+     * more than 19, big and tiny exponents, zeros and signs, integers up to 18 digits */
+    static const char *const bodies[] = {
+        "{\"data\": [0.1, -0.3523, 0.0149, 1, -2, 3.5, 6e1, 1E+2, 1e-2]}",
+        "[-1.2345678806304932, 1.9999998807907104, 0.10000000149011612, -0.7071067690849304]",
+        "[1.234567890123456789, 9.999999999999999999, 0.3000000000000000444]",
+        "[1.2345678901234567890123, 0.100000000000000000000000001, 123456789012345678901.5]",
+        "[1e-30, 3.4028234663852886e38, 3.4028235e38, 1.17549435e-38, 1.4e-45, 7e-46, 1e-400]",
+        "[0, -0, 0.0, -0.0, 0e5, -0E-3]",
+        "[123456789012345678, -999999999999999999, 16777217, 9007199254740993]",
+        "[[1.00000005960464477539, 1.0000000596046447754], [1.00000017881393432617, 0.5]]",
+        "[8388608.5, 8388609.5, 16777216.999999999, 3.0000001192092896]",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        CHECK(fast_takes(bodies[i]));
+        if (!same_as_slow(bodies[i])) {
+            fprintf(stderr, "  body %zu differs\n", i);
+            CHECK(0);
+        }
+    }
+    struct tjson_input in;
+    char err[256];
+    CHECK_EQ_INT(parse("[-0.0, -0]", &in, err), 0);
+    CHECK(signbit(in.data[0]) && !signbit(in.data[1])); /* an integer -0 is jansson's 0 */
+    tjson_input_free(&in);
+    CHECK_EQ_INT(parse("[1e400]", &in, err), -1);
+    CHECK(strstr(err, "real number overflow"));
+    CHECK_EQ_INT(parse("{\"data\": [1, 2], \"extra\": 1}", &in, err), 0);
+    CHECK_EQ_INT(in.shape[0], 2);
+    tjson_input_free(&in);
+}
+
+/* Random numbers in many spellings: the fast path and jansson give the same floats. */
+TEST(fast_path_random_numbers)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    struct buf b;
+    buf_init(&b);
+    for (int round = 0; round < 200; round++) {
+        buf_reset(&b);
+        buf_puts(&b, "{\"data\": [");
+        for (int i = 0; i < 64; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            uint32_t bits = (uint32_t)x;
+            float f;
+            memcpy(&f, &bits, sizeof(f));
+            if (!isfinite(f))
+                f = (float)(x >> 40) / 1e5f;
+            double d = (double)f + (double)(int32_t)(x >> 32) * 1e-12 * (double)f;
+            static const char *const fmts[] = {"%.17g", "%.9g", "%.4f", "%.19g", "%.25g", "%g"};
+            buf_printf(&b, "%s", i ? ", " : "");
+            double v = (x >> 24) & 1 ? d : (double)f;
+            /* huge values in a format that may print them as integers jansson refuses */
+            buf_printf(&b, fabs(v) < 1e17 ? fmts[(x >> 20) % 6] : "%.17g", v);
+        }
+        buf_puts(&b, "]}");
+        if (!same_as_slow((const char *)b.data)) {
+            fprintf(stderr, "  differs: %s\n", (const char *)b.data);
+            CHECK(0);
+        }
+    }
+    buf_free(&b);
+}
+
+/* The float formatter prints exactly what printf's %.9g does, or declines (then printf does). */
+TEST(format_float9_is_printf)
+{
+    static const float cases[] = {0.0f, -0.0f, 1.0f, -2.0f, 0.1f, 1e-8f, 16777216.0f,
+                                  16777.21875f, 1e9f, 123456789.0f, 999999999.0f, 9999999999.0f,
+                                  1e-4f, 9.99999975e-05f, 3.4028235e38f, 1.17549435e-38f,
+                                  1.4e-45f, 0.00012345678f, 12345.6789f, 1e-5f};
+    char a[64], c[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n = format_float9(a, cases[i]);
+        snprintf(c, sizeof(c), "%.9g", (double)cases[i]);
+        if (n) {
+            a[n] = '\0';
+            CHECK_STR(a, c);
+        }
+    }
+    CHECK(format_float9(a, 0.1f) > 0 && format_float9(a, 3.4028235e38f) > 0);
+    uint32_t x = 2463534242u;
+    long covered = 0;
+    for (int i = 0; i < 300000; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        /* half of them with exponents of typical model outputs (2^-20 .. 2^20) */
+        uint32_t bits = i & 1 ? x : (x & 0x807fffffu) | ((107u + (x >> 8) % 40) << 23);
+        float f;
+        memcpy(&f, &bits, sizeof(f));
+        if (!isfinite(f))
+            continue;
+        size_t n = format_float9(a, f);
+        if (!n)
+            continue;
+        covered++;
+        a[n] = '\0';
+        snprintf(c, sizeof(c), "%.9g", (double)f);
+        CHECK_STR(a, c);
+    }
+    CHECK(covered > 200000);
+}
+
 TEST(raw_and_shape)
 {
     int64_t shape[TSH_MAX_DIMS];
@@ -112,5 +292,9 @@ int main(void)
     RUN(errors_name_the_element);
     RUN(raw_and_shape);
     RUN(write_rows);
+    RUN(fast_path_shapes);
+    RUN(fast_path_equals_jansson);
+    RUN(fast_path_random_numbers);
+    RUN(format_float9_is_printf);
     return tap_done();
 }
