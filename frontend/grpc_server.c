@@ -3,9 +3,13 @@
  * and the per-call state machine.
  *
  * Design (see reference/c-engineering-notes.md §1): one CQ, registered with both servers, is
- * drained by one thread that only moves (tag, success) pairs into a locked mailbox and wakes the
- * loop with event_active. Everything else happens on the loop thread, which owns models and
- * jobs, so services never need locks.
+ * drained by one thread that moves (tag, success) pairs into a locked mailbox and wakes the loop
+ * with event_active. The loop thread owns models and jobs and runs every service callback, so
+ * services never need locks. Two kinds of completion stay on the CQ thread because they need
+ * nothing from the loop: a new call (its setup batches then need no wake-up of the poller), and
+ * the RECV_CLOSE of a call whose status has been sent. `pending` is atomic for that reason;
+ * everything else in a call is touched by one thread at a time, handed over through the
+ * mailbox's lock or gRPC's own completion ordering.
  *
  * A call runs these batches, each with its own tag and at most one outstanding per op type:
  *   at T_NEW   {RECV_CLOSE_ON_SERVER} alone: completes when the call is over; cancelled = 1
@@ -77,7 +81,7 @@ struct gcall {
     const struct grpc_method *method;
     char id[24];
     struct gtag t_new, t_close, t_recv, t_send;
-    int pending;       /* outstanding batches */
+    atomic_int pending; /* outstanding batches (both threads: see cq_thread) */
     int owned;         /* the service holds the call (between dispatch and finish/cancel) */
     int closed;        /* RECV_CLOSE_ON_SERVER completed */
     int close_cancelled;
@@ -85,7 +89,8 @@ struct gcall {
     grpc_byte_buffer *recv_bb;
     int send_pending;
     grpc_byte_buffer *send_bb;
-    int status_queued, status_sent;
+    int status_queued;
+    atomic_int status_sent; /* read by the CQ thread */
     grpc_status_code status;
     grpc_slice status_details;
     STAILQ_HEAD(, gmsg) out;
@@ -117,7 +122,8 @@ static struct {
 /* ---- CQ thread ---- */
 
 static void on_new(struct gcall *c, int success);
-static void call_maybe_free(struct gcall *c);
+static void call_release(struct gcall *c);
+static void call_free(struct gcall *c);
 
 static void *cq_thread(void *arg)
 {
@@ -138,8 +144,16 @@ static void *cq_thread(void *arg)
             pthread_mutex_unlock(&G.mu);
             struct gcall *c = t->call;
             on_new(c, 1);
-            c->pending--;
-            call_maybe_free(c); /* only when no batch could be started */
+            call_release(c);
+            continue;
+        }
+        if (t->kind == TAG_CLOSE && !G.draining && t->call->status_sent) {
+            /* The call is over after its status went out: nothing for the loop to do. The
+             * status batch's own completion still goes to the loop (code there may touch the
+             * call until it is handled), so this never frees a call the loop is using:
+             * whoever drops `pending` to 0 frees it. */
+            pthread_mutex_unlock(&G.mu);
+            call_release(t->call);
             continue;
         }
         if (G.n_box == G.cap_box) {
@@ -160,10 +174,16 @@ static void *cq_thread(void *arg)
 
 /* ---- call lifetime ---- */
 
-static void call_maybe_free(struct gcall *c)
+/* One batch of c completed (or never started): drop its count, free c when it was the last and
+ * the service has let go. Called from both threads, hence the atomic decrement. */
+static void call_release(struct gcall *c)
 {
-    if (c->pending > 0 || c->owned)
-        return;
+    if (atomic_fetch_sub(&c->pending, 1) == 1 && !c->owned)
+        call_free(c);
+}
+
+static void call_free(struct gcall *c)
+{
     struct gmsg *m;
     while ((m = STAILQ_FIRST(&c->out))) {
         STAILQ_REMOVE_HEAD(&c->out, link);
@@ -185,19 +205,25 @@ static void call_maybe_free(struct gcall *c)
         grpc_call_unref(c->call);
     free(c);
     G.live_calls--;
+    pthread_mutex_lock(&G.mu);
+    if (G.draining) /* grpc_servers_stop waits for the last call */
+        pthread_cond_signal(&G.cond);
+    pthread_mutex_unlock(&G.mu);
 }
 
 static int start_batch(struct gcall *c, const grpc_op *ops, size_t n, struct gtag *tag)
 {
+    /* counted before it starts: its completion may be released on the CQ thread at once */
+    c->pending++;
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
+        c->pending--; /* never 0 here: the caller's own completion still holds a count */
         /* a bug in this state machine: end the call rather than leave the client hanging */
         LOG_ERROR("grpc call %s: start_batch (%d ops, first %d) failed: %d", c->id, (int)n,
                   (int)ops[0].op, (int)e);
         grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "internal error", NULL);
         return -1;
     }
-    c->pending++;
     return 0;
 }
 
@@ -213,14 +239,13 @@ static void arm_new_call(struct gsrv *s)
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
     G.live_calls++;
+    c->pending = 1; /* the NEW completion */
     grpc_call_error e =
         grpc_server_request_call(s->server, &c->call, &c->details, &c->md, G.cq, G.cq, &c->t_new);
     if (e != GRPC_CALL_OK) {
         LOG_ERROR("grpc %s: request_call failed: %d", s->name, (int)e);
-        call_maybe_free(c);
-        return;
+        call_free(c);
     }
-    c->pending++;
 }
 
 /* Starts the next send batch if none is in flight: a queued message (with the status when it
@@ -421,8 +446,7 @@ static void handle(void *tag, int success)
     default:
         break;
     }
-    c->pending--;
-    call_maybe_free(c);
+    call_release(c);
 }
 
 /* Takes everything out of the mailbox (under the lock) and handles it (without). */
@@ -644,6 +668,14 @@ int grpc_servers_start(void)
     return 0;
 }
 
+static int stop_done(void)
+{
+    for (int i = 0; i < G.n_srv; i++)
+        if (G.srv[i].shut_down != 2)
+            return 0;
+    return G.live_calls == 0;
+}
+
 void grpc_servers_stop(void)
 {
     if (!G.started)
@@ -658,15 +690,9 @@ void grpc_servers_stop(void)
         grpc_server_cancel_all_calls(G.srv[i].server);
     }
     /* the loop no longer runs: handle completions here until every call is gone */
-    for (;;) {
-        int done = G.live_calls == 0;
-        for (int i = 0; i < G.n_srv; i++)
-            if (G.srv[i].shut_down != 2)
-                done = 0;
-        if (done)
-            break;
+    while (!stop_done()) {
         pthread_mutex_lock(&G.mu);
-        while (G.n_box == 0)
+        while (G.n_box == 0 && !stop_done())
             pthread_cond_wait(&G.cond, &G.mu);
         pthread_mutex_unlock(&G.mu);
         drain_mailbox();
