@@ -663,6 +663,7 @@ static void hold_event(struct greq *q, const struct otf_prediction *p, int final
     e->body = xmalloc(e->len + 1);
     if (e->len)
         memcpy(e->body, p->body.p, e->len);
+    e->body[e->len] = '\0'; /* an error's message is used as a string */
     e->final = final;
     *q->ev_tail = e;
     q->ev_tail = &e->next;

@@ -287,6 +287,7 @@ def test_generate_char_lm(server_factory):
     assert len(chunks) == 12 and "".join(chunks) == ref
 
 
+@pytest.mark.smoke
 def test_stream_error_event_after_start(text_srv):
     """A worker that dies mid-stream: the 200 stream ends with `event: error` + {"error"}."""
     body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES",
@@ -455,6 +456,7 @@ def test_grpc_model_stream_infer_mlserver_example(text_srv):
     assert got == WORDS
 
 
+@pytest.mark.smoke
 def test_grpc_stream_two_requests_in_order_and_errors_in_band(text_srv):
     grpc, pb, stub = grpc_client(text_srv)
     bad = pb.ModelInferRequest(model_name="identity_text", id="bad")
@@ -500,6 +502,7 @@ def test_grpc_mlserver_stream_form(server_factory):
     assert all(r.model_name == "identity_text" and r.id == "m1" for r in resps)
 
 
+@pytest.mark.smoke
 def test_grpc_empty_final_response(text_srv):
     grpc, pb, stub = grpc_client(text_srv)
     q = text_request(pb, "x y", "e1")
@@ -516,6 +519,7 @@ class DtypeModel(torch.nn.Module):
         return (a * 2, b + 1, ~c, d - 1, e + 1, f * 2, g * 3, h + 7)
 
 
+@pytest.mark.smoke
 def test_datatypes_and_mapping_by_name(server_factory, tmp_path):
     """Every TorchScript datatype through OIP, inputs mapped to forward() by argument name."""
     store = tmp_path / "store"
