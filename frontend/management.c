@@ -32,6 +32,7 @@
 
 #include "log.h"
 #include "model.h"
+#include "sequence.h"
 #include "server.h"
 #include "worker_pool.h"
 
@@ -698,11 +699,17 @@ static json_t *describe_one(const struct model *m)
     json_object_set_new(o, "useJobTicket", json_false());
     json_object_set_new(o, "useVenv", json_false());
     json_object_set_new(o, "stateful", json_boolean(mc->sequence_batching));
+    json_object_set_new(o, "sequenceBatching", json_boolean(mc->sequence_batching));
     json_object_set_new(o, "sequenceMaxIdleMSec", json_integer(mc->seq_max_idle_ms));
     json_object_set_new(o, "sequenceTimeoutMSec", json_integer(mc->seq_timeout_ms));
-    json_object_set_new(o, "maxNumSequence",
-                        json_integer(mc->max_num_sequence > 0 ? mc->max_num_sequence : 1));
-    json_object_set_new(o, "maxSequenceJobQueueSize", json_integer(mc->max_seq_job_queue));
+    /* the effective value: TorchServe's silent default of 1 is what this project fixes */
+    json_object_set_new(o, "maxNumSequence", json_integer(sequence_max_num(m)));
+    json_object_set_new(o, "maxSequenceJobQueueSize",
+                        json_integer(mc->max_seq_job_queue > 0 ? mc->max_seq_job_queue : 1));
+    json_object_set_new(o, "openSequences", json_integer(sequence_open_count(m)));
+    /* handler.cache.capacity; unset means the worker's default (STATE_DEFAULT_CAPACITY) */
+    json_object_set_new(o, "cacheCapacity",
+                        json_integer(mc->cache_capacity > 0 ? mc->cache_capacity : 1024));
     json_object_set_new(o, "loadedAtStartup", json_boolean(m->loaded_at_startup));
     json_t *ws = json_array();
     const struct worker *w;

@@ -355,9 +355,6 @@ def test_lstm_matches_torch_over_whole_sequence(server_factory):
     assert max(batches) > 1
 
 
-@pytest.mark.xfail(strict=True, reason="management.c (describe) prints maxNumSequence as the "
-                   "yaml value or 1, not sequence_max_num(), and has no sequenceBatching key "
-                   "(only 'stateful'); remove this mark when it does")
 def test_describe_shows_sequence_keys(server_factory):
     srv = server_factory(models=["stateful"])
     d = srv.get("/models/stateful", api="management").json()[0]
@@ -368,3 +365,4 @@ def test_describe_shows_sequence_keys(server_factory):
     assert d["continuousBatching"] is True
     assert d["sequenceBatching"] is True
     assert d["maxNumSequence"] == 8  # batchSize 4 x maxWorkers 2
+    assert d["cacheCapacity"] > 0
