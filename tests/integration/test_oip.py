@@ -579,3 +579,38 @@ def test_datatypes_and_mapping_by_name(server_factory, tmp_path):
     bad = {"inputs": [dict(body["inputs"][0], datatype="UINT32", data=[1, 2])] + body["inputs"][1:]}
     r = srv.post("/v2/models/dtypes/infer", json=bad)
     assert r.status_code == 400 and "inputs[0].datatype" in r.json()["error"], r.text
+
+
+def test_cancel_frees_the_worker(server_factory):
+    """A client that goes away (SSE disconnect, gRPC cancel) stops its generation: with one
+    stream slot, the next request is served at once instead of after 200 words."""
+    srv = server_factory(models=["identity_text"],
+                         yaml={"identity_text": {"batchSize": 1, "handler": {"delay_ms": 50}}})
+    srv.wait_ready("identity_text")
+    long_text = " ".join(["w"] * 200)
+    body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": [long_text]}]}
+    short = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": ["a b"]}]}
+    # SSE: read two events, then hang up
+    r = srv.post("/v2/models/identity_text/infer_stream", json=body, stream=True)
+    n = 0
+    for line in r.iter_lines():
+        n += line.startswith(b"data: ")
+        if n == 2:
+            break
+    r.close()
+    t0 = time.time()
+    r = srv.post("/v2/models/identity_text/infer", json=short, timeout=10)
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == ["a b"]
+    assert time.time() - t0 < 2.0
+    # gRPC: cancel the stream after two responses
+    grpc, pb, stub = grpc_client(srv)
+    it = stub.ModelStreamInfer(iter([text_request(pb, long_text, "long")]))
+    for k, _ in enumerate(it):
+        if k == 1:
+            it.cancel()
+            break
+    t0 = time.time()
+    r = stub.ModelInfer(text_request(pb, "a b", "short"), timeout=10)
+    assert r.outputs[0].contents.bytes_contents == [b"a b"]
+    assert time.time() - t0 < 2.0
+    assert "client went away" in srv.log()
