@@ -4,8 +4,8 @@
  *
  * A PredictionsRequest becomes one job: model_name/model_version pick the model (empty version
  * = the default one), every `input` map entry becomes one backend parameter (name = key, no
- * content type, the last duplicate key wins as in proto3), and the only request header is the
- * sequence id (ts_request_sequence_id, as configured) when sequence_id is set. The job's sink
+ * content type, the last duplicate key wins as in proto3); sequence_id and the input keys
+ * ts_request_sequence_start/_end/_cancel become the sequence headers. The job's sink
  * turns worker frames into PredictionResponse messages:
  *   Predictions        the bodies of all frames, joined, as one message (a streaming handler
  *                      called through the unary rpc gives its whole answer), then OK;
@@ -24,6 +24,7 @@
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/queue.h>
 
 #include "grpc_server.h"
@@ -31,6 +32,7 @@
 #include "job.h"
 #include "log.h"
 #include "model.h"
+#include "sequence.h"
 #include "server.h"
 #include "util.h"
 #include "worker_pool.h"
@@ -53,6 +55,7 @@ struct icall {
     enum ikind kind;
     struct job *job;   /* the transport's reference to the running job */
     char *seq_id;      /* sequence_id of the running request (echoed in answers), or NULL */
+    char *stream_seq;  /* StreamPredictions2: the sequence this stream carries, once known */
     struct buf acc;    /* Predictions: the bodies so far */
     int sent;          /* messages sent for the running job */
     int half_closed;   /* StreamPredictions2: the client sends nothing more */
@@ -74,6 +77,7 @@ static void icall_free(struct icall *c)
     if (c->next_ev)
         event_free(c->next_ev);
     free(c->seq_id);
+    free(c->stream_seq);
     buf_free(&c->acc);
     free(c);
 }
@@ -213,6 +217,18 @@ static void on_error(struct job *j, int status, const char *type, const char *ms
 
 static const struct job_sink grpc_job_sink = {on_frame, on_error};
 
+/* An input entry set to "true" (case-insensitive), e.g. ts_request_sequence_start. */
+static int input_flag(const PredReq *req, const char *key)
+{
+    int v = 0;
+    for (size_t i = 0; i < req->n_input; i++) {
+        const ProtobufCBinaryData *d = &req->input[i]->value;
+        if (req->input[i]->key && !strcmp(req->input[i]->key, key))
+            v = d->len == 4 && !strncasecmp((const char *)d->data, "true", 4);
+    }
+    return v;
+}
+
 /* submit() answered the request itself (msg is the prediction), no job runs */
 #define SUBMIT_ANSWERED (-1)
 
@@ -255,11 +271,30 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         val[v->len] = '\0';
         job_add_param_owned(j, key, "", val, v->len);
     }
-    if (req->sequence_id && *req->sequence_id)
-        job_add_header(j, srv->cfg.ts_header_key_sequence_id, req->sequence_id,
-                       strlen(req->sequence_id));
+    /* Sequences (TorchServe's intent, not its ByteString bug): sequence_id, and the input keys
+     * ts_request_sequence_start / _end / _cancel set to "true". Within one StreamPredictions2
+     * call a message without an id continues the stream's sequence. */
+    const char *sid = req->sequence_id && *req->sequence_id ? req->sequence_id : NULL;
+    int start = input_flag(req, SEQ_HDR_START);
+    if (!sid && !start && c->kind == K_STREAM2 && c->stream_seq)
+        sid = c->stream_seq;
+    if (sid)
+        job_add_header(j, srv->cfg.ts_header_key_sequence_id, sid, strlen(sid));
+    if (start)
+        job_add_header(j, srv->cfg.ts_header_key_sequence_start, "true", 4);
+    if (input_flag(req, SEQ_HDR_END))
+        job_add_header(j, srv->cfg.ts_header_key_sequence_end, "true", 4);
+    if (input_flag(req, SEQ_HDR_CANCEL))
+        job_add_header(j, SEQ_HDR_CANCEL, "true", 4);
     struct submit_error e;
     rc = model_submit_request(m, j, &e);
+    /* the id the request ran under (generated for a new sequence), echoed in every answer */
+    free(c->seq_id);
+    c->seq_id = j->seq_id ? xstrdup(j->seq_id) : sid ? xstrdup(sid) : NULL;
+    if (c->kind == K_STREAM2 && j->seq_id && rc >= 0) {
+        free(c->stream_seq);
+        c->stream_seq = xstrdup(j->seq_id);
+    }
     if (rc != 0) {
         job_unref(j);
         snprintf(msg, msglen, "%s", e.msg);
@@ -268,8 +303,6 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
     }
     c->job = j;
     c->sent = 0;
-    free(c->seq_id);
-    c->seq_id = req->sequence_id && *req->sequence_id ? xstrdup(req->sequence_id) : NULL;
     return 0;
 }
 
@@ -352,10 +385,6 @@ static void stream2_next(struct icall *c)
         char msg[512];
         int code = submit(c, p->req, msg, sizeof(msg));
         if (code) {
-            free(c->seq_id);
-            c->seq_id = p->req->sequence_id && *p->req->sequence_id
-                            ? xstrdup(p->req->sequence_id)
-                            : NULL;
             if (code == SUBMIT_ANSWERED)
                 send_prediction(c, msg, strlen(msg), 0);
             else

@@ -20,12 +20,6 @@ import inference_pb2_grpc as igrpc  # noqa: E402
 
 PLAIN = {"continuousBatching": False, "maxBatchDelay": 5}
 
-# grpc_inference.c passes sequence_id on as the id header but neither reads the input keys
-# ts_request_sequence_start / ts_request_sequence_end into the sequence request nor echoes a
-# generated id in PredictionResponse.sequence_id (reported to the lead, issue 5). Remove this
-# mark when it does: strict, so the fix shows up as XPASS.
-GRPC_SEQ_KEYS = pytest.mark.xfail(strict=True, reason="gRPC ignores the sequence start/end "
-                                  "input keys and does not echo generated sequence ids")
 
 
 def stub(srv):
@@ -60,7 +54,6 @@ def grpc_srv(server_factory):
     return srv, st
 
 
-@GRPC_SEQ_KEYS
 @pytest.mark.smoke
 def test_stream_predictions2_two_sequences(grpc_srv):
     """Two concurrent StreamPredictions2 calls, each a sequence sending 1, 2, 3 (start on the
@@ -92,7 +85,6 @@ def test_stream_predictions2_two_sequences(grpc_srv):
     assert got == {"grpc-a": "1 3 6", "grpc-b": "1 3 6"}
 
 
-@GRPC_SEQ_KEYS
 def test_stream_predictions2_generated_id_and_errors(grpc_srv):
     """A start without sequence_id gets a ts-seq-<uuid> id in every answer; after the end, a
     request of that sequence is a status message (410 -> FAILED_PRECONDITION or similar) and
@@ -126,7 +118,6 @@ def test_stream_predictions2_generated_id_and_errors(grpc_srv):
     assert list(call) == []
 
 
-@GRPC_SEQ_KEYS
 def test_unary_predictions_with_sequence_id(grpc_srv):
     _, st = grpc_srv
     r = st.Predictions(msg(4, "grpc-u", start=True), timeout=10)
