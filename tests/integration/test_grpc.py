@@ -92,9 +92,18 @@ def isrv():
     try:
         s.wait_ready("mlp", body={"json": {"data": mlp_input(0)}})
         yield s
+        stop_clean(s)
     finally:
         s.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stop_clean(s):
+    """Stops the server; under ASan/UBSan its log must hold no sanitizer report."""
+    s.stop()
+    log = s.log()
+    for bad in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+        assert bad not in log, log[log.index(bad) - 200:][:3000]
 
 
 def assert_close(got, want):
@@ -256,6 +265,7 @@ def msrv():
                      config={"default_workers_per_model": 0})
     try:
         yield s
+        stop_clean(s)
     finally:
         s.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -404,6 +414,7 @@ def test_model_api_disabled_and_token_auth():
             e = rpc_error(st.Ping, empty_pb2.Empty(), metadata=md(inf_key), timeout=10)
             assert e.code() == C.UNAUTHENTICATED
             st.Ping(empty_pb2.Empty(), metadata=md(new_key), timeout=10)
+            stop_clean(s)
         finally:
             s.stop()
     finally:
