@@ -613,12 +613,18 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     s->methods = methods;
     s->scope = scope;
     s->shutdown_tag = (struct gtag){NULL, TAG_SHUTDOWN};
-    grpc_arg arg;
-    arg.type = GRPC_ARG_INTEGER;
-    arg.key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    arg.value.integer = srv->cfg.max_request_size > 0x7fffffff ? 0x7fffffff
-                                                                 : (int)srv->cfg.max_request_size;
-    grpc_channel_args args = {1, &arg};
+    grpc_arg arg[2];
+    arg[0].type = GRPC_ARG_INTEGER;
+    arg[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    arg[0].value.integer = srv->cfg.max_request_size > 0x7fffffff
+                               ? 0x7fffffff
+                               : (int)srv->cfg.max_request_size;
+    /* gRPC binds with SO_REUSEPORT by default: a second server on a taken port would then
+     * silently share it instead of failing */
+    arg[1].type = GRPC_ARG_INTEGER;
+    arg[1].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+    arg[1].value.integer = 0;
+    grpc_channel_args args = {2, arg};
     s->server = grpc_server_create(&args, NULL);
     grpc_server_register_completion_queue(s->server, G.cq, NULL);
     const char *host = addr && *addr ? addr : "127.0.0.1";

@@ -419,3 +419,20 @@ def test_model_api_disabled_and_token_auth():
             s.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_grpc_port_in_use_fails_start():
+    """gRPC binds with SO_REUSEPORT unless told not to: a taken port must stop the start-up,
+    not be shared with whoever holds it."""
+    import socket
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    tmp = tempfile.mkdtemp(prefix="tsc-grpcp-")
+    try:
+        with pytest.raises(AssertionError, match="cannot bind"):
+            start_server(tmp, config={"grpc_inference_port": holder.getsockname()[1]})
+    finally:
+        holder.close()
+        shutil.rmtree(tmp, ignore_errors=True)
