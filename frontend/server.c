@@ -246,9 +246,10 @@ int server_main(const struct server_opts *o)
     rc = 0;
 out:
     http_servers_stop();
+    /* before mgmt_shutdown: cancelled gRPC calls detach from their pending operations */
+    grpc_servers_stop();
     model_register_cancel_all();
     mgmt_shutdown();
-    grpc_servers_stop();
     model_unregister_all();
     worker_pool_shutdown();
     event_free(srv->ev_sigint);

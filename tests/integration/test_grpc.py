@@ -436,3 +436,33 @@ def test_grpc_port_in_use_fails_start():
     finally:
         holder.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.smoke
+def test_shutdown_during_synchronous_register():
+    """A synchronous RegisterModel still waiting for its worker when the server stops: the call
+    ends with UNAVAILABLE and the shutdown is clean (no use of the dropped operation)."""
+    tmp = tempfile.mkdtemp(prefix="tsc-grpcs-")
+    try:
+        store = os.path.join(tmp, "store")
+        os.makedirs(store)
+        shutil.copy(os.path.join(MODEL_STORE, "mlp.mar"), store)
+        s = start_server(tmp, store=store, extra_args=["--enable-model-api"])
+        try:
+            mg = management_stub(s)
+            fut = mg.RegisterModel.future(mpb.RegisterModelRequest(
+                url="mlp.mar", initial_workers=1, synchronous=True), timeout=60)
+            deadline = time.time() + 20
+            while time.time() < deadline and "spawned worker" not in s.log():
+                time.sleep(0.01)
+            assert "spawned worker" in s.log()
+            s.proc.terminate()
+            with pytest.raises(grpc.RpcError) as ei:
+                fut.result()
+            assert ei.value.code() in (C.UNAVAILABLE, C.INTERNAL), ei.value
+            s.proc.wait(timeout=30)
+            stop_clean(s)
+        finally:
+            s.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
