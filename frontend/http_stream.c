@@ -64,6 +64,8 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     http_call_free(c);
 }
 
+static void on_keepalive(evutil_socket_t fd, short what, void *arg);
+
 void http_call_watch(struct http_call *c)
 {
     if (!c->evcon)
@@ -81,6 +83,12 @@ void http_call_watch(struct http_call *c)
     bufferevent_setcb(bev, NULL, wcb, ecb, arg);
     bufferevent_enable(bev, EV_READ);
     evhttp_connection_set_timeout(c->evcon, STREAM_TIMEOUT_S);
+    if (c->sse && !c->whole) {
+        struct timeval tv = {SSE_KEEPALIVE_S, 0};
+        c->keepalive = event_new(srv->base, -1, 0, on_keepalive, c);
+        event_add(c->keepalive, &tv);
+        c->last_event_us = ts_now_us();
+    }
 }
 
 /* The reply is complete (or abandoned): stop watching and free. */
@@ -144,11 +152,22 @@ static void sse_write(struct http_call *c, const char *event, const char *data, 
     c->last_event_us = ts_now_us();
 }
 
+static void start_stream(struct http_call *c, const struct otf_prediction *p);
+
 static void on_keepalive(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct http_call *c = arg;
+    if (!c->started) {
+        /* 15 s and no frame yet (a long queue, a slow first token): start the stream now, so
+         * that the client and proxies see it alive; errors then come as `event: error` */
+        struct otf_prediction q;
+        memset(&q, 0, sizeof(q));
+        q.status = 200;
+        start_stream(c, &q);
+        c->last_event_us = 0;
+    }
     /* a one-shot timer, re-armed for the rest of the quiet period when events went out
      * meanwhile: the comment comes 15 s after the last event, and events cost no timer work */
     int64_t left = SSE_KEEPALIVE_S * 1000000LL - (ts_now_us() - c->last_event_us);
@@ -175,7 +194,8 @@ static void start_stream(struct http_call *c, const struct otf_prediction *p)
         evhttp_add_header(out, "Cache-Control", "no-cache");
         evhttp_add_header(out, "X-Accel-Buffering", "no");
         struct timeval tv = {SSE_KEEPALIVE_S, 0};
-        c->keepalive = event_new(srv->base, -1, 0, on_keepalive, c);
+        if (!c->keepalive)
+            c->keepalive = event_new(srv->base, -1, 0, on_keepalive, c);
         event_add(c->keepalive, &tv);
         c->last_event_us = ts_now_us();
     } else {

@@ -218,44 +218,67 @@ def text_of(s, sse):
 WORDS = "streaming is why people come to this project"
 
 
-def check_timing(s, n):
-    for k, t in enumerate(s.times[:n], 1):
-        assert abs(t * 1000 - k * DELAY_MS) <= TOL_MS, \
-            f"word {k} at {t * 1000:.0f} ms, expected {k * DELAY_MS} +- {TOL_MS}: {s.times}"
+def timing_error(times, n):
+    """None if word k (1-based) arrived k x DELAY_MS after the request, +- TOL_MS."""
+    for k, t in enumerate(times[:n], 1):
+        if abs(t * 1000 - k * DELAY_MS) > TOL_MS:
+            return f"word {k} at {t * 1000:.0f} ms, expected {k * DELAY_MS} +- {TOL_MS}: {times}"
+    return None
+
+
+def on_time(run, n, attempts=2):
+    """Runs run() -> arrival times until they are on time. The bytes are checked strictly on
+    every attempt by run() itself; only the clock gets a second chance, because the test shares
+    2 cores with builds and other suites and one scheduling stall can exceed the tolerance."""
+    errs = []
+    for _ in range(attempts):
+        err = timing_error(run(), n)
+        if err is None:
+            return
+        errs.append(err)
+    pytest.fail("; ".join(errs))
 
 
 def test_http_chunks_one_word_each_on_time(server):
-    s = Stream(server.ports["inference"], "/predictions/identity_text", WORDS,
-               {"Content-Type": "text/plain"})
-    body = s.read_all()
-    s.close()
-    assert s.status == 200
-    assert s.chunked
-    assert s.headers["content-type"] == "text/plain"
     words = WORDS.split()
-    assert s.chunks == [w.encode() if i == 0 else b" " + w.encode() for i, w in enumerate(words)]
-    assert body.decode() == WORDS
-    check_timing(s, len(words))
+
+    def run():
+        s = Stream(server.ports["inference"], "/predictions/identity_text", WORDS,
+                   {"Content-Type": "text/plain"})
+        body = s.read_all()
+        s.close()
+        assert s.status == 200
+        assert s.chunked
+        assert s.headers["content-type"] == "text/plain"
+        assert s.chunks == [w.encode() if i == 0 else b" " + w.encode()
+                            for i, w in enumerate(words)]
+        assert body.decode() == WORDS
+        return s.times
+
+    on_time(run, len(words))
 
 
 def test_sse_wire_format_and_timing(server):
-    s = Stream(server.ports["inference"], "/predictions/identity_text", WORDS,
-               {"Content-Type": "text/plain", "Accept": "text/event-stream"})
-    raw = s.read_all()
-    s.close()
-    assert s.status == 200
-    assert s.chunked
-    assert s.headers["content-type"] == "text/event-stream"
-    assert s.headers["cache-control"] == "no-cache"
-    assert s.headers["x-accel-buffering"] == "no"
     words = WORDS.split()
     expect = b"".join(b"id: %d\ndata: %s\n\n" % (i, (w if i == 0 else " " + w).encode())
                       for i, w in enumerate(words))
-    assert raw == expect
-    # one event per chunk, each on time
-    assert len(s.chunks) == len(words)
-    check_timing(s, len(words))
-    assert "".join(ev["data"][0] for ev in sse_events(raw)) == WORDS
+
+    def run():
+        s = Stream(server.ports["inference"], "/predictions/identity_text", WORDS,
+                   {"Content-Type": "text/plain", "Accept": "text/event-stream"})
+        raw = s.read_all()
+        s.close()
+        assert s.status == 200
+        assert s.chunked
+        assert s.headers["content-type"] == "text/event-stream"
+        assert s.headers["cache-control"] == "no-cache"
+        assert s.headers["x-accel-buffering"] == "no"
+        assert raw == expect
+        assert len(s.chunks) == len(words)  # one event per chunk
+        assert "".join(ev["data"][0] for ev in sse_events(raw)) == WORDS
+        return s.times
+
+    on_time(run, len(words))
 
 
 @pytest.mark.smoke
