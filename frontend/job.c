@@ -37,10 +37,8 @@ void job_unref(struct job *j)
 {
     if (--j->refs > 0)
         return;
-    for (size_t i = 0; i < j->n_headers; i++) {
-        free(j->headers[i].key);
-        free(j->headers[i].val);
-    }
+    for (size_t i = 0; i < j->n_headers; i++)
+        free(j->headers[i].key); /* the value shares its allocation */
     for (size_t i = 0; i < j->n_params; i++) {
         free(j->params[i].name);
         free(j->params[i].ctype);
@@ -58,9 +56,14 @@ void job_add_header(struct job *j, const char *key, const char *val, size_t vlen
         j->cap_headers = j->cap_headers ? j->cap_headers * 2 : 16;
         j->headers = xrealloc(j->headers, j->cap_headers * sizeof(*j->headers));
     }
+    /* key and value in one allocation: a request copies a dozen headers */
     struct job_kv *kv = &j->headers[j->n_headers++];
-    kv->key = xstrdup(key);
-    kv->val = xstrndup(val, vlen);
+    size_t klen = strlen(key);
+    kv->key = xmalloc(klen + 1 + vlen + 1);
+    memcpy(kv->key, key, klen + 1);
+    kv->val = kv->key + klen + 1;
+    memcpy(kv->val, val, vlen);
+    kv->val[vlen] = '\0';
     kv->vlen = vlen;
 }
 
