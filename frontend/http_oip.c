@@ -351,7 +351,18 @@ struct parsed {
     int from_raw[OIP_MAX_TENSORS]; /* data is in raw (else in the binary section) */
     int binary_all;
     json_t *binary_out;
+    json_t *own[OIP_MAX_TENSORS + 2]; /* fast path: parameters / outputs parsed by jansson */
+    int n_own;
 };
+
+static void parsed_free(struct parsed *ps)
+{
+    json_decref(ps->binary_out);
+    for (int i = 0; i < ps->n_own; i++)
+        json_decref(ps->own[i]);
+    buf_free(&ps->raw);
+    memset(ps, 0, sizeof(*ps));
+}
 
 static int elem_to_raw(struct buf *b, int dtype, json_t *v, size_t idx, size_t ti, char *err,
                        size_t errlen)
@@ -572,6 +583,37 @@ static int parse_input(struct parsed *ps, json_t *in, size_t i, const uint8_t **
     return 0;
 }
 
+/* "outputs": [{"name", "parameters"?: {"binary_data"}}] */
+static int parse_outputs(struct parsed *ps, json_t *outs, char *err, size_t errlen)
+{
+    struct oip_request *r = &ps->r;
+    size_t i;
+    if (outs && !json_is_array(outs)) {
+        snprintf(err, errlen, "outputs: expected an array");
+        return -1;
+    }
+    if (json_array_size(outs) > OIP_MAX_TENSORS) {
+        snprintf(err, errlen, "outputs: more than %d tensors", OIP_MAX_TENSORS);
+        return -1;
+    }
+    json_t *o;
+    json_array_foreach(outs, i, o)
+    {
+        json_t *n = json_object_get(o, "name");
+        if (!json_is_string(n)) {
+            snprintf(err, errlen, "outputs[%zu].name: expected a string", i);
+            return -1;
+        }
+        r->outputs[r->n_outputs++] = json_string_value(n);
+        if (json_is_true(json_object_get(json_object_get(o, "parameters"), "binary_data"))) {
+            if (!ps->binary_out)
+                ps->binary_out = json_array();
+            json_array_append(ps->binary_out, n);
+        }
+    }
+    return 0;
+}
+
 /* 0, or -1 with err (400). */
 static int parse_request(struct parsed *ps, json_t *root, int generate_route, const uint8_t *bin,
                          size_t binlen, char *err, size_t errlen)
@@ -636,31 +678,361 @@ static int parse_request(struct parsed *ps, json_t *root, int generate_route, co
     for (i = 0; i < r->n_inputs; i++)
         if (ps->from_raw[i])
             r->inputs[i].data = ps->raw.data ? ps->raw.data + ps->off[i] : (const uint8_t *)"";
-    json_t *outs = json_object_get(root, "outputs");
-    if (outs && !json_is_array(outs)) {
-        snprintf(err, errlen, "outputs: expected an array");
-        return -1;
-    }
-    if (json_array_size(outs) > OIP_MAX_TENSORS) {
-        snprintf(err, errlen, "outputs: more than %d tensors", OIP_MAX_TENSORS);
-        return -1;
-    }
-    json_t *o;
-    json_array_foreach(outs, i, o)
-    {
-        json_t *n = json_object_get(o, "name");
-        if (!json_is_string(n)) {
-            snprintf(err, errlen, "outputs[%zu].name: expected a string", i);
-            return -1;
-        }
-        r->outputs[r->n_outputs++] = json_string_value(n);
-        if (json_is_true(json_object_get(json_object_get(o, "parameters"), "binary_data"))) {
-            if (!ps->binary_out)
-                ps->binary_out = json_array();
-            json_array_append(ps->binary_out, n);
-        }
+    return parse_outputs(ps, json_object_get(root, "outputs"), err, errlen);
+}
+
+/* ---------------------------------------------------------------- fast path
+ *
+ * jansson spends about 30 us building a DOM for a 64-float request (a json_t, a malloc and a
+ * locale-aware strtod per number): most of what OIP would cost beyond /predictions, whose worker
+ * reads numbers with its own parser. The common request (ASCII strings without escapes, numeric,
+ * BOOL or BYTES data, no binary extension) is read here straight into raw tensors; small
+ * `parameters` / `outputs` values go to jansson as spans. Anything else, and every error, takes
+ * the jansson path, which owns the error messages: this one only ever says "not mine".
+ * It reads a NUL-terminated private copy of the body and writes NULs over closing quotes.
+ */
+struct fp {
+    char *p, *end;
+};
+
+static void fws(struct fp *f)
+{
+    while (f->p < f->end && (*f->p == ' ' || *f->p == '\t' || *f->p == '\n' || *f->p == '\r'))
+        f->p++;
+}
+
+static int flit(struct fp *f, char c)
+{
+    fws(f);
+    if (f->p < f->end && *f->p == c) {
+        f->p++;
+        return 1;
     }
     return 0;
+}
+
+static int fword(struct fp *f, const char *w)
+{
+    size_t n = strlen(w);
+    fws(f);
+    if ((size_t)(f->end - f->p) < n || memcmp(f->p, w, n))
+        return 0;
+    f->p += n;
+    return 1;
+}
+
+/* An ASCII string without escapes, NUL-terminated in place; NULL if not that. */
+static const char *fstr(struct fp *f, size_t *len)
+{
+    fws(f);
+    if (f->p >= f->end || *f->p != '"')
+        return NULL;
+    char *s = ++f->p;
+    while (f->p < f->end && *f->p != '"') {
+        unsigned char ch = (unsigned char)*f->p;
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80)
+            return NULL;
+        f->p++;
+    }
+    if (f->p >= f->end)
+        return NULL;
+    *f->p++ = '\0';
+    if (len)
+        *len = (size_t)(f->p - 1 - s);
+    return s;
+}
+
+static int is_digit(const struct fp *f, const char *p)
+{
+    return p < f->end && *p >= '0' && *p <= '9';
+}
+
+/* A JSON number (validated: strtod and strtoll accept more than JSON does). */
+static char *fnum(struct fp *f, int *is_int)
+{
+    fws(f);
+    char *s = f->p, *p = s;
+    if (p < f->end && *p == '-')
+        p++;
+    if (!is_digit(f, p))
+        return NULL;
+    if (*p == '0')
+        p++;
+    else
+        while (is_digit(f, p))
+            p++;
+    *is_int = 1;
+    if (p < f->end && *p == '.') {
+        if (!is_digit(f, ++p))
+            return NULL;
+        while (is_digit(f, p))
+            p++;
+        *is_int = 0;
+    }
+    if (p < f->end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < f->end && (*p == '+' || *p == '-'))
+            p++;
+        if (!is_digit(f, p))
+            return NULL;
+        while (is_digit(f, p))
+            p++;
+        *is_int = 0;
+    }
+    if (*is_int && p - s > 18)
+        return NULL; /* beyond what every integer type holds: let jansson judge */
+    f->p = p;
+    return s;
+}
+
+/* Skips one value of any kind; jansson validates the span afterwards when it matters. */
+static int fskip(struct fp *f, int depth)
+{
+    fws(f);
+    if (f->p >= f->end || depth > 64)
+        return -1;
+    char c = *f->p;
+    if (c == '"') {
+        for (f->p++; f->p < f->end && *f->p != '"'; f->p++)
+            if (*f->p == '\\')
+                f->p++;
+        if (f->p >= f->end)
+            return -1;
+        f->p++;
+        return 0;
+    }
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        f->p++;
+        if (flit(f, close))
+            return 0;
+        do {
+            if (c == '{' && (fskip(f, depth + 1) || !flit(f, ':')))
+                return -1;
+            if (fskip(f, depth + 1))
+                return -1;
+        } while (flit(f, ','));
+        return flit(f, close) ? 0 : -1;
+    }
+    char *s = f->p;
+    while (f->p < f->end && *f->p != ',' && *f->p != ']' && *f->p != '}' && *f->p != ' ' &&
+           *f->p != '\n' && *f->p != '\r' && *f->p != '\t')
+        f->p++;
+    return f->p > s ? 0 : -1;
+}
+
+/* A skipped value parsed by jansson, owned by ps. */
+static json_t *fspan(struct fp *f, struct parsed *ps)
+{
+    fws(f);
+    char *s = f->p;
+    if (fskip(f, 0) || ps->n_own == (int)(sizeof(ps->own) / sizeof(ps->own[0])))
+        return NULL;
+    json_t *v = json_loadb(s, (size_t)(f->p - s), 0, NULL);
+    if (v)
+        ps->own[ps->n_own++] = v;
+    return v;
+}
+
+static int fdata(struct fp *f, struct buf *b, int dt, size_t *count, int depth)
+{
+    if (flit(f, '[')) {
+        if (depth >= OIP_MAX_DIMS)
+            return -1;
+        if (flit(f, ']'))
+            return 0;
+        do {
+            if (fdata(f, b, dt, count, depth + 1))
+                return -1;
+        } while (flit(f, ','));
+        return flit(f, ']') ? 0 : -1;
+    }
+    (*count)++;
+    if (dt == OIP_BOOL) {
+        if (fword(f, "true"))
+            buf_put_u8(b, 1);
+        else if (fword(f, "false"))
+            buf_put_u8(b, 0);
+        else
+            return -1;
+        return 0;
+    }
+    if (dt == OIP_BYTES) {
+        size_t n;
+        const char *s = fstr(f, &n);
+        if (!s)
+            return -1;
+        uint8_t l4[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+        buf_put(b, l4, 4);
+        buf_put(b, s, n);
+        return 0;
+    }
+    int is_int;
+    char *s = fnum(f, &is_int);
+    if (!s)
+        return -1;
+    uint8_t le[8];
+    switch (dt) {
+    case OIP_FP32: {
+        float v = (float)strtod(s, NULL);
+        memcpy(le, &v, 4);
+        buf_put(b, le, 4);
+        return 0;
+    }
+    case OIP_FP64: {
+        double v = strtod(s, NULL);
+        memcpy(le, &v, 8);
+        buf_put(b, le, 8);
+        return 0;
+    }
+    case OIP_FP16:
+    case OIP_BF16: {
+        float v = (float)strtod(s, NULL);
+        uint16_t h = dt == OIP_FP16 ? oip_float_to_half(v) : oip_float_to_bf16(v);
+        uint8_t h2[2] = {(uint8_t)h, (uint8_t)(h >> 8)};
+        buf_put(b, h2, 2);
+        return 0;
+    }
+    default: {
+        if (!is_int)
+            return -1;
+        long long x = strtoll(s, NULL, 10);
+        size_t es = oip_dtype_size(dt);
+        int is_signed = dt >= OIP_INT8 && dt <= OIP_INT64;
+        if (!is_signed && x < 0)
+            return -1;
+        if (es < 8) {
+            long long bits = (long long)es * 8 - (is_signed ? 1 : 0);
+            if (x >= (1LL << bits) || (is_signed && x < -(1LL << bits)))
+                return -1;
+        }
+        for (size_t k = 0; k < es; k++)
+            le[k] = (uint8_t)((uint64_t)x >> (8 * k));
+        buf_put(b, le, es);
+        return 0;
+    }
+    }
+}
+
+static int finput(struct fp *f, struct parsed *ps)
+{
+    size_t i = ps->r.n_inputs;
+    struct oip_tensor *t = &ps->r.inputs[i];
+    char *data_at = NULL;
+    int have = 0;
+    if (i == OIP_MAX_TENSORS || !flit(f, '{'))
+        return -1;
+    do {
+        const char *key = fstr(f, NULL);
+        if (!key || !flit(f, ':'))
+            return -1;
+        if (!strcmp(key, "name")) {
+            if (!(t->name = fstr(f, NULL)))
+                return -1;
+            have |= 1;
+        } else if (!strcmp(key, "datatype")) {
+            const char *dt = fstr(f, NULL);
+            if (!dt || (t->dtype = oip_dtype_from_name(dt)) < 0)
+                return -1;
+            have |= 2;
+        } else if (!strcmp(key, "shape")) {
+            if (!flit(f, '[') || (have & 4))
+                return -1;
+            if (!flit(f, ']')) {
+                do {
+                    int is_int;
+                    char *n = fnum(f, &is_int);
+                    if (!n || !is_int || *n == '-' || t->ndim == OIP_MAX_DIMS)
+                        return -1;
+                    t->shape[t->ndim++] = strtoll(n, NULL, 10);
+                } while (flit(f, ','));
+                if (!flit(f, ']'))
+                    return -1;
+            }
+            have |= 4;
+        } else if (!strcmp(key, "data")) {
+            fws(f);
+            data_at = f->p;
+            if (fskip(f, 0))
+                return -1;
+            have |= 8;
+        } else if (!strcmp(key, "parameters")) {
+            json_t *prm = fspan(f, ps);
+            if (!json_is_object(prm) || json_object_get(prm, "binary_data_size"))
+                return -1;
+            t->parameters = prm;
+        } else if (fskip(f, 0)) {
+            return -1;
+        }
+    } while (flit(f, ','));
+    if (!flit(f, '}') || have != 15)
+        return -1;
+    int64_t numel = oip_numel(t->shape, t->ndim);
+    if (numel < 0 || numel > srv->cfg.max_request_size)
+        return -1;
+    struct fp d = {data_at, f->end};
+    size_t count = 0;
+    ps->off[i] = ps->raw.len;
+    ps->from_raw[i] = 1;
+    if (fdata(&d, &ps->raw, t->dtype, &count, 0) || (int64_t)count != numel)
+        return -1;
+    t->nbytes = ps->raw.len - ps->off[i];
+    ps->r.n_inputs++;
+    return 0;
+}
+
+/* 1: parsed into ps; 0: not the common shape (ps is then to be freed and the jansson path run). */
+static int fast_parse(struct parsed *ps, char *copy, size_t len)
+{
+    struct fp f = {copy, copy + len};
+    json_t *prm = NULL, *outs = NULL;
+    int seen = 0;
+    if (!flit(&f, '{') || flit(&f, '}'))
+        return 0;
+    do {
+        const char *key = fstr(&f, NULL);
+        if (!key || !flit(&f, ':'))
+            return 0;
+        if (!strcmp(key, "id")) {
+            if ((seen & 1) || !(ps->r.id = fstr(&f, NULL)))
+                return 0;
+            seen |= 1;
+        } else if (!strcmp(key, "inputs")) {
+            if ((seen & 2) || !flit(&f, '[') || flit(&f, ']'))
+                return 0;
+            do {
+                if (finput(&f, ps))
+                    return 0;
+            } while (flit(&f, ','));
+            if (!flit(&f, ']'))
+                return 0;
+            seen |= 2;
+        } else if (!strcmp(key, "parameters")) {
+            if (seen & 4)
+                return 0;
+            prm = fspan(&f, ps); /* not inside json_is_object(): it evaluates twice */
+            if (!json_is_object(prm))
+                return 0;
+            seen |= 4;
+        } else if (!strcmp(key, "outputs")) {
+            if ((seen & 8) || !(outs = fspan(&f, ps)))
+                return 0;
+            seen |= 8;
+        } else if (!strcmp(key, "text_input") || fskip(&f, 0)) {
+            return 0;
+        }
+    } while (flit(&f, ','));
+    if (!flit(&f, '}') || !(seen & 2))
+        return 0;
+    fws(&f);
+    if (f.p != f.end)
+        return 0;
+    ps->r.parameters = prm;
+    ps->binary_all = json_is_true(json_object_get(prm, "binary_data_output"));
+    for (size_t i = 0; i < ps->r.n_inputs; i++)
+        ps->r.inputs[i].data = ps->raw.data ? ps->raw.data + ps->off[i] : (const uint8_t *)"";
+    char err[16];
+    return parse_outputs(ps, outs, err, sizeof(err)) == 0;
 }
 
 /* ---------------------------------------------------------------- routes */
@@ -677,6 +1049,8 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
         return;
     }
     const uint8_t *body = evbuffer_pullup(in, -1);
+    if (!body)
+        body = (const uint8_t *)""; /* an empty body */
     size_t jlen = len;
     struct evkeyvalq *hdrs = evhttp_request_get_input_headers(req);
     const char *ihcl = evhttp_find_header(hdrs, BINARY_HEADER);
@@ -696,23 +1070,37 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
         }
         jlen = (size_t)n;
     }
-    json_error_t jerr;
-    json_t *root = json_loadb((const char *)body, jlen, 0, &jerr);
-    if (!root) {
-        send_error(req, rid, 400, "malformed JSON request body: %s (line %d, column %d)", jerr.text,
-                   jerr.line, jerr.column);
-        return;
-    }
     struct parsed ps;
     memset(&ps, 0, sizeof(ps));
     buf_init(&ps.raw);
     char err[1024];
     int generate_route = rt == R_GENERATE || rt == R_GENERATE_STREAM;
     int stream = rt == R_INFER_STREAM || rt == R_GENERATE_STREAM;
+    json_t *root = NULL;
+    char *copy = NULL;
+    if (!ihcl) {
+        copy = xmalloc(len + 1);
+        memcpy(copy, body, len);
+        copy[len] = '\0';
+        if (!fast_parse(&ps, copy, len)) {
+            parsed_free(&ps);
+            buf_init(&ps.raw);
+        } else {
+            goto parsed;
+        }
+    }
+    json_error_t jerr;
+    root = json_loadb((const char *)body, jlen, 0, &jerr);
+    if (!root) {
+        send_error(req, rid, 400, "malformed JSON request body: %s (line %d, column %d)", jerr.text,
+                   jerr.line, jerr.column);
+        goto out;
+    }
     if (parse_request(&ps, root, generate_route, body + jlen, len - jlen, err, sizeof(err))) {
         send_error(req, rid, 400, "%s", err);
         goto out;
     }
+parsed:;
 
     struct http_call *c = http_call_new(req, rid, stream ? HTTP_STREAM_SSE : HTTP_STREAM_CHUNKED);
     struct job *j = job_new(rid, &http_call_sink, c);
@@ -758,9 +1146,9 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
         http_call_watch(c);
     }
 out:
-    json_decref(ps.binary_out);
-    buf_free(&ps.raw);
+    parsed_free(&ps);
     json_decref(root);
+    free(copy);
 }
 
 /* Metadata the worker completes (a TorchScript model without handler.inputs in its yaml). */

@@ -136,6 +136,12 @@ def test_mlp_json_matches_torch(mlp_srv, x2):
     (out,) = o["outputs"]
     assert out["name"] == "output__0" and out["datatype"] == "FP32" and out["shape"] == [2, 10]
     assert torch.allclose(torch.tensor(out["data"]).reshape(2, 10), torch.tensor(want), atol=1e-5)
+    # the same request where the fast reader steps aside (an escape, non-ASCII): same answer
+    body = {"id": "r\u00e9q\n", "inputs": [{"name": "input__0", "shape": [2, 64],
+                                            "datatype": "FP32", "data": flat}]}
+    r = mlp_srv.post("/v2/models/mlp/infer", data=json.dumps(body, ensure_ascii=False).encode())
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == "r\u00e9q\n" and r.json()["outputs"] == o["outputs"]
     # nested data, unnamed-by-position input name, versioned path
     body = {"inputs": [{"name": "x", "shape": [2, 64], "datatype": "FP32", "data": x2}]}
     r = mlp_srv.post("/v2/models/mlp/versions/1.0/infer", json=body)
