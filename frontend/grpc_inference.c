@@ -178,6 +178,14 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
     }
     switch (c->kind) {
     case K_PREDICT:
+        if (c->acc.len + len > (size_t)srv->cfg.max_response_size) {
+            /* a streaming handler's frames joined: bounded like one response */
+            if (!final)
+                job_cancel(j);
+            icall_end(c, GS_RESOURCE_EXHAUSTED,
+                      "Response exceeds max_response_size; use StreamPredictions");
+            return;
+        }
         if (len)
             buf_put(&c->acc, p->body.p, len);
         if (final) {
