@@ -53,12 +53,12 @@ struct pending_req {
 struct icall {
     struct gcall *g;
     enum ikind kind;
-    struct job *job;   /* the transport's reference to the running job */
-    char *seq_id;      /* sequence_id of the running request (echoed in answers), or NULL */
-    char *stream_seq;  /* StreamPredictions2: the sequence this stream carries, once known */
-    struct buf acc;    /* Predictions: the bodies so far */
-    int sent;          /* messages sent for the running job */
-    int half_closed;   /* StreamPredictions2: the client sends nothing more */
+    struct job *job;  /* the transport's reference to the running job */
+    char *seq_id;     /* sequence_id of the running request (echoed in answers), or NULL */
+    char *stream_seq; /* StreamPredictions2: the sequence this stream carries, once known */
+    struct buf acc;   /* Predictions: the bodies so far */
+    int sent;         /* messages sent for the running job */
+    int half_closed;  /* StreamPredictions2: the client sends nothing more */
     int n_pending;
     STAILQ_HEAD(, pending_req) pending;
     struct event *next_ev; /* StreamPredictions2: starts the next request from the loop */
@@ -162,8 +162,8 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
     if (status >= 400) {
         /* the handler failed this request: its body is the error text */
         char *msg = xstrndup(len ? p->body.p : "", len);
-        LOG_REQ(LOG_LEVEL_WARN, j->id, "grpc %s: handler answered %d: %s", gcall_id(c->g),
-                status, msg);
+        LOG_REQ(LOG_LEVEL_WARN, j->id, "grpc %s: handler answered %d: %s", gcall_id(c->g), status,
+                msg);
         if (!final)
             job_cancel(j); /* a stream that failed midway: the worker stops it */
         if (c->kind == K_STREAM2) {

@@ -60,7 +60,8 @@ static void mcall_started(struct mcall *c, struct mgmt_op *op)
         free(c);
         return;
     }
-    if (!op) { /* the operation neither completed nor stayed pending: never leave a client hanging */
+    if (!op) { /* the operation neither completed nor stayed pending: never leave a client hanging
+                */
         gcall_finish(c->g, GS_INTERNAL, "management operation lost");
         free(c);
         return;
@@ -97,8 +98,8 @@ static void describe_message(struct gcall *g, const uint8_t *data, size_t len)
     if (!r)
         return bad_request(g, "DescribeModelRequest");
     struct mcall *c = mcall_new(g);
-    mcall_started(c, mgmt_describe(r->model_name, str(r->model_version), r->customized, on_done,
-                                   c));
+    mcall_started(c,
+                  mgmt_describe(r->model_name, str(r->model_version), r->customized, on_done, c));
     org__pytorch__serve__grpc__management__describe_model_request__free_unpacked(r, NULL);
 }
 

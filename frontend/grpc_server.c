@@ -82,8 +82,8 @@ struct gcall {
     char id[24];
     struct gtag t_new, t_close, t_recv, t_send;
     atomic_int pending; /* outstanding batches (both threads: see cq_thread) */
-    int owned;         /* the service holds the call (between dispatch and finish/cancel) */
-    int closed;        /* RECV_CLOSE_ON_SERVER completed */
+    int owned;          /* the service holds the call (between dispatch and finish/cancel) */
+    int closed;         /* RECV_CLOSE_ON_SERVER completed */
     int close_cancelled;
     int recv_pending, recv_done, recv_hold;
     grpc_byte_buffer *recv_bb;
@@ -616,9 +616,8 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     grpc_arg arg[2];
     arg[0].type = GRPC_ARG_INTEGER;
     arg[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    arg[0].value.integer = srv->cfg.max_request_size > 0x7fffffff
-                               ? 0x7fffffff
-                               : (int)srv->cfg.max_request_size;
+    arg[0].value.integer =
+        srv->cfg.max_request_size > 0x7fffffff ? 0x7fffffff : (int)srv->cfg.max_request_size;
     /* gRPC binds with SO_REUSEPORT by default: a second server on a taken port would then
      * silently share it instead of failing */
     arg[1].type = GRPC_ARG_INTEGER;
@@ -667,8 +666,7 @@ int grpc_servers_start(void)
         return -1;
     G.n_srv++;
     if (add_server(&G.srv[G.n_srv], "management", srv->cfg.grpc_management_address,
-                   srv->cfg.grpc_management_port, grpc_management_methods,
-                   AUTH_MANAGEMENT) != 0)
+                   srv->cfg.grpc_management_port, grpc_management_methods, AUTH_MANAGEMENT) != 0)
         return -1;
     G.n_srv++;
     return 0;

@@ -26,7 +26,7 @@
 struct gcall;
 
 struct grpc_method {
-    const char *path; /* "/package.Service/Method" */
+    const char *path;  /* "/package.Service/Method" */
     int client_stream; /* several request messages (bidi): on_half_close ends them */
     /* One request message; the bytes are valid during the call only. */
     void (*on_message)(struct gcall *c, const uint8_t *data, size_t len);

@@ -83,9 +83,9 @@ int main(int argc, char **argv)
         arm();
     printf("listening\n");
     fflush(stdout);
-    gpr_timespec end = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
-                                    gpr_time_from_millis((int64_t)(atof(argv[2]) * 1000),
-                                                         GPR_TIMESPAN));
+    gpr_timespec end =
+        gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                     gpr_time_from_millis((int64_t)(atof(argv[2]) * 1000), GPR_TIMESPAN));
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(cq, end, NULL);
         if (ev.type == GRPC_QUEUE_TIMEOUT)

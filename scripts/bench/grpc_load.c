@@ -138,8 +138,9 @@ static int cmp_i32(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc != 8) {
-        fprintf(stderr, "usage: %s HOST:PORT METHOD MODEL INPUT_FILE CONNECTIONS INFLIGHT "
-                        "SECONDS\n",
+        fprintf(stderr,
+                "usage: %s HOST:PORT METHOD MODEL INPUT_FILE CONNECTIONS INFLIGHT "
+                "SECONDS\n",
                 argv[0]);
         return 2;
     }
@@ -218,8 +219,8 @@ int main(int argc, char **argv)
     }
     double secs = (double)(last_done - start) / 1e6;
     qsort(lat, n, sizeof(*lat), cmp_i32);
-    printf("calls=%zu errors=%ld seconds=%.2f calls_per_s=%.0f p50_us=%d p90_us=%d p99_us=%d\n",
-           n, errors, secs, n / secs, n ? lat[n / 2] : 0, n ? lat[n * 9 / 10] : 0,
+    printf("calls=%zu errors=%ld seconds=%.2f calls_per_s=%.0f p50_us=%d p90_us=%d p99_us=%d\n", n,
+           errors, secs, n / secs, n ? lat[n / 2] : 0, n ? lat[n * 9 / 10] : 0,
            n ? lat[n * 99 / 100] : 0);
     for (int i = 0; i < nconn; i++)
         grpc_channel_destroy(chans[i]);
