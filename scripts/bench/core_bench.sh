@@ -5,7 +5,9 @@
 #
 # 1. wrk -t2 -c32 -d10s POSTing the 64-float sample to /predictions/mlp with
 #    a) 1 worker, batchSize 1    b) 2 workers, batchSize 8, maxBatchDelay 5
-#    and the same wrk against trivial_server (libevent, fixed JSON body): the HTTP ceiling.
+#    and the same wrk against trivial_server (libevent, fixed JSON body): the HTTP ceiling,
+#    measured before, between and after the two (the machine may be shared; each ratio is to
+#    the mean of its two neighbouring ceiling runs).
 # 2. latency: seq_client, one connection, sequential requests; p50/p99 of latency, of the forward
 #    time the worker reports (x-ts-worker-forward-us), and of their difference (the overhead).
 # 3. footprint: frontend RSS idle and under load (max sampled during wrk), worker RSS, and the
@@ -66,12 +68,17 @@ port=$(free_port)
 PIDS+=($!)
 tpid=$!
 for _ in $(seq 50); do grep -q listening "$WORK/trivial.out" && break; sleep 0.1; done
-echo "== trivial libevent server (ceiling): wrk -t2 -c32 -d${DURATION}s"
-read -r c_rps c_p50 c_p99 c_bad < <(run_wrk "$port" /predictions/mlp)
-echo "   $c_rps req/s  p50 ${c_p50} us  p99 ${c_p99} us  non-200 $c_bad"
+CEIL=()
+ceiling() { # one wrk run against the trivial server; appends req/s to CEIL
+    local rps p50 p99 bad
+    read -r rps p50 p99 bad < <(run_wrk "$port" /predictions/mlp)
+    echo "== ceiling (trivial libevent server): $rps req/s  p50 ${p50} us  p99 ${p99} us  non-200 $bad"
+    CEIL+=("$rps")
+}
 read -r -a t_seq < <("$WORK/seq_client" "$port" /predictions/mlp "$BODY" "$SEQ_N" 200)
-echo "   sequential: ${t_seq[*]}"
-# (it stays up, idle, and is measured again at the end: the ratio uses the better of the two)
+echo "== trivial server, sequential: ${t_seq[*]}"
+# The machine is shared: the ceiling is measured right before and after each configuration
+# (C A C B C), and each configuration's ratio is to the mean of its two neighbours.
 
 # ---- torchserve-c with one model configuration
 # start_server NAME WORKERS BATCH DELAY: sets SRV_PID SRV_PORT T_FIRST_MS
@@ -142,31 +149,29 @@ bench_config() { # NAME WORKERS BATCH DELAY
     stop_server
 }
 
+ceiling
 bench_config "1w-bs1" 1 1 0
+ceiling
 bench_config "2w-bs8" 2 8 5
-
-echo "== trivial libevent server again (ceiling)"
-read -r c2_rps c2_p50 c2_p99 c2_bad < <(run_wrk "$port" /predictions/mlp)
-echo "   $c2_rps req/s  p50 ${c2_p50} us  p99 ${c2_p99} us  non-200 $c2_bad"
+ceiling
 kill "$tpid"; wait "$tpid" 2>/dev/null || true
-c1_rps=$c_rps
-if awk -v a="$c2_rps" -v b="$c_rps" 'BEGIN { exit !(a > b) }'; then
-    c_rps=$c2_rps c_p50=$c2_p50 c_p99=$c2_p99 c_bad=$c2_bad
-fi
 
 # ---- summary
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
 echo "== summary (machine: $(nproc) cores; wrk -t2 -c32 -d${DURATION}s; body 64 floats JSON)"
 printf "%-24s %10s %9s %9s %7s %7s %s\n" config "req/s" "p50 us" "p99 us" ratio target non200
-printf "%-24s %10s %9s %9s %7s %7s %s\n" "trivial libevent server" "$c_rps" "$c_p50" "$c_p99" 1.00 - "$c_bad"
-echo "  (ceiling: the better of $c1_rps at the start and $c2_rps at the end)"
+echo "ceiling runs (trivial libevent server, req/s): ${CEIL[*]}"
+i=0
 for name in 1w-bs1 2w-bs8; do
     read -r rps p50 p99 bad _ <<< "${R[$name]%%|*}"
     target=$([ "$name" = 1w-bs1 ] && echo 0.35 || echo 0.50)
-    printf "%-24s %10s %9s %9s %7s %7s %s\n" "mlp $name" "$rps" "$p50" "$p99" "$(ratio "$rps" "$c_rps")" \
+    ceil=$(awk -v a="${CEIL[$i]}" -v b="${CEIL[$((i + 1))]}" 'BEGIN { printf "%.0f", (a + b) / 2 }')
+    printf "%-24s %10s %9s %9s %7s %7s %s\n" "mlp $name" "$rps" "$p50" "$p99" "$(ratio "$rps" "$ceil")" \
         "$target" "$bad"
+    i=$((i + 1))
 done
+echo "  (ratio: to the mean of the ceiling runs just before and after; wrk p50/p99 in us)"
 echo
 echo "latency, one connection, $SEQ_N sequential requests (us):"
 echo "  trivial server:  ${t_seq[*]}"
