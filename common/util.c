@@ -198,6 +198,8 @@ int ts_parse_long(const char *s, long min, long max, long *out)
     long v = strtol(s, &end, 10);
     if (errno == ERANGE)
         return -ERANGE;
+    if (end == s)
+        return -EINVAL; /* no digits at all, e.g. only blanks */
     while (*end == ' ' || *end == '\t')
         end++;
     if (*end)

@@ -1,0 +1,127 @@
+/* Unit tests for the batching policy (frontend/batcher.c). */
+#include "../../frontend/batcher.c"
+
+#include "tap.h"
+
+static struct batcher_view view(int bs, int delay_ms, int continuous, int queue_len,
+                                int64_t waited_us, const struct batcher_worker *w, int n)
+{
+    struct batcher_view v = {
+        .batch_size = bs,
+        .max_batch_delay_ms = delay_ms,
+        .continuous = continuous,
+        .queue_len = queue_len,
+        .oldest_us = 1000000,
+        .now_us = 1000000 + waited_us,
+        .workers = w,
+        .n_workers = n,
+    };
+    return v;
+}
+
+TEST(empty_queue_sends_nothing)
+{
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(8, 100, 0, 0, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    CHECK_EQ_INT(p.wait_us, -1);
+}
+
+TEST(full_batch_goes_at_once)
+{
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(8, 100, 0, 20, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 8);
+}
+
+TEST(partial_batch_waits_for_max_batch_delay_from_the_oldest_job)
+{
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(8, 100, 0, 3, 40000, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    CHECK_EQ_INT(p.wait_us, 60000);
+    v = view(8, 100, 0, 3, 100000, w, 1);
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 3);
+}
+
+TEST(batch_size_one_never_waits)
+{
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(1, 100, 0, 1, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 1);
+}
+
+TEST(first_idle_worker_wins_and_busy_workers_are_skipped)
+{
+    struct batcher_worker w[3] = {{1, 4}, {0, 0}, {1, 0}};
+    struct batcher_view v = view(4, 5, 0, 10, 0, w, 3);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 2); /* worker 0 is busy, worker 1 not ready */
+    CHECK_EQ_INT(p.count, 4);
+}
+
+TEST(no_idle_worker_means_wait_for_one)
+{
+    struct batcher_worker w[2] = {{1, 1}, {1, 2}};
+    struct batcher_view v = view(4, 5, 0, 10, 0, w, 2);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    CHECK_EQ_INT(p.wait_us, -1); /* re-planned when a worker frees up, not on a timer */
+}
+
+TEST(continuous_tops_up_the_least_loaded_worker_without_waiting)
+{
+    struct batcher_worker w[2] = {{1, 6}, {1, 3}};
+    struct batcher_view v = view(8, 100, 1, 10, 0, w, 2);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 1);
+    CHECK_EQ_INT(p.count, 5);
+}
+
+TEST(continuous_idle_worker_takes_a_partial_batch_at_once)
+{
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(8, 100, 1, 2, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 2);
+}
+
+TEST(continuous_full_workers_take_nothing)
+{
+    struct batcher_worker w[1] = {{1, 8}};
+    struct batcher_view v = view(8, 100, 1, 2, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+}
+
+int main(void)
+{
+    RUN(empty_queue_sends_nothing);
+    RUN(full_batch_goes_at_once);
+    RUN(partial_batch_waits_for_max_batch_delay_from_the_oldest_job);
+    RUN(batch_size_one_never_waits);
+    RUN(first_idle_worker_wins_and_busy_workers_are_skipped);
+    RUN(no_idle_worker_means_wait_for_one);
+    RUN(continuous_tops_up_the_least_loaded_worker_without_waiting);
+    RUN(continuous_idle_worker_takes_a_partial_batch_at_once);
+    RUN(continuous_full_workers_take_nothing);
+    return tap_done();
+}
