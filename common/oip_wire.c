@@ -301,3 +301,51 @@ void oip_wire_describe(json_t *arr, const char *name, int dtype, const int64_t *
     json_object_set_new(o, "size", json_integer((json_int_t)nbytes));
     json_array_append_new(arr, o);
 }
+
+void oip_wire_put_jstr(struct buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    buf_reserve(b, n + 2);
+    buf_put_u8(b, '"');
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch != '"' && ch != '\\')
+            continue;
+        buf_put(b, s + run, i - run);
+        run = i + 1;
+        char esc[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
+        switch (ch) {
+        case '"':
+            buf_put(b, "\\\"", 2);
+            break;
+        case '\\':
+            buf_put(b, "\\\\", 2);
+            break;
+        case '\n':
+            buf_put(b, "\\n", 2);
+            break;
+        case '\r':
+            buf_put(b, "\\r", 2);
+            break;
+        case '\t':
+            buf_put(b, "\\t", 2);
+            break;
+        default:
+            buf_put(b, esc, 6);
+        }
+    }
+    buf_put(b, s + run, n - run);
+    buf_put_u8(b, '"');
+}
+
+void oip_wire_put_desc(struct buf *b, int first, const char *name, int dtype, const int64_t *shape,
+                       int ndim, size_t nbytes)
+{
+    buf_puts(b, first ? "{\"name\":" : ",{\"name\":");
+    oip_wire_put_jstr(b, name, strlen(name));
+    buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", oip_dtype_name(dtype));
+    for (int i = 0; i < ndim; i++)
+        buf_printf(b, "%s%lld", i ? "," : "", (long long)shape[i]);
+    buf_printf(b, "],\"size\":%zu}", nbytes);
+}

@@ -105,6 +105,12 @@ int oip_wire_split(const void *p, size_t len, const char **json, size_t *jlen, c
 int oip_wire_tensors(json_t *header, const char *key, const uint8_t *raw, size_t rawlen,
                      struct oip_tensor *out, size_t max, size_t *n, char *err, size_t errlen);
 
+/* Appends s as a JSON string (quoted, escaped; the bytes are taken as UTF-8). */
+void oip_wire_put_jstr(struct buf *b, const char *s, size_t n);
+/* Appends a tensor description {"name","datatype","shape","size"} as JSON text (first: no
+ * leading comma): headers are written by hand, jansson's DOM costs more than the data. */
+void oip_wire_put_desc(struct buf *b, int first, const char *name, int dtype, const int64_t *shape,
+                       int ndim, size_t nbytes);
 /* Appends a tensor description {"name","datatype","shape","size"} to a JSON array. */
 void oip_wire_describe(json_t *arr, const char *name, int dtype, const int64_t *shape, int ndim,
                        size_t nbytes);

@@ -85,43 +85,6 @@ static void send_json(struct evhttp_request *req, const char *rid, int status, j
 
 /* ---------------------------------------------------------------- response JSON */
 
-static void put_jstr(struct buf *b, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    buf_reserve(b, n + 2);
-    buf_put_u8(b, '"');
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch != '"' && ch != '\\')
-            continue;
-        buf_put(b, s + run, i - run);
-        run = i + 1;
-        char esc[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
-        switch (ch) {
-        case '"':
-            buf_put(b, "\\\"", 2);
-            break;
-        case '\\':
-            buf_put(b, "\\\\", 2);
-            break;
-        case '\n':
-            buf_put(b, "\\n", 2);
-            break;
-        case '\r':
-            buf_put(b, "\\r", 2);
-            break;
-        case '\t':
-            buf_put(b, "\\t", 2);
-            break;
-        default:
-            buf_put(b, esc, 6);
-        }
-    }
-    buf_put(b, s + run, n - run);
-    buf_put_u8(b, '"');
-}
-
 static void put_double(struct buf *b, double v, int digits)
 {
     if (!isfinite(v)) {
@@ -153,7 +116,7 @@ static void put_data(struct buf *b, const struct oip_tensor *t)
             if (!first)
                 buf_put_u8(b, ',');
             first = 0;
-            put_jstr(b, (const char *)s, n);
+            oip_wire_put_jstr(b, (const char *)s, n);
         }
         buf_put_u8(b, ']');
         return;
@@ -217,31 +180,31 @@ static void put_data(struct buf *b, const struct oip_tensor *t)
 static void put_head(struct buf *b, const struct oip_http *o)
 {
     buf_puts(b, "{\"model_name\":");
-    put_jstr(b, o->model_name, strlen(o->model_name));
+    oip_wire_put_jstr(b, o->model_name, strlen(o->model_name));
     buf_puts(b, ",\"model_version\":");
-    put_jstr(b, o->model_version, strlen(o->model_version));
+    oip_wire_put_jstr(b, o->model_version, strlen(o->model_version));
     buf_puts(b, ",\"id\":");
-    put_jstr(b, o->id, strlen(o->id));
+    oip_wire_put_jstr(b, o->id, strlen(o->id));
 }
 
 static void put_text_response(struct buf *b, const struct oip_http *o, const char *s, size_t n)
 {
     if (o->generate) {
         buf_puts(b, "{\"text_output\":");
-        put_jstr(b, s, n);
+        oip_wire_put_jstr(b, s, n);
         buf_puts(b, ",\"model_name\":");
-        put_jstr(b, o->model_name, strlen(o->model_name));
+        oip_wire_put_jstr(b, o->model_name, strlen(o->model_name));
         buf_puts(b, ",\"model_version\":");
-        put_jstr(b, o->model_version, strlen(o->model_version));
+        oip_wire_put_jstr(b, o->model_version, strlen(o->model_version));
         buf_puts(b, ",\"id\":");
-        put_jstr(b, o->id, strlen(o->id));
+        oip_wire_put_jstr(b, o->id, strlen(o->id));
         buf_put_u8(b, '}');
         return;
     }
     put_head(b, o);
     buf_puts(b, ",\"outputs\":[{\"name\":\"output\",\"datatype\":\"BYTES\",\"shape\":[1],"
                 "\"data\":[");
-    put_jstr(b, s, n);
+    oip_wire_put_jstr(b, s, n);
     buf_puts(b, "]}]}");
 }
 
@@ -273,7 +236,7 @@ static void put_tensor_response(struct http_call *c, struct buf *b, struct oip_h
         if (i)
             buf_put_u8(b, ',');
         buf_puts(b, "{\"name\":");
-        put_jstr(b, t->name, strlen(t->name));
+        oip_wire_put_jstr(b, t->name, strlen(t->name));
         buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", oip_dtype_name(t->dtype));
         for (int k = 0; k < t->ndim; k++)
             buf_printf(b, "%s%lld", k ? "," : "", (long long)t->shape[k]);

@@ -165,37 +165,59 @@ static void text_body(const struct oip_request *r, const char *s, size_t n, stru
     job_add_param_owned(j, "body", "application/json", body, strlen(body));
 }
 
+static void put_json(struct buf *b, json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    buf_puts(b, s ? s : "null");
+    free(s);
+}
+
+/* The payload header is written by hand: building it with jansson cost more than the tensors. */
 static void tensor_body(const struct oip_request *r, struct job *j)
 {
-    json_t *h = json_object();
-    if (r->id)
-        json_object_set_new(h, "id", json_string(r->id));
-    if (r->parameters)
-        json_object_set(h, "parameters", r->parameters);
-    json_t *ins = json_array();
     size_t raw = 0;
+    for (size_t i = 0; i < r->n_inputs; i++)
+        raw += r->inputs[i].nbytes;
+    struct buf h;
+    buf_init(&h);
+    buf_puts(&h, "{");
+    if (r->id) {
+        buf_puts(&h, "\"id\":");
+        oip_wire_put_jstr(&h, r->id, strlen(r->id));
+        buf_puts(&h, ",");
+    }
+    if (r->parameters) {
+        buf_puts(&h, "\"parameters\":");
+        put_json(&h, r->parameters);
+        buf_puts(&h, ",");
+    }
+    buf_puts(&h, "\"inputs\":[");
     for (size_t i = 0; i < r->n_inputs; i++) {
         const struct oip_tensor *t = &r->inputs[i];
-        oip_wire_describe(ins, t->name, t->dtype, t->shape, t->ndim, t->nbytes);
-        if (t->parameters)
-            json_object_set(json_array_get(ins, i), "parameters", t->parameters);
-        raw += t->nbytes;
+        oip_wire_put_desc(&h, i == 0, t->name, t->dtype, t->shape, t->ndim, t->nbytes);
+        if (t->parameters) { /* reopen the object for its parameters */
+            h.len--;
+            buf_puts(&h, ",\"parameters\":");
+            put_json(&h, t->parameters);
+            buf_puts(&h, "}");
+        }
     }
-    json_object_set_new(h, "inputs", ins);
+    buf_puts(&h, "]");
     if (r->n_outputs) {
-        json_t *outs = json_array();
-        for (size_t i = 0; i < r->n_outputs; i++)
-            json_array_append_new(outs, json_string(r->outputs[i]));
-        json_object_set_new(h, "outputs", outs);
+        buf_puts(&h, ",\"outputs\":[");
+        for (size_t i = 0; i < r->n_outputs; i++) {
+            if (i)
+                buf_puts(&h, ",");
+            oip_wire_put_jstr(&h, r->outputs[i], strlen(r->outputs[i]));
+        }
+        buf_puts(&h, "]");
     }
-    char *hs = json_dumps(h, JSON_COMPACT);
-    json_decref(h);
-    size_t hl = strlen(hs);
+    buf_puts(&h, "}");
     struct buf b;
     buf_init(&b);
-    buf_reserve(&b, 8 + hl + raw);
-    oip_wire_put_header(&b, hs, hl);
-    free(hs);
+    buf_reserve(&b, 8 + h.len + raw);
+    oip_wire_put_header(&b, (const char *)h.data, h.len);
+    buf_free(&h);
     for (size_t i = 0; i < r->n_inputs; i++)
         buf_put(&b, r->inputs[i].data, r->inputs[i].nbytes);
     job_add_param_owned(j, "body", OIP_WIRE_CTYPE, (char *)b.data, b.len);
