@@ -159,6 +159,24 @@ static void worker_kill(struct worker *w, const char *reason)
         kill(w->pid, SIGKILL);
 }
 
+/* Writes to the worker at once when nothing is queued: bufferevent_write would wait for the
+ * next loop turn and cost two epoll_ctl calls (write interest on, then off) per frame, and the
+ * worker would start that much later. What the socket does not take now is queued as before;
+ * an error is left to the bufferevent, which meets it on its own write and reports it to
+ * on_event. */
+static void worker_write(struct worker *w, const void *data, size_t len)
+{
+    if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
+        ssize_t n = send(bufferevent_getfd(w->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            data = (const char *)data + n;
+            len -= (size_t)n;
+        }
+    }
+    if (len)
+        bufferevent_write(w->bev, data, len);
+}
+
 static void handle_load_reply(struct worker *w, const struct otf_response *r)
 {
     struct model *m = w->model;
@@ -182,6 +200,8 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     free(msg);
 }
 
+/* The worker gets its next batch before the answers of this frame are written to the clients:
+ * its compute then overlaps our reply writing instead of waiting behind it. */
 static void handle_response(struct worker *w, const struct otf_response *r)
 {
     w->steps++;
@@ -190,6 +210,8 @@ static void handle_response(struct worker *w, const struct otf_response *r)
         fail_inflight(w, r->code >= 400 ? r->code : 500, "InternalServerException", msg);
         free(msg);
     }
+    struct job **jobs = xcalloc(r->n_preds + 1, sizeof(*jobs));
+    int *finals = xcalloc(r->n_preds + 1, sizeof(*finals));
     for (size_t i = 0; i < r->n_preds; i++) {
         const struct otf_prediction *p = &r->preds[i];
         struct job *j;
@@ -199,25 +221,32 @@ static void handle_response(struct worker *w, const struct otf_response *r)
         if (!j)
             continue; /* cancelled: its frames are dropped */
         const struct otf_kv *sn = otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT);
-        int final = !(sn && otf_str_eq(sn->val, "true"));
-        if (r->code != 200) {
-            char *msg = otf_strdup(r->msg);
-            TAILQ_REMOVE(&w->inflight, j, link);
-            w->n_inflight--;
-            job_fail(j, r->code >= 400 ? r->code : 500, "InternalServerException", msg);
-            free(msg);
-            continue;
-        }
-        if (final) {
+        finals[i] = r->code != 200 || !(sn && otf_str_eq(sn->val, "true"));
+        if (finals[i]) {
             TAILQ_REMOVE(&w->inflight, j, link);
             w->n_inflight--;
         }
-        job_deliver_frame(j, p, final);
+        jobs[i] = j;
     }
     if (w->n_inflight == 0)
         evtimer_del(w->timer);
     else if (w->model)
         arm_timer(w, (int64_t)w->model->response_timeout_s * 1000);
+    if (w->model)
+        model_dispatch(w->model);
+    for (size_t i = 0; i < r->n_preds; i++) {
+        if (!jobs[i])
+            continue;
+        if (r->code != 200) {
+            char *msg = otf_strdup(r->msg);
+            job_fail(jobs[i], r->code >= 400 ? r->code : 500, "InternalServerException", msg);
+            free(msg);
+        } else {
+            job_deliver_frame(jobs[i], &r->preds[i], finals[i]);
+        }
+    }
+    free(jobs);
+    free(finals);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -339,7 +368,7 @@ static void worker_spawn(struct worker *w)
     };
     buf_reset(&w->out);
     otf_encode_load(&w->out, &l);
-    bufferevent_write(w->bev, w->out.data, w->out.len);
+    worker_write(w, w->out.data, w->out.len);
     arm_timer(w, (int64_t)m->startup_timeout_s * 1000);
     LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, m->name, m->version);
 }
@@ -536,7 +565,7 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
         w->n_inflight++;
     }
     otf_encode_list_end(&w->out);
-    bufferevent_write(w->bev, w->out.data, w->out.len);
+    worker_write(w, w->out.data, w->out.len);
     if (!evtimer_pending(w->timer, NULL))
         arm_timer(w, (int64_t)w->model->response_timeout_s * 1000);
 }
@@ -547,7 +576,7 @@ void worker_send_seq_event(struct worker *w, const char *seq_id, int event)
         return; /* a respawned worker learns from the state store instead */
     buf_reset(&w->out);
     otf_encode_seq_event(&w->out, otf_s(seq_id), event);
-    bufferevent_write(w->bev, w->out.data, w->out.len);
+    worker_write(w, w->out.data, w->out.len);
 }
 
 void worker_cancel_job(struct worker *w, struct job *j)
@@ -558,7 +587,7 @@ void worker_cancel_job(struct worker *w, struct job *j)
         struct otf_str id = otf_s(j->id);
         buf_reset(&w->out);
         otf_encode_cancel(&w->out, &id, 1);
-        bufferevent_write(w->bev, w->out.data, w->out.len);
+        worker_write(w, w->out.data, w->out.len);
     }
     LOG_REQ(LOG_LEVEL_INFO, j->id, "client went away; cancelled on worker %d", w->id);
     if (w->n_inflight == 0)
