@@ -6,6 +6,13 @@
  * maxBatchDelay, unless the handler is continuous: there a request that arrives later simply
  * joins the next step, so waiting only adds latency. A busy worker gets more work only when its
  * handler is continuous and it has free slots.
+ *
+ * A model with a single worker may have one more full batch sent while the worker runs its
+ * current one. The worker then finds it in its socket when it answers and starts at once,
+ * instead of sleeping until the frontend has read the answer and written the next batch: with
+ * batchSize 1 that round trip of wake-ups was half of every request's cost. With two or more
+ * workers this is never done, since the batch could wait behind one worker's batch while
+ * another became idle.
  */
 #include "batcher.h"
 
@@ -42,6 +49,12 @@ void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
         }
         out->worker = idle;
         out->count = v->queue_len < bs ? v->queue_len : bs;
+        return;
+    }
+    if (partial < 0 && !v->continuous && v->n_workers == 1 && v->workers[0].ready &&
+        v->workers[0].inflight <= bs && v->queue_len >= bs) {
+        out->worker = 0;
+        out->count = bs;
         return;
     }
     if (partial >= 0) {
