@@ -83,6 +83,37 @@ TEST(continuous_worker_is_topped_up)
     CHECK_EQ_INT(p.worker, -1);
 }
 
+TEST(lone_busy_worker_gets_one_full_batch_more)
+{
+    struct batcher_worker w[1] = {{1, 1}};
+    struct batcher_view v = view(1, 0, 0, 5, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 1);
+    w[0].inflight = 2; /* not a third batch */
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    w[0].inflight = 8; /* never a partial one, even after maxBatchDelay */
+    v = view(8, 5, 0, 7, 10000, w, 1);
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    w[0].ready = 0; /* nor to a worker that is not ready */
+    w[0].inflight = 0;
+    v = view(1, 0, 0, 5, 0, w, 1);
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+}
+
+TEST(busy_worker_of_a_pool_gets_nothing_while_another_loads)
+{
+    struct batcher_worker w[2] = {{1, 1}, {0, 0}}; /* the loading one may be idle first */
+    struct batcher_view v = view(1, 0, 0, 5, 0, w, 2);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+}
+
 int main(void)
 {
     RUN(idle_worker_gets_a_full_batch);
