@@ -1,8 +1,9 @@
-/* batcher: which worker gets how many jobs, and when a partial batch waits. */
+/* Unit tests for the batching policy (frontend/batcher.c). */
 #include "../../frontend/batcher.c"
+
 #include "tap.h"
 
-static struct batcher_plan plan(int bs, int delay_ms, int continuous, int queue_len,
+static struct batcher_view view(int bs, int delay_ms, int continuous, int queue_len,
                                 int64_t waited_us, const struct batcher_worker *w, int n)
 {
     struct batcher_view v = {
@@ -15,71 +16,99 @@ static struct batcher_plan plan(int bs, int delay_ms, int continuous, int queue_
         .workers = w,
         .n_workers = n,
     };
-    struct batcher_plan p;
-    batcher_plan(&v, &p);
-    return p;
+    return v;
 }
 
-TEST(idle_worker_gets_a_full_batch)
+TEST(empty_queue_sends_nothing)
 {
-    struct batcher_worker w[2] = {{1, 8}, {1, 0}};
-    struct batcher_plan p = plan(8, 5, 0, 20, 0, w, 2);
-    CHECK_EQ_INT(p.worker, 1);
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(8, 100, 0, 0, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    CHECK_EQ_INT(p.wait_us, -1);
+}
+
+TEST(full_batch_goes_at_once)
+{
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(8, 100, 0, 20, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
     CHECK_EQ_INT(p.count, 8);
 }
 
-TEST(partial_batch_waits_for_max_batch_delay)
+TEST(partial_batch_waits_for_max_batch_delay_from_the_oldest_job)
 {
     struct batcher_worker w[1] = {{1, 0}};
-    struct batcher_plan p = plan(8, 5, 0, 3, 2000, w, 1);
+    struct batcher_view v = view(8, 100, 0, 3, 40000, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, -1);
-    CHECK_EQ_INT(p.wait_us, 3000);
-    p = plan(8, 5, 0, 3, 5000, w, 1);
+    CHECK_EQ_INT(p.wait_us, 60000);
+    v = view(8, 100, 0, 3, 100000, w, 1);
+    batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, 0);
     CHECK_EQ_INT(p.count, 3);
 }
 
-TEST(lone_busy_worker_gets_one_full_batch_more)
+TEST(batch_size_one_never_waits)
 {
-    struct batcher_worker w[1] = {{1, 1}};
-    struct batcher_plan p = plan(1, 0, 0, 5, 0, w, 1);
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(1, 100, 0, 1, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, 0);
     CHECK_EQ_INT(p.count, 1);
-    /* not a third batch */
-    w[0].inflight = 2;
-    p = plan(1, 0, 0, 5, 0, w, 1);
-    CHECK_EQ_INT(p.worker, -1);
-    /* never a partial one */
-    w[0].inflight = 8;
-    p = plan(8, 5, 0, 7, 10000, w, 1);
-    CHECK_EQ_INT(p.worker, -1);
-    /* nor to a worker that is not ready */
-    w[0].ready = 0;
-    w[0].inflight = 0;
-    p = plan(1, 0, 0, 5, 0, w, 1);
-    CHECK_EQ_INT(p.worker, -1);
 }
 
-TEST(busy_workers_of_a_pool_get_nothing)
+TEST(first_idle_worker_wins_and_busy_workers_are_skipped)
 {
-    struct batcher_worker w[2] = {{1, 1}, {1, 1}};
-    struct batcher_plan p = plan(1, 0, 0, 5, 0, w, 2);
-    CHECK_EQ_INT(p.worker, -1);
-    /* a second worker still loading counts: it may be idle first */
-    w[1].ready = 0;
-    w[1].inflight = 0;
-    p = plan(1, 0, 0, 5, 0, w, 2);
-    CHECK_EQ_INT(p.worker, -1);
+    struct batcher_worker w[3] = {{1, 4}, {0, 0}, {1, 0}};
+    struct batcher_view v = view(4, 5, 0, 10, 0, w, 3);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 2); /* worker 0 is busy, worker 1 not ready */
+    CHECK_EQ_INT(p.count, 4);
 }
 
-TEST(continuous_worker_is_topped_up)
+TEST(no_idle_worker_means_wait_for_one)
+{
+    struct batcher_worker w[2] = {{1, 1}, {1, 2}};
+    struct batcher_view v = view(4, 5, 0, 10, 0, w, 2);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    CHECK_EQ_INT(p.wait_us, -1); /* re-planned when a worker frees up, not on a timer */
+}
+
+TEST(continuous_tops_up_the_least_loaded_worker_without_waiting)
 {
     struct batcher_worker w[2] = {{1, 6}, {1, 3}};
-    struct batcher_plan p = plan(8, 100, 1, 10, 0, w, 2);
+    struct batcher_view v = view(8, 100, 1, 10, 0, w, 2);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, 1);
     CHECK_EQ_INT(p.count, 5);
-    w[0].inflight = w[1].inflight = 8;
-    p = plan(8, 100, 1, 10, 0, w, 2);
+}
+
+TEST(continuous_idle_worker_takes_a_partial_batch_at_once)
+{
+    struct batcher_worker w[1] = {{1, 0}};
+    struct batcher_view v = view(8, 100, 1, 2, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 2);
+}
+
+TEST(continuous_full_workers_take_nothing)
+{
+    struct batcher_worker w[1] = {{1, 8}};
+    struct batcher_view v = view(8, 100, 1, 2, 0, w, 1);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, -1);
 }
 
@@ -116,10 +145,16 @@ TEST(busy_worker_of_a_pool_gets_nothing_while_another_loads)
 
 int main(void)
 {
-    RUN(idle_worker_gets_a_full_batch);
-    RUN(partial_batch_waits_for_max_batch_delay);
+    RUN(empty_queue_sends_nothing);
+    RUN(full_batch_goes_at_once);
+    RUN(partial_batch_waits_for_max_batch_delay_from_the_oldest_job);
+    RUN(batch_size_one_never_waits);
+    RUN(first_idle_worker_wins_and_busy_workers_are_skipped);
+    RUN(no_idle_worker_means_wait_for_one);
+    RUN(continuous_tops_up_the_least_loaded_worker_without_waiting);
+    RUN(continuous_idle_worker_takes_a_partial_batch_at_once);
+    RUN(continuous_full_workers_take_nothing);
     RUN(lone_busy_worker_gets_one_full_batch_more);
-    RUN(busy_workers_of_a_pool_get_nothing);
-    RUN(continuous_worker_is_topped_up);
+    RUN(busy_worker_of_a_pool_gets_nothing_while_another_loads);
     return tap_done();
 }
