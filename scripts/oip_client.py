@@ -109,6 +109,37 @@ class Printer:
 
 # ---------------------------------------------------------------- REST
 
+FMT = {"FP32": "f", "FP64": "d", "INT64": "q", "INT32": "i", "INT16": "h", "INT8": "b",
+       "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "BOOL": "?", "FP16": "e"}
+
+
+def raw_to_list(dtype, raw):
+    if dtype == "BYTES":
+        data, k = [], 0
+        while k < len(raw):
+            n = struct.unpack("<I", raw[k:k + 4])[0]
+            data.append(raw[k + 4:k + 4 + n].decode(errors="replace"))
+            k += 4 + n
+        return data
+    fmt = FMT.get(dtype)
+    if not fmt:
+        return raw.hex()
+    return list(struct.unpack(f"<{len(raw) // struct.calcsize(fmt)}{fmt}", raw))
+
+
+def decode_binary(r):
+    """Triton's binary extension: JSON header, then the outputs' raw data in order."""
+    n = int(r.headers["Inference-Header-Content-Length"])
+    o = json.loads(r.content[:n])
+    k = n
+    for t in o.get("outputs", []):
+        size = t.get("parameters", {}).get("binary_data_size")
+        if size is not None:
+            t["data"] = raw_to_list(t["datatype"], r.content[k:k + size])
+            k += size
+    return o
+
+
 def rest(a, route):
     import requests
     p = Printer(a.timing)
@@ -121,7 +152,7 @@ def rest(a, route):
         stream = route.endswith("_stream")
         r = requests.post(url, json=body, stream=stream, timeout=a.timeout)
         if not stream or not r.headers.get("Content-Type", "").startswith("text/event-stream"):
-            o = r.json()
+            o = decode_binary(r) if "Inference-Header-Content-Length" in r.headers else r.json()
             p.response(o)
             p.end()
             if r.status_code >= 400:
@@ -190,19 +221,7 @@ def from_grpc(r):
     for i, t in enumerate(r.outputs):
         c = t.contents
         if r.raw_output_contents:
-            raw = r.raw_output_contents[i]
-            if t.datatype == "BYTES":
-                data, k = [], 0
-                while k < len(raw):
-                    n = struct.unpack("<I", raw[k:k + 4])[0]
-                    data.append(raw[k + 4:k + 4 + n].decode(errors="replace"))
-                    k += 4 + n
-            else:
-                fmt = {"FP32": "f", "FP64": "d", "INT64": "q", "INT32": "i", "INT16": "h",
-                       "INT8": "b", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q",
-                       "BOOL": "?", "FP16": "e"}.get(t.datatype)
-                data = list(struct.unpack(f"<{len(raw) // struct.calcsize(fmt)}{fmt}", raw)) \
-                    if fmt else raw.hex()
+            data = raw_to_list(t.datatype, r.raw_output_contents[i])
         else:
             data = ([b.decode(errors="replace") for b in c.bytes_contents] or
                     list(c.fp32_contents) or list(c.fp64_contents) or list(c.int_contents) or
