@@ -474,7 +474,10 @@ static void run(struct ts_ctx *ctx, const struct oip_model *om, struct tsh_model
     struct tsh_tensor *out = NULL;
     size_t nout = 0;
     char *err = NULL;
+    int64_t t0 = ts_now_us();
     int rc = tsh_forward(m, in, lead->nargs, &out, &nout, &err);
+    char fwd_us[24]; /* as the torchscript handler reports it: overhead = latency - forward */
+    snprintf(fwd_us, sizeof(fwd_us), "%lld", (long long)(ts_now_us() - t0));
     for (size_t p = 0; p < lead->nargs; p++)
         free(in[p].data);
     if (rc) {
@@ -505,6 +508,7 @@ static void run(struct ts_ctx *ctx, const struct oip_model *om, struct tsh_model
         }
     int64_t row = 0;
     for (size_t i = 0; i < n; i++) {
+        ts_set_header(ctx, members[i]->idx, "x-ts-worker-forward-us", fwd_us);
         respond(ctx, om, members[i], out, nout, row, n > 1 ? members[i]->rows : -1);
         row += members[i]->rows;
     }
