@@ -8,8 +8,9 @@
  * float64, and Python's spellings for non-finite values (NaN, Infinity), as json.dumps would.
  *
  * Cost: the common bodies skip jansson (fast_parse below: one pass, no allocation per number),
- * and float32 output is printed without printf (format_float9): through jansson and snprintf,
- * a 64-float request cost about 125k instructions, four times the forward of the example MLP.
+ * and float32 output is printed without printf (format_float9). Through jansson and snprintf a
+ * 64-float mlp request cost 248k + 29k instructions, nearly what its forward costs (300k); now
+ * about 15k + 5k.
  */
 #include "tjson.h"
 
