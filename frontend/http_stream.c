@@ -113,14 +113,30 @@ static void add_seq_header(struct http_call *c)
         evhttp_add_header(out, name, c->job->seq_id);
 }
 
+/* A decoded string as a C string: in buf when it fits (no malloc for the usual short header),
+ * else a malloc'd copy left in *heap for the caller to free. */
+static const char *frame_cstr(struct otf_str s, char *buf, size_t n, char **heap)
+{
+    size_t len = s.len > 0 ? (size_t)s.len : 0;
+    *heap = NULL;
+    if (len >= n)
+        return *heap = otf_strdup(s);
+    if (len)
+        memcpy(buf, s.p, len);
+    buf[len] = '\0';
+    return buf;
+}
+
 static void copy_frame_headers(struct evkeyvalq *out, const struct otf_prediction *p)
 {
     for (size_t i = 0; i < p->n_headers; i++) {
-        char *k = otf_strdup(p->headers[i].key), *v = otf_strdup(p->headers[i].val);
+        char kb[128], vb[256], *kh, *vh;
+        const char *k = frame_cstr(p->headers[i].key, kb, sizeof(kb), &kh);
+        const char *v = frame_cstr(p->headers[i].val, vb, sizeof(vb), &vh);
         if (!strpbrk(k, "\r\n:") && !strpbrk(v, "\r\n"))
             evhttp_add_header(out, k, v);
-        free(k);
-        free(v);
+        free(kh);
+        free(vh);
     }
 }
 
