@@ -39,7 +39,9 @@ struct http_call *http_call_new(struct evhttp_request *req, const char *rid,
     struct http_call *c = xcalloc(1, sizeof(*c));
     c->req = req;
     c->evcon = evhttp_request_get_connection(req);
-    snprintf(c->rid, sizeof(c->rid), "%s", rid);
+    size_t n = strnlen(rid, sizeof(c->rid) - 1); /* snprintf's "%s" costs 10x a copy here */
+    memcpy(c->rid, rid, n);
+    c->rid[n] = '\0';
     if (mode == HTTP_STREAM_SSE) {
         c->sse = 1;
     } else if (mode == HTTP_STREAM_AUTO) {
