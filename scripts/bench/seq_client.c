@@ -146,8 +146,8 @@ int main(int argc, char **argv)
     }
     close(fd);
     printf("lat_p50=%.0f lat_p99=%.0f fwd_p50=%.0f fwd_p99=%.0f ovh_p50=%.0f ovh_p99=%.0f\n",
-           pct(lat, n, 50), pct(lat, n, 99), pct(fwd, nf, 50), pct(fwd, nf, 99),
-           pct(ovh, nf, 50), pct(ovh, nf, 99));
+           pct(lat, n, 50), pct(lat, n, 99), pct(fwd, nf, 50), pct(fwd, nf, 99), pct(ovh, nf, 50),
+           pct(ovh, nf, 99));
     free(lat);
     free(fwd);
     free(ovh);
