@@ -2,14 +2,28 @@
  * grpc_server: gRPC C core servers, the completion-queue thread, the mailbox to the loop thread,
  * and the per-call state machine.
  *
- * Design (see reference/c-engineering-notes.md §1): one CQ, registered with both servers, is
- * drained by one thread that moves (tag, success) pairs into a locked mailbox and wakes the loop
- * with event_active. The loop thread owns models and jobs and runs every service callback, so
- * services never need locks. Two kinds of completion stay on the CQ thread because they need
- * nothing from the loop: a new call (its setup batches then need no wake-up of the poller), and
- * the RECV_CLOSE of a call whose status has been sent. `pending` is atomic for that reason;
- * everything else in a call is touched by one thread at a time, handed over through the
- * mailbox's lock or gRPC's own completion ordering.
+ * Design (see reference/c-engineering-notes.md §1.6, "hybrid"): one CQ, registered with both
+ * servers, is drained by one thread that moves (tag, success) pairs into a locked mailbox and
+ * wakes the loop with event_active. The loop thread owns models and jobs and runs every service
+ * callback, so services never need locks. Three kinds of completion stay on the CQ thread
+ * because they need nothing from the loop:
+ *   - a new call (its setup batches then need no wake-up of the poller);
+ *   - every SEND: the CQ thread starts the call's next queued message (or its status) itself, so
+ *     a stream's messages go out back to back without waking the loop once per message; the
+ *     loop only appends to the out-queue and starts a send when none is in flight;
+ *   - the RECV_CLOSE of a call whose status has been sent.
+ * Shared between the threads, hence under the call's mutex `mu`: the out-queue, send_pending,
+ * send_bb, the queued status and `closed`. Everything else in a call is touched by one thread at
+ * a time, handed over through the mailbox's lock or gRPC's own completion ordering.
+ *
+ * Lifetime: `pending` is an atomic count of references: one per outstanding batch (taken before
+ * the batch starts) and one for the service while it holds the call (`owned`). Whoever drops it
+ * to 0, on either thread, frees the call. The loop touches a call only while it holds one of
+ * those references (the service's, or the count of the completion it is handling), so the CQ
+ * thread can never free a call under it. The service's reference outlives gcall_finish /
+ * gcall_send_finish until the loop's current callback has returned (it is dropped from a loop
+ * event, `released`): services may still look at the call, e.g. gcall_finish after
+ * gcall_send_finish, in the same callback. On on_cancel it is dropped when on_cancel returns.
  *
  * A call runs these batches, each with its own tag and at most one outstanding per op type:
  *   at T_NEW   {RECV_CLOSE_ON_SERVER} alone: completes when the call is over; cancelled = 1
@@ -19,9 +33,7 @@
  *              buffer is the half-close);
  *              {SEND_MESSAGE} one at a time from the call's out-queue, the last one joined by
  *              SEND_STATUS_FROM_SERVER once the service has finished the call.
- * `pending` counts outstanding batches; the call is freed when none is outstanding and the
- * service has let go of it (gcall_finish or on_cancel). Calls that fail authorization or name
- * an unknown method are answered without the service.
+ * Calls that fail authorization or name an unknown method are answered without the service.
  */
 #include "grpc_server.h"
 
@@ -81,21 +93,23 @@ struct gcall {
     const struct grpc_method *method;
     char id[24];
     struct gtag t_new, t_close, t_recv, t_send;
-    atomic_int pending; /* outstanding batches (both threads: see cq_thread) */
+    atomic_int pending; /* references: outstanding batches + 1 while owned (see top) */
     int owned;          /* the service holds the call (between dispatch and finish/cancel) */
-    int closed;         /* RECV_CLOSE_ON_SERVER completed */
     int close_cancelled;
-    int recv_pending, recv_done, recv_hold;
+    int recv_pending, recv_done, recv_hold; /* loop thread (CQ thread before the first recv) */
     grpc_byte_buffer *recv_bb;
+    pthread_mutex_t mu; /* the send side below, shared by both threads */
+    int closed;         /* RECV_CLOSE_ON_SERVER handled on the loop (before the status went out) */
     int send_pending;
     grpc_byte_buffer *send_bb;
     int status_queued;
-    atomic_int status_sent; /* read by the CQ thread */
+    atomic_int status_sent; /* also read by the CQ thread without mu (RECV_CLOSE shortcut) */
     grpc_status_code status;
     grpc_slice status_details;
     STAILQ_HEAD(, gmsg) out;
     void *user;
     struct gmd *mdcache;
+    struct gcall *next_released; /* G.released (loop thread) */
 };
 
 struct mail {
@@ -110,6 +124,8 @@ static struct {
     struct gsrv srv[2];
     int n_srv;
     struct event *ev;
+    struct event *ev_release; /* drops the service's references of G.released */
+    struct gcall *released;   /* let go by their service in this loop turn (loop thread) */
     pthread_mutex_t mu;
     pthread_cond_t cond;
     struct mail *box, *spare;
@@ -122,6 +138,7 @@ static struct {
 /* ---- CQ thread ---- */
 
 static void on_new(struct gcall *c, int success);
+static void on_send(struct gcall *c, int success);
 static void call_release(struct gcall *c);
 static void call_free(struct gcall *c);
 
@@ -147,11 +164,18 @@ static void *cq_thread(void *arg)
             call_release(c);
             continue;
         }
+        if (t->kind == TAG_SEND && !G.draining) {
+            /* The next message of the call goes out from here (under the call's lock), with
+             * no loop wake-up; a batch started here completes on this thread's next turn. */
+            pthread_mutex_unlock(&G.mu);
+            on_send(t->call, ev.success);
+            call_release(t->call);
+            continue;
+        }
         if (t->kind == TAG_CLOSE && !G.draining && t->call->status_sent) {
-            /* The call is over after its status went out: nothing for the loop to do. The
-             * status batch's own completion still goes to the loop (code there may touch the
-             * call until it is handled), so this never frees a call the loop is using:
-             * whoever drops `pending` to 0 frees it. */
+            /* The call is over after its status went out, so the service had let go of it:
+             * nothing for the loop to do. Whoever drops `pending` to 0 frees the call, and the
+             * loop holds a reference whenever it touches it (see the top of this file). */
             pthread_mutex_unlock(&G.mu);
             call_release(t->call);
             continue;
@@ -174,11 +198,11 @@ static void *cq_thread(void *arg)
 
 /* ---- call lifetime ---- */
 
-/* One batch of c completed (or never started): drop its count, free c when it was the last and
- * the service has let go. Called from both threads, hence the atomic decrement. */
+/* Drops one reference of c (a completed batch, or the service's): frees c with the last one.
+ * Called from both threads, hence the atomic decrement; c must not be touched after it. */
 static void call_release(struct gcall *c)
 {
-    if (atomic_fetch_sub(&c->pending, 1) == 1 && !c->owned)
+    if (atomic_fetch_sub(&c->pending, 1) == 1)
         call_free(c);
 }
 
@@ -203,6 +227,7 @@ static void call_free(struct gcall *c)
     grpc_call_details_destroy(&c->details);
     if (c->call)
         grpc_call_unref(c->call);
+    pthread_mutex_destroy(&c->mu);
     free(c);
     G.live_calls--;
     pthread_mutex_lock(&G.mu);
@@ -236,6 +261,7 @@ static void arm_new_call(struct gsrv *s)
     c->t_recv = (struct gtag){c, TAG_RECV};
     c->t_send = (struct gtag){c, TAG_SEND};
     STAILQ_INIT(&c->out);
+    pthread_mutex_init(&c->mu, NULL);
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
     G.live_calls++;
@@ -249,7 +275,8 @@ static void arm_new_call(struct gsrv *s)
 }
 
 /* Starts the next send batch if none is in flight: a queued message (with the status when it
- * is the last one and the service has finished), or the status alone. */
+ * is the last one and the service has finished), or the status alone. Either thread, with c->mu
+ * held (the batch starts under it, so the two threads' sends cannot overtake each other). */
 static void pump_send(struct gcall *c)
 {
     if (c->send_pending || c->closed || c->status_sent)
@@ -358,6 +385,7 @@ static void on_new(struct gcall *c, int success)
         return;
     }
     c->owned = 1;
+    c->pending++; /* the service's reference */
     arm_recv(c, 1);
 }
 
@@ -398,26 +426,32 @@ static void on_recv(struct gcall *c, int success)
         arm_recv(c, 0);
 }
 
+/* A send batch completed: the CQ thread normally (the loop while stopping). */
 static void on_send(struct gcall *c, int success)
 {
+    pthread_mutex_lock(&c->mu);
     c->send_pending = 0;
-    if (c->send_bb) {
-        grpc_byte_buffer_destroy(c->send_bb);
-        c->send_bb = NULL;
-    }
+    grpc_byte_buffer *bb = c->send_bb;
+    c->send_bb = NULL;
     if (success)
         pump_send(c);
+    pthread_mutex_unlock(&c->mu);
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
 }
 
 static void on_close(struct gcall *c)
 {
+    pthread_mutex_lock(&c->mu);
     c->closed = 1;
+    pthread_mutex_unlock(&c->mu);
     if (c->owned) {
         /* over before the service finished: the client, its deadline or our shutdown */
         LOG_INFO("grpc %s call %s: cancelled by the client or deadline", c->srv->name, c->id);
         c->owned = 0;
         if (c->method && c->method->on_cancel)
             c->method->on_cancel(c);
+        call_release(c); /* the service's reference; handle() still holds the close's */
     }
 }
 
@@ -476,53 +510,98 @@ static void on_mail(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the service API ---- */
 
-static int queue_message(struct gcall *c, const ProtobufCMessage *msg)
+/* One response message, packed now (outside the call's lock). */
+static struct gmsg *pack_message(const ProtobufCMessage *msg)
 {
-    if (c->closed || c->status_queued)
-        return -1;
     size_t len = protobuf_c_message_get_packed_size(msg);
     grpc_slice sl = grpc_slice_malloc(len);
     protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(sl));
     struct gmsg *m = xmalloc(sizeof(*m));
     m->bb = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
-    STAILQ_INSERT_TAIL(&c->out, m, link);
-    return 0;
+    return m;
 }
 
-/* Queues the status; 0 if the service still held the call. */
-static int queue_status(struct gcall *c, int code, const char *msg)
+static void drop_message(struct gmsg *m)
 {
-    if (!c->owned)
-        return -1;
-    c->owned = 0;
-    if (c->closed)
-        return -1;
-    c->status = (grpc_status_code)code;
-    c->status_details = grpc_slice_from_copied_string(msg ? msg : "");
-    c->status_queued = 1;
-    return 0;
+    grpc_byte_buffer_destroy(m->bb);
+    free(m);
+}
+
+/* Queues m (NULL: none) and the status (code >= 0, only while the service owns the call), and
+ * starts a send if none is in flight. Loop thread. 0 if queued; m is freed if it was not. */
+static int queue_send(struct gcall *c, struct gmsg *m, int code, const char *text)
+{
+    int ret = 0;
+    pthread_mutex_lock(&c->mu);
+    if (c->closed || c->status_queued) {
+        ret = -1;
+    } else {
+        if (m) {
+            STAILQ_INSERT_TAIL(&c->out, m, link);
+            m = NULL;
+        }
+        if (code >= 0) {
+            c->status = (grpc_status_code)code;
+            c->status_details = grpc_slice_from_copied_string(text ? text : "");
+            c->status_queued = 1;
+        }
+        pump_send(c);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (m)
+        drop_message(m);
+    return ret;
 }
 
 int gcall_send(struct gcall *c, const ProtobufCMessage *msg)
 {
-    if (queue_message(c, msg) != 0)
+    if (!c->owned)
         return -1;
-    pump_send(c);
-    return 0;
+    return queue_send(c, pack_message(msg), -1, NULL);
+}
+
+/* Ends the service's ownership; its reference is dropped once the current loop callback is over
+ * (flush_released), so c stays valid to the service until then. */
+static void let_go(struct gcall *c, struct gmsg *m, int code, const char *text)
+{
+    if (!c->owned) {
+        if (m)
+            drop_message(m);
+        return;
+    }
+    c->owned = 0;
+    queue_send(c, m, code, text);
+    c->next_released = G.released;
+    G.released = c;
+    event_active(G.ev_release, EV_READ, 0);
+}
+
+static void flush_released(void)
+{
+    struct gcall *c;
+    while ((c = G.released)) {
+        G.released = c->next_released;
+        call_release(c);
+    }
+}
+
+static void on_release(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    flush_released();
 }
 
 void gcall_finish(struct gcall *c, int code, const char *msg)
 {
-    if (queue_status(c, code, msg) == 0)
-        pump_send(c);
+    let_go(c, NULL, code, msg);
 }
 
 void gcall_send_finish(struct gcall *c, const ProtobufCMessage *msg, int code, const char *text)
 {
-    queue_message(c, msg);
-    queue_status(c, code, text);
-    pump_send(c);
+    let_go(c, c->owned ? pack_message(msg) : NULL, code, text);
 }
 
 void gcall_hold_recv(struct gcall *c, int hold)
@@ -655,6 +734,7 @@ int grpc_servers_start(void)
     grpc_init();
     G.cq = grpc_completion_queue_create_for_next(NULL);
     G.ev = event_new(srv->base, -1, 0, on_mail, NULL);
+    G.ev_release = event_new(srv->base, -1, 0, on_release, NULL);
     G.started = 1;
     if (pthread_create(&G.thread, NULL, cq_thread, NULL) != 0) {
         LOG_ERROR("cannot start the gRPC completion-queue thread");
@@ -695,6 +775,7 @@ void grpc_servers_stop(void)
     }
     /* the loop no longer runs: handle completions here until every call is gone */
     while (!stop_done()) {
+        flush_released(); /* services may finish calls while the mailbox is drained here */
         pthread_mutex_lock(&G.mu);
         while (G.n_box == 0 && !stop_done())
             pthread_cond_wait(&G.cond, &G.mu);
@@ -707,6 +788,7 @@ void grpc_servers_stop(void)
     pthread_join(G.thread, NULL);
     grpc_completion_queue_destroy(G.cq);
     event_free(G.ev);
+    event_free(G.ev_release);
     free(G.box);
     free(G.spare);
     G.box = G.spare = NULL;

@@ -3,17 +3,22 @@
  * ManagementAPIsService on grpc_management_address:port, 7071) on gRPC C core, and the call
  * machinery the services in grpc_inference.c / grpc_management.c are written against.
  *
- * Threads: one completion-queue thread blocks in grpc_completion_queue_next and hands every
- * completion to the loop thread through a mailbox (a locked queue + event_active). Every call
- * state machine, every service callback and every gcall_* function runs on the loop thread, so
- * services may touch jobs and models freely. grpc_servers_start/stop run on the loop thread.
+ * Threads: one completion-queue thread blocks in grpc_completion_queue_next and hands the
+ * completions that concern services (request messages, cancels) to the loop thread through a
+ * mailbox (a locked queue + event_active). Every service callback and every gcall_* function
+ * runs on the loop thread, so services may touch jobs and models freely; the send side of a call
+ * (its out-queue, under a per-call lock) is also driven by the completion-queue thread, which
+ * starts the next queued message when one is out. grpc_servers_start/stop run on the loop
+ * thread.
  *
  * A service sees a call as a `struct gcall`: it gets each request message (on_message), the
  * client's half-close (client-streaming methods), and on_cancel if the call ends before the
  * service finished it (client cancel, deadline, disconnect, shutdown). The service answers with
  * gcall_send (queued, sent in order, one SEND_MESSAGE in flight) and ends with gcall_finish
  * (the status goes out after the queued messages). After gcall_finish or on_cancel the service
- * must forget the call; the gcall itself is freed by this module once gRPC is done with it.
+ * must forget the call once its current callback returns (until then the gcall stays valid, e.g.
+ * for a redundant gcall_finish); the gcall itself is freed by this module once gRPC is done
+ * with it, on either thread.
  */
 #ifndef TS_GRPC_SERVER_H
 #define TS_GRPC_SERVER_H
