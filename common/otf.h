@@ -96,12 +96,12 @@ struct otf_response {
 /* A decoded frontend->worker frame. */
 struct otf_command {
     char cmd;
-    struct otf_load load;       /* 'L' */
-    struct otf_request *reqs;   /* 'I' */
+    struct otf_load load;     /* 'L' */
+    struct otf_request *reqs; /* 'I' */
     size_t n_reqs;
-    struct otf_str *ids;        /* 'C' */
+    struct otf_str *ids; /* 'C' */
     size_t n_ids;
-    struct otf_str seq_id;      /* 'S' */
+    struct otf_str seq_id; /* 'S' */
     int32_t seq_event;
 };
 

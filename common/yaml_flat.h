@@ -24,8 +24,8 @@ struct yflat {
 /* 0, or TS_E_BAD_CONFIG / -errno with err set. name is used in messages ("model-config.yaml"). */
 int yflat_parse_file(const char *path, const char *name, struct yflat *out, char *err,
                      size_t errlen);
-int yflat_parse_string(const char *text, size_t len, const char *name, struct yflat *out,
-                       char *err, size_t errlen);
+int yflat_parse_string(const char *text, size_t len, const char *name, struct yflat *out, char *err,
+                       size_t errlen);
 const struct yflat_entry *yflat_get(const struct yflat *y, const char *path);
 void yflat_free(struct yflat *y);
 

@@ -124,8 +124,7 @@ static void predictions(struct evhttp_request *req, const char *rid, struct http
     struct model *m;
     int rc = model_find(p->seg[1], version, &m);
     if (rc == TS_E_MODEL_NOT_FOUND) {
-        http_send_error(req, rid, 404, "ModelNotFoundException", "Model not found: %s",
-                        p->seg[1]);
+        http_send_error(req, rid, 404, "ModelNotFoundException", "Model not found: %s", p->seg[1]);
         return;
     }
     if (rc == TS_E_VERSION_NOT_FOUND) {

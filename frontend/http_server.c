@@ -181,8 +181,8 @@ char *http_error_json(int status, const char *type, const char *msg)
     return r;
 }
 
-void http_send_error(struct evhttp_request *req, const char *req_id, int status,
-                     const char *type, const char *fmt, ...)
+void http_send_error(struct evhttp_request *req, const char *req_id, int status, const char *type,
+                     const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -212,8 +212,8 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     http_metrics_handle(req);
 }
 
-static struct evhttp *listen_on(const struct listen_addr *a, void (*cb)(struct evhttp_request *,
-                                                                         void *))
+static struct evhttp *listen_on(const struct listen_addr *a,
+                                void (*cb)(struct evhttp_request *, void *))
 {
     struct evhttp *h = evhttp_new(srv->base);
     if (!h)

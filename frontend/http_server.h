@@ -37,8 +37,8 @@ void http_send(struct evhttp_request *req, const char *req_id, int status, const
 /* Pretty JSON (2-space indent, trailing newline), takes ownership of obj. */
 void http_send_json(struct evhttp_request *req, const char *req_id, int status, json_t *obj);
 /* TorchServe's error body; status >= 400 also closes the connection. */
-void http_send_error(struct evhttp_request *req, const char *req_id, int status,
-                     const char *type, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void http_send_error(struct evhttp_request *req, const char *req_id, int status, const char *type,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* {"code","type","message"} pretty-printed, malloc'd */
 char *http_error_json(int status, const char *type, const char *msg);
 const char *http_reason(int status);

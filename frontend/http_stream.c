@@ -317,8 +317,8 @@ static void on_error(struct job *j, int status, const char *type, const char *ms
 {
     struct http_call *c = j->sink_arg;
     LOG_REQ(LOG_LEVEL_WARN, c->rid, "request failed: %d %s", status, msg);
-    char *body = c->error_body ? c->error_body(c, status, type, msg)
-                               : http_error_json(status, type, msg);
+    char *body =
+        c->error_body ? c->error_body(c, status, type, msg) : http_error_json(status, type, msg);
     if (!c->started) {
         add_seq_header(c);
         http_send(c->req, c->rid, status, "application/json", body, strlen(body));
@@ -347,8 +347,8 @@ const struct job_sink http_call_sink = {on_frame, on_error};
 
 void http_call_reject(struct http_call *c, int status, const char *type, const char *msg)
 {
-    char *body = c->error_body ? c->error_body(c, status, type, msg)
-                               : http_error_json(status, type, msg);
+    char *body =
+        c->error_body ? c->error_body(c, status, type, msg) : http_error_json(status, type, msg);
     add_seq_header(c);
     http_send(c->req, c->rid, status, "application/json", body, strlen(body));
     free(body);

@@ -283,9 +283,9 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
         rc = TS_E_BAD_INPUT;
         goto fail;
     }
-    m->version = xstrdup(m->manifest.model_version && *m->manifest.model_version
-                             ? m->manifest.model_version
-                             : "1.0");
+    m->version =
+        xstrdup(m->manifest.model_version && *m->manifest.model_version ? m->manifest.model_version
+                                                                        : "1.0");
     m->handler = xstrdup(r->handler && *r->handler ? r->handler : m->manifest.handler);
     free(path);
     *out = m;
@@ -325,8 +325,8 @@ static int model_commit(struct model *m, const struct model_reg *r, char *err, s
     struct model *def;
     m->is_default = model_find(m->name, NULL, &def) != 0;
     LIST_INSERT_HEAD(&srv->models, m, link);
-    LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)",
-             m->name, m->version, r->url, m->batch_size, m->max_batch_delay_ms);
+    LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)", m->name,
+             m->version, r->url, m->batch_size, m->max_batch_delay_ms);
     return 0;
 }
 

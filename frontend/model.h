@@ -23,8 +23,8 @@ TAILQ_HEAD(worker_list, worker);
 struct model {
     char *name;
     char *version;
-    char *url;   /* what it was registered from (archive file name or path) */
-    char *dir;   /* extracted model directory */
+    char *url;     /* what it was registered from (archive file name or path) */
+    char *dir;     /* extracted model directory */
     char *tmp_dir; /* directory we created for the extraction (removed on unregister), or NULL */
     char *handler;
     int is_default;
@@ -39,7 +39,7 @@ struct model {
     int queue_max;
     int min_workers;
     int max_workers;
-    int continuous;        /* the handler keeps requests across steps (learned at load) */
+    int continuous; /* the handler keeps requests across steps (learned at load) */
     /* queue */
     struct job_list queue;
     int queue_len;

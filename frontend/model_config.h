@@ -9,23 +9,23 @@
 #include <stddef.h>
 
 struct model_config {
-    int min_workers;            /* minWorkers, -1 = unset */
-    int max_workers;            /* maxWorkers, -1 = unset */
-    int batch_size;             /* batchSize, -1 = unset (default 1) */
-    int max_batch_delay_ms;     /* maxBatchDelay, -1 = unset (default 100) */
-    int response_timeout_s;     /* responseTimeout, -1 = unset (server default) */
-    int startup_timeout_s;      /* startupTimeout, -1 = unset (server default) */
-    int job_queue_size;         /* jobQueueSize, -1 = unset (server job_queue_size) */
-    int max_retry_timeout_s;    /* maxRetryTimeoutInSec, default 300 */
-    int client_timeout_ms;      /* clientTimeoutInMills, 0 = none */
+    int min_workers;         /* minWorkers, -1 = unset */
+    int max_workers;         /* maxWorkers, -1 = unset */
+    int batch_size;          /* batchSize, -1 = unset (default 1) */
+    int max_batch_delay_ms;  /* maxBatchDelay, -1 = unset (default 100) */
+    int response_timeout_s;  /* responseTimeout, -1 = unset (server default) */
+    int startup_timeout_s;   /* startupTimeout, -1 = unset (server default) */
+    int job_queue_size;      /* jobQueueSize, -1 = unset (server job_queue_size) */
+    int max_retry_timeout_s; /* maxRetryTimeoutInSec, default 300 */
+    int client_timeout_ms;   /* clientTimeoutInMills, 0 = none */
     /* sequences (stateful issue) */
-    int sequence_batching;      /* sequenceBatching, 0/1 */
-    int continuous_batching;    /* continuousBatching, 0/1 */
-    int seq_max_idle_ms;        /* sequenceMaxIdleMSec, 0 = unset */
-    int seq_timeout_ms;         /* sequenceTimeoutMSec, 0 = never */
-    int max_seq_job_queue;      /* maxSequenceJobQueueSize, default 1 */
-    int max_num_sequence;       /* maxNumSequence, -1 = unset (batchSize x maxWorkers) */
-    int cache_capacity;         /* handler.cache.capacity, -1 = unset */
+    int sequence_batching;   /* sequenceBatching, 0/1 */
+    int continuous_batching; /* continuousBatching, 0/1 */
+    int seq_max_idle_ms;     /* sequenceMaxIdleMSec, 0 = unset */
+    int seq_timeout_ms;      /* sequenceTimeoutMSec, 0 = never */
+    int max_seq_job_queue;   /* maxSequenceJobQueueSize, default 1 */
+    int max_num_sequence;    /* maxNumSequence, -1 = unset (batchSize x maxWorkers) */
+    int cache_capacity;      /* handler.cache.capacity, -1 = unset */
 };
 
 void model_config_defaults(struct model_config *mc);

@@ -477,8 +477,7 @@ void sequence_dispatch(struct model *m)
                 break;
             if (!s->worker)
                 s->worker = w;
-            if (s->worker != w || s->qlen == 0 ||
-                (s->inflight > 0 && !m->mc.continuous_batching))
+            if (s->worker != w || s->qlen == 0 || (s->inflight > 0 && !m->mc.continuous_batching))
                 continue;
             pick[n++] = s;
             if (TAILQ_FIRST(&s->queue)->created_us < oldest)

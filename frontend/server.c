@@ -156,7 +156,6 @@ static const char *config_path(const struct server_opts *o)
     return NULL;
 }
 
-
 int server_main(const struct server_opts *o)
 {
     static struct server s;

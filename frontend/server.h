@@ -34,9 +34,9 @@ struct metrics_counters {
 struct server {
     struct event_base *base;
     struct config cfg;
-    char *worker_bin;    /* torchserve-c-worker next to our own binary */
-    char *model_store;   /* absolute */
-    char *run_dir;       /* per-instance scratch dir: extracted archives */
+    char *worker_bin;  /* torchserve-c-worker next to our own binary */
+    char *model_store; /* absolute */
+    char *run_dir;     /* per-instance scratch dir: extracted archives */
     struct evhttp *http_inference;
     struct evhttp *http_management;
     struct evhttp *http_metrics;

@@ -107,8 +107,8 @@ static void fail_queue_if_orphaned(struct model *m, const char *why)
         return;
     struct job *j;
     char msg[512];
-    snprintf(msg, sizeof(msg), "Model \"%s\" has no worker to serve inference request: %s",
-             m->name, why);
+    snprintf(msg, sizeof(msg), "Model \"%s\" has no worker to serve inference request: %s", m->name,
+             why);
     while ((j = TAILQ_FIRST(&m->queue))) {
         model_dequeue(m, j);
         job_fail(j, 503, "ServiceUnavailableException", msg);
@@ -191,8 +191,8 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     evtimer_del(w->timer);
     if (m) {
         m->continuous = strstr(msg, "continuous=1") != NULL;
-        LOG_INFO("worker %d (pid %d) loaded model %s %s in %lld ms%s", w->id, (int)w->pid,
-                 m->name, m->version, (long long)(ts_wall_ms() - w->start_wall_ms),
+        LOG_INFO("worker %d (pid %d) loaded model %s %s in %lld ms%s", w->id, (int)w->pid, m->name,
+                 m->version, (long long)(ts_wall_ms() - w->start_wall_ms),
                  m->continuous ? " (continuous batching)" : "");
         model_dispatch(m);
         mgmt_worker_changed(m);
@@ -265,9 +265,8 @@ static void on_read(struct bufferevent *bev, void *arg)
             break;
         if (n < 0) {
             LOG_ERROR("worker %d sent a bad frame: %s", w->id, ts_strerror((int)n));
-            worker_kill(w, n == TS_E_TOO_LARGE
-                               ? "Worker response exceeds max_response_size"
-                               : "Worker sent a malformed frame");
+            worker_kill(w, n == TS_E_TOO_LARGE ? "Worker response exceeds max_response_size"
+                                               : "Worker sent a malformed frame");
             return;
         }
         if (w->state == WORKER_STARTING)

@@ -37,17 +37,17 @@ struct worker {
     struct bufferevent *bev;
     struct job_list inflight;
     int n_inflight;
-    struct event *timer;         /* startup / response timeout, back-off */
-    int64_t start_wall_ms;       /* for describe */
+    struct event *timer;   /* startup / response timeout, back-off */
+    int64_t start_wall_ms; /* for describe */
     int64_t last_io_us;
-    int retries;                 /* consecutive failures, for back-off */
+    int retries; /* consecutive failures, for back-off */
     unsigned long oom_kills_at_spawn;
-    struct buf out;              /* scratch for encoding */
-    uint64_t steps;              /* response frames received */
+    struct buf out; /* scratch for encoding */
+    uint64_t steps; /* response frames received */
     int64_t ready_since_us;
-    const char *kill_reason;     /* why we killed it, for the in-flight jobs' error */
-    TAILQ_ENTRY(worker) link;    /* model->workers */
-    TAILQ_ENTRY(worker) glink;   /* every live process, for reaping */
+    const char *kill_reason;   /* why we killed it, for the in-flight jobs' error */
+    TAILQ_ENTRY(worker) link;  /* model->workers */
+    TAILQ_ENTRY(worker) glink; /* every live process, for reaping */
 };
 
 /* Sets up SIGCHLD handling on the loop. */
