@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 #include <ftw.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
@@ -235,9 +236,52 @@ int ts_rmtree(const char *path)
     return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Request ids need to be unique, not secret: a per-thread xoshiro256** generator seeded once
+ * from getrandom() replaces libuuid, which re-seeds (6 syscalls) on every call. */
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next_random(void)
+{
+    static __thread uint64_t st[4];
+    static __thread int seeded;
+    if (!seeded) {
+        if (getrandom(st, sizeof(st), 0) != (ssize_t)sizeof(st)) {
+            uuid_t u; /* no getrandom: libuuid's own seeding */
+            uuid_generate(u);
+            memcpy(st, u, sizeof(u));
+            st[2] = (uint64_t)ts_now_us();
+            st[3] = (uint64_t)getpid();
+        }
+        seeded = 1;
+    }
+    uint64_t r = rotl(st[1] * 5, 7) * 9, t = st[1] << 17;
+    st[2] ^= st[0];
+    st[3] ^= st[1];
+    st[1] ^= st[2];
+    st[0] ^= st[3];
+    st[2] ^= t;
+    st[3] = rotl(st[3], 45);
+    return r;
+}
+
 void ts_uuid(char out[37])
 {
-    uuid_t u;
-    uuid_generate_random(u);
-    uuid_unparse_lower(u, out);
+    uint8_t b[16];
+    uint64_t hi = next_random(), lo = next_random();
+    memcpy(b, &hi, 8);
+    memcpy(b + 8, &lo, 8);
+    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    static const char hex[] = "0123456789abcdef";
+    int k = 0;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[k++] = '-';
+        out[k++] = hex[b[i] >> 4];
+        out[k++] = hex[b[i] & 15];
+    }
+    out[k] = '\0';
 }

@@ -54,8 +54,11 @@ TEST(uuid_is_v4_text)
     ts_uuid(a);
     ts_uuid(b);
     CHECK_EQ_INT(strlen(a), 36);
-    CHECK(a[8] == '-' && a[14] == '4');
+    CHECK(a[8] == '-' && a[13] == '-' && a[14] == '4' && a[18] == '-' && a[23] == '-');
+    CHECK(strchr("89ab", a[19]) != NULL);
     CHECK(strcmp(a, b) != 0);
+    uuid_t u;
+    CHECK_EQ_INT(uuid_parse(a, u), 0);
 }
 
 TEST(rmtree_removes_nested_dirs_but_not_link_targets)
