@@ -1,0 +1,35 @@
+/*
+ * jnum: JSON numbers without strtod or printf, for the per-element hot paths (the worker's
+ * tjson, the frontend's OIP REST parse and reply).
+ *
+ * jnum_scan_f32 reads a JSON number token and gives exactly the float that (float) of jansson's
+ * value gives (strtod's correctly rounded double, or an integer token via long long, cast to
+ * float); it gives up (-1) on anything it cannot decide cheaply, and the caller then takes its
+ * slow path. jnum_f32 prints a float exactly as printf's "%.9g" (the shortest width that always
+ * round-trips float32), or returns 0 for the few values it leaves to snprintf.
+ *
+ * Pure: no globals, no allocation; any thread.
+ */
+#ifndef TS_JNUM_H
+#define TS_JNUM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest output of jnum_f32 / jnum_i64 / jnum_u64, without a NUL. */
+#define JNUM_MAX 24
+
+/* The JSON number starting at p (before end) as a float. 0 with *next just past the token, or
+ * -1 to give up: not a JSON number, an integer of more than 18 digits (jansson may refuse it),
+ * or a real that overflows (jansson refuses it). */
+int jnum_scan_f32(const char *p, const char *end, const char **next, float *out);
+
+/* printf("%.9g", f) into s (no NUL): its length, or 0 for NaN, infinities and the tiny values
+ * it leaves to snprintf. s holds JNUM_MAX bytes. */
+size_t jnum_f32(char *s, float f);
+
+/* Decimal integers into s (no NUL): the length. */
+size_t jnum_i64(char *s, int64_t v);
+size_t jnum_u64(char *s, uint64_t v);
+
+#endif
