@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "jnum.h"
+
 static const struct {
     const char *name;
     size_t size;
@@ -85,14 +87,15 @@ int oip_check_data(int dtype, const int64_t *shape, int ndim, const uint8_t *dat
 {
     char sh[128];
     int64_t numel = oip_numel(shape, ndim);
-    shape_str(sh, sizeof(sh), shape, ndim);
     if (numel < 0) {
+        shape_str(sh, sizeof(sh), shape, ndim);
         snprintf(err, errlen, "shape %s is not a valid shape", sh);
         return -1;
     }
     if (dtype != OIP_BYTES) {
         size_t es = oip_dtype_size(dtype);
         if (!es || (uint64_t)numel > SIZE_MAX / es || (size_t)numel * es != nbytes) {
+            shape_str(sh, sizeof(sh), shape, ndim);
             snprintf(err, errlen, "expected %lld bytes for %s %s, got %zu",
                      (long long)numel * (long long)es, oip_dtype_name(dtype), sh, nbytes);
             return -1;
@@ -110,6 +113,7 @@ int oip_check_data(int dtype, const int64_t *shape, int ndim, const uint8_t *dat
         return -1;
     }
     if (count != numel) {
+        shape_str(sh, sizeof(sh), shape, ndim);
         snprintf(err, errlen, "BYTES shape %s needs %lld element(s), got %lld", sh,
                  (long long)numel, (long long)count);
         return -1;
@@ -342,10 +346,204 @@ void oip_wire_put_jstr(struct buf *b, const char *s, size_t n)
 void oip_wire_put_desc(struct buf *b, int first, const char *name, int dtype, const int64_t *shape,
                        int ndim, size_t nbytes)
 {
+    char num[JNUM_MAX];
     buf_puts(b, first ? "{\"name\":" : ",{\"name\":");
     oip_wire_put_jstr(b, name, strlen(name));
-    buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", oip_dtype_name(dtype));
-    for (int i = 0; i < ndim; i++)
-        buf_printf(b, "%s%lld", i ? "," : "", (long long)shape[i]);
-    buf_printf(b, "],\"size\":%zu}", nbytes);
+    buf_puts(b, ",\"datatype\":\"");
+    buf_puts(b, oip_dtype_name(dtype));
+    buf_puts(b, "\",\"shape\":[");
+    for (int i = 0; i < ndim; i++) {
+        if (i)
+            buf_put_u8(b, ',');
+        buf_put(b, num, jnum_i64(num, shape[i]));
+    }
+    buf_puts(b, "],\"size\":");
+    buf_put(b, num, jnum_u64(num, nbytes));
+    buf_put_u8(b, '}');
+}
+
+/* ---------------------------------------------------------------- fast header scan
+ *
+ * The headers this project writes are small and regular; jansson's DOM for one costs more than
+ * the tensors. oip_wire_scan reads that form straight into tensors. It never reports an error:
+ * on anything unexpected it says "not mine" and the caller runs jansson and oip_wire_tensors,
+ * which own the messages, on the same bytes.
+ */
+struct hs {
+    char *p, *end;
+};
+
+static void hs_ws(struct hs *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++;
+}
+
+static int hs_lit(struct hs *s, char c)
+{
+    hs_ws(s);
+    if (s->p < s->end && *s->p == c) {
+        s->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A string of printable ASCII without escapes, NUL-terminated in place. */
+static const char *hs_str(struct hs *s)
+{
+    hs_ws(s);
+    if (s->p >= s->end || *s->p != '"')
+        return NULL;
+    char *b = ++s->p;
+    while (s->p < s->end && *s->p != '"') {
+        unsigned char ch = (unsigned char)*s->p;
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80)
+            return NULL;
+        s->p++;
+    }
+    if (s->p >= s->end)
+        return NULL;
+    *s->p++ = '\0';
+    return b;
+}
+
+/* An integer >= 0 of at most 18 digits, in JSON's spelling. */
+static int hs_size(struct hs *s, int64_t *v)
+{
+    hs_ws(s);
+    char *b = s->p;
+    int64_t x = 0;
+    while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
+        x = x * 10 + (*s->p++ - '0');
+    size_t nd = (size_t)(s->p - b);
+    if (!nd || nd > 18 || (nd > 1 && *b == '0'))
+        return 0;
+    if (s->p < s->end && (*s->p == '.' || *s->p == 'e' || *s->p == 'E'))
+        return 0;
+    *v = x;
+    return 1;
+}
+
+static int hs_tensor(struct hs *s, struct oip_tensor *o)
+{
+    int have = 0;
+    int64_t size = 0;
+    memset(o, 0, sizeof(*o));
+    if (!hs_lit(s, '{'))
+        return 0;
+    do {
+        const char *k = hs_str(s);
+        int bit;
+        if (!k || !hs_lit(s, ':'))
+            return 0;
+        if (!strcmp(k, "name")) {
+            bit = 1;
+            if (!(o->name = hs_str(s)))
+                return 0;
+        } else if (!strcmp(k, "datatype")) {
+            const char *dt = hs_str(s);
+            bit = 2;
+            if (!dt || (o->dtype = oip_dtype_from_name(dt)) < 0)
+                return 0;
+        } else if (!strcmp(k, "shape")) {
+            bit = 4;
+            if (!hs_lit(s, '['))
+                return 0;
+            if (!hs_lit(s, ']')) {
+                do {
+                    if (o->ndim == OIP_MAX_DIMS || !hs_size(s, &o->shape[o->ndim++]))
+                        return 0;
+                } while (hs_lit(s, ','));
+                if (!hs_lit(s, ']'))
+                    return 0;
+            }
+        } else if (!strcmp(k, "size")) {
+            bit = 8;
+            if (!hs_size(s, &size))
+                return 0;
+        } else {
+            return 0; /* parameters, or a key of a newer writer */
+        }
+        if (have & bit)
+            return 0;
+        have |= bit;
+    } while (hs_lit(s, ','));
+    if (!hs_lit(s, '}') || have != 15)
+        return 0;
+    o->nbytes = (size_t)size;
+    return 1;
+}
+
+int oip_wire_scan(const char *json, size_t jlen, char *scratch, const char *key, const uint8_t *raw,
+                  size_t rawlen, struct oip_tensor *out, size_t max, size_t *n, const char **outs,
+                  size_t *nouts)
+{
+    memcpy(scratch, json, jlen);
+    scratch[jlen] = '\0';
+    struct hs s = {scratch, scratch + jlen};
+    int seen = 0;
+    size_t nt = 0, no = 0;
+    if (!hs_lit(&s, '{'))
+        return 0;
+    do {
+        const char *k = hs_str(&s);
+        if (!k || !hs_lit(&s, ':'))
+            return 0;
+        if (!strcmp(k, key)) {
+            if ((seen & 1) || !hs_lit(&s, '['))
+                return 0;
+            seen |= 1;
+            if (hs_lit(&s, ']'))
+                continue;
+            do {
+                if (nt == max || !hs_tensor(&s, &out[nt]))
+                    return 0;
+                nt++;
+            } while (hs_lit(&s, ','));
+            if (!hs_lit(&s, ']'))
+                return 0;
+        } else if (outs && !strcmp(k, "outputs")) {
+            if ((seen & 2) || !hs_lit(&s, '['))
+                return 0;
+            seen |= 2;
+            if (hs_lit(&s, ']'))
+                continue;
+            do {
+                if (no == OIP_MAX_TENSORS || !(outs[no++] = hs_str(&s)))
+                    return 0;
+            } while (hs_lit(&s, ','));
+            if (!hs_lit(&s, ']'))
+                return 0;
+        } else if (!strcmp(k, "id")) {
+            if ((seen & 4) || !hs_str(&s))
+                return 0;
+            seen |= 4;
+        } else {
+            return 0;
+        }
+    } while (hs_lit(&s, ','));
+    if (!hs_lit(&s, '}') || !(seen & 1))
+        return 0;
+    hs_ws(&s);
+    if (s.p != s.end)
+        return 0;
+    /* the data, checked as oip_wire_tensors checks it */
+    size_t off = 0;
+    char why[8];
+    for (size_t i = 0; i < nt; i++) {
+        struct oip_tensor *o = &out[i];
+        if (o->nbytes > rawlen - off)
+            return 0;
+        o->data = raw + off;
+        off += o->nbytes;
+        if (oip_check_data(o->dtype, o->shape, o->ndim, o->data, o->nbytes, why, sizeof(why)))
+            return 0;
+    }
+    if (off != rawlen)
+        return 0;
+    *n = nt;
+    if (nouts)
+        *nouts = no;
+    return 1;
 }

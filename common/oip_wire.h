@@ -105,6 +105,16 @@ int oip_wire_split(const void *p, size_t len, const char **json, size_t *jlen, c
 int oip_wire_tensors(json_t *header, const char *key, const uint8_t *raw, size_t rawlen,
                      struct oip_tensor *out, size_t max, size_t *n, char *err, size_t errlen);
 
+/* The fast path of json_loadb + oip_wire_tensors for the headers this project writes: copies
+ * the header into scratch (jlen + 1 bytes; names then point into it) and reads "id" (ignored),
+ * key (tensors {"name","datatype","shape","size"}, no parameters) and, when outs is not NULL,
+ * "outputs" (up to OIP_MAX_TENSORS plain strings: the outputs a request names; *nouts of them).
+ * 1 with out, *n (and *nouts) set; 0 for a header of any other form or with any error: the
+ * caller then takes the jansson path, which gives the error messages. */
+int oip_wire_scan(const char *json, size_t jlen, char *scratch, const char *key, const uint8_t *raw,
+                  size_t rawlen, struct oip_tensor *out, size_t max, size_t *n, const char **outs,
+                  size_t *nouts);
+
 /* Appends s as a JSON string (quoted, escaped; the bytes are taken as UTF-8). */
 void oip_wire_put_jstr(struct buf *b, const char *s, size_t n);
 /* Appends a tensor description {"name","datatype","shape","size"} as JSON text (first: no

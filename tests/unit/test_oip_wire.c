@@ -88,11 +88,90 @@ TEST(payload_round_trip)
     buf_free(&b);
 }
 
+/* oip_wire_scan reads what put_desc writes, agrees with the jansson path, and declines the rest */
+TEST(fast_scan)
+{
+    struct buf h;
+    buf_init(&h);
+    int64_t sh0[2] = {1, 2}, sh1[1] = {1};
+    buf_puts(&h, "{\"id\":\"r1\",\"inputs\":[");
+    oip_wire_put_desc(&h, 1, "input__0", OIP_FP32, sh0, 2, 8);
+    oip_wire_put_desc(&h, 0, "s", OIP_BYTES, sh1, 1, 7);
+    buf_puts(&h, "],\"outputs\":[\"output__0\",\"b\"]}");
+    static const char want[] =
+        "{\"id\":\"r1\",\"inputs\":[{\"name\":\"input__0\",\"datatype\":\"FP32\","
+        "\"shape\":[1,2],\"size\":8},{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1],"
+        "\"size\":7}],\"outputs\":[\"output__0\",\"b\"]}";
+    CHECK(h.len == strlen(want) && !memcmp(h.data, want, h.len));
+    uint8_t raw[15];
+    float f[2] = {1.5f, -2};
+    memcpy(raw, f, 8);
+    memcpy(raw + 8, "\3\0\0\0abc", 7);
+    char *scratch = malloc(h.len + 1);
+    struct oip_tensor t[4];
+    const char *outs[OIP_MAX_TENSORS];
+    size_t n = 9, no = 9;
+    CHECK_EQ_INT(
+        oip_wire_scan((const char *)h.data, h.len, scratch, "inputs", raw, 15, t, 4, &n, outs, &no),
+        1);
+    CHECK_EQ_INT((int)n, 2);
+    CHECK_EQ_INT((int)no, 2);
+    CHECK_STR(t[0].name, "input__0");
+    CHECK_EQ_INT(t[0].dtype, OIP_FP32);
+    CHECK_EQ_INT(t[0].ndim, 2);
+    CHECK_EQ_INT((int)t[0].shape[1], 2);
+    CHECK(t[0].data == raw && t[0].nbytes == 8 && !t[0].parameters);
+    CHECK(t[1].data == raw + 8 && t[1].nbytes == 7);
+    CHECK_STR(outs[1], "b");
+    /* the jansson path reads the same */
+    json_t *j = json_loadb((const char *)h.data, h.len, 0, NULL);
+    struct oip_tensor u[4];
+    char err[256];
+    CHECK_EQ_INT(oip_wire_tensors(j, "inputs", raw, 15, u, 4, &n, err, sizeof err), 0);
+    CHECK(!strcmp(u[1].name, t[1].name) && u[1].nbytes == t[1].nbytes && u[0].ndim == t[0].ndim);
+    json_decref(j);
+    /* declined: bad data length, left-over data, too many tensors, other keys or forms */
+    CHECK_EQ_INT(
+        oip_wire_scan((const char *)h.data, h.len, scratch, "inputs", raw, 14, t, 4, &n, outs, &no),
+        0);
+    CHECK_EQ_INT(
+        oip_wire_scan((const char *)h.data, h.len, scratch, "inputs", raw, 15, t, 1, &n, outs, &no),
+        0);
+    CHECK_EQ_INT(oip_wire_scan((const char *)h.data, h.len, scratch, "inputs", raw, 15, t, 4, &n,
+                               NULL, NULL),
+                 0); /* "outputs" is not expected */
+    static const char *const declined[] = {
+        "{\"parameters\":{},\"outputs\":[]}",
+        "{\"outputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1],\"size\":4,"
+        "\"parameters\":{}}]}",
+        "{\"outputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1.0],\"size\":4}]}",
+        "{\"outputs\":[{\"name\":\"x\\u0041\",\"datatype\":\"FP32\",\"shape\":[1],\"size\":4}]}",
+        "{\"outputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1],\"size\":4}]} x",
+        "{\"outputs\":[{\"name\":\"x\",\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[1],"
+        "\"size\":4}]}",
+        "{\"outputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[-1],\"size\":4}]}",
+    };
+    for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++) {
+        char s2[256];
+        CHECK_EQ_INT(oip_wire_scan(declined[i], strlen(declined[i]), s2, "outputs", raw, 4, t, 4,
+                                   &n, NULL, NULL),
+                     0);
+    }
+    const char *ok = " { \"outputs\" : [ { \"size\":4, \"shape\":[ 1 ], \"datatype\":\"FP32\", "
+                     "\"name\":\"y\" } ] } ";
+    char s3[256];
+    CHECK_EQ_INT(oip_wire_scan(ok, strlen(ok), s3, "outputs", raw, 4, t, 4, &n, NULL, NULL), 1);
+    CHECK_STR(t[0].name, "y");
+    free(scratch);
+    buf_free(&h);
+}
+
 int main(void)
 {
     RUN(dtype_table);
     RUN(numel_and_check);
     RUN(half_and_bf16);
     RUN(payload_round_trip);
+    RUN(fast_scan);
     return tap_done();
 }
