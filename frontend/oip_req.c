@@ -276,7 +276,15 @@ static char *error_message(const struct otf_prediction *p)
 
 void oip_req_result(const struct otf_prediction *p, struct oip_result *r)
 {
-    memset(r, 0, sizeof(*r));
+    /* field by field: a memset would clear all OIP_MAX_TENSORS outputs, most never used */
+    r->error = NULL;
+    r->is_text = 0;
+    r->text = NULL;
+    r->text_len = 0;
+    r->header = NULL;
+    r->hbuf = NULL;
+    r->parameters = NULL;
+    r->n_outputs = 0;
     r->status = p->status > 0 ? p->status : 200;
     if (r->status >= 400) {
         r->error = error_message(p);
@@ -295,6 +303,11 @@ void oip_req_result(const struct otf_prediction *p, struct oip_result *r)
     json_error_t jerr;
     if (oip_wire_split(p->body.p, p->body.len > 0 ? (size_t)p->body.len : 0, &js, &jl, &raw,
                        &rawlen, err, sizeof(err)) == 0) {
+        r->hbuf = xmalloc(jl + 1);
+        if (oip_wire_scan(js, jl, r->hbuf, "outputs", raw, rawlen, r->outputs, OIP_MAX_TENSORS,
+                          &r->n_outputs, NULL, NULL))
+            return;
+        r->n_outputs = 0;
         r->header = json_loadb(js, jl, 0, &jerr);
         if (!r->header)
             snprintf(err, sizeof(err), "worker payload header: %s", jerr.text);
@@ -313,7 +326,12 @@ void oip_req_result_free(struct oip_result *r)
 {
     free(r->error);
     json_decref(r->header);
-    memset(r, 0, sizeof(*r));
+    free(r->hbuf);
+    r->error = NULL;
+    r->header = NULL;
+    r->hbuf = NULL;
+    r->parameters = NULL;
+    r->n_outputs = 0;
 }
 
 /* ---------------------------------------------------------------- metadata */

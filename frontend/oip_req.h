@@ -56,7 +56,8 @@ struct oip_result {
     const char *text;
     size_t text_len;
     /* tensor handlers */
-    json_t *header;     /* owned */
+    json_t *header;     /* owned (NULL when the fast scan read the header) */
+    char *hbuf;         /* owned: the header's copy the fast scan's names point into */
     json_t *parameters; /* borrowed from header, NULL if none */
     struct oip_tensor outputs[OIP_MAX_TENSORS];
     size_t n_outputs;

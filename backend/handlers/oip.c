@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "handler.h"
+#include "jnum.h"
 #include "log.h"
 #include "oip_wire.h"
 #include "util.h"
@@ -34,7 +35,10 @@ struct oip_model {
 struct oreq {
     size_t idx;
     int ok;
-    json_t *hdr;
+    json_t *hdr; /* the payload header through jansson, or NULL: */
+    char *hbuf;  /* read by oip_wire_scan: its copy, which names and outs point into */
+    const char *outs[OIP_MAX_TENSORS]; /* fast scan: the outputs asked for */
+    size_t nouts;
     struct oip_tensor t[OIP_MAX_TENSORS];
     size_t nt;
     size_t order[OIP_MAX_TENSORS]; /* forward argument p is tensor order[p] */
@@ -324,14 +328,21 @@ static int parse_one(struct ts_ctx *ctx, const struct oip_model *om, struct oreq
     const uint8_t *raw;
     if (oip_wire_split(body, len, &js, &jl, &raw, &rawlen, err, errlen))
         return -1;
-    json_error_t jerr;
-    r->hdr = json_loadb(js, jl, 0, &jerr);
-    if (!r->hdr) {
-        snprintf(err, errlen, "OIP payload header: %s", jerr.text);
-        return -1;
+    r->hbuf = xmalloc(jl + 1);
+    if (!oip_wire_scan(js, jl, r->hbuf, "inputs", raw, rawlen, r->t, OIP_MAX_TENSORS, &r->nt,
+                       r->outs, &r->nouts)) {
+        /* not the plain form (parameters, escapes) or not valid: jansson has the words */
+        r->nt = r->nouts = 0;
+        json_error_t jerr;
+        r->hdr = json_loadb(js, jl, 0, &jerr);
+        if (!r->hdr) {
+            snprintf(err, errlen, "OIP payload header: %s", jerr.text);
+            return -1;
+        }
+        if (oip_wire_tensors(r->hdr, "inputs", raw, rawlen, r->t, OIP_MAX_TENSORS, &r->nt, err,
+                             errlen))
+            return -1;
     }
-    if (oip_wire_tensors(r->hdr, "inputs", raw, rawlen, r->t, OIP_MAX_TENSORS, &r->nt, err, errlen))
-        return -1;
     if (!r->nt) {
         snprintf(err, errlen, "inputs: at least one input is required");
         return -1;
@@ -368,19 +379,17 @@ static const char *output_name(const struct oip_model *om, size_t o, char *tmp, 
 static int wanted(const struct oip_model *om, const struct oreq *r, size_t nout, size_t *sel,
                   size_t *nsel, char *err, size_t errlen)
 {
-    json_t *outs = json_object_get(r->hdr, "outputs");
+    json_t *outs = r->hdr ? json_object_get(r->hdr, "outputs") : NULL;
+    size_t nwant = r->hdr ? json_array_size(outs) : r->nouts;
     char tmp[32];
     *nsel = 0;
-    if (!json_array_size(outs)) {
+    if (!nwant) {
         for (size_t o = 0; o < nout && o < OIP_MAX_TENSORS; o++)
             sel[(*nsel)++] = o;
         return 0;
     }
-    size_t i;
-    json_t *v;
-    json_array_foreach(outs, i, v)
-    {
-        const char *want = json_string_value(v);
+    for (size_t i = 0; i < nwant; i++) {
+        const char *want = r->hdr ? json_string_value(json_array_get(outs, i)) : r->outs[i];
         size_t o = 0;
         while (o < nout && (!want || strcmp(want, output_name(om, o, tmp, sizeof(tmp)))))
             o++;
@@ -476,8 +485,8 @@ static void run(struct ts_ctx *ctx, const struct oip_model *om, struct tsh_model
     char *err = NULL;
     int64_t t0 = ts_now_us();
     int rc = tsh_forward(m, in, lead->nargs, &out, &nout, &err);
-    char fwd_us[24]; /* as the torchscript handler reports it: overhead = latency - forward */
-    snprintf(fwd_us, sizeof(fwd_us), "%lld", (long long)(ts_now_us() - t0));
+    char fwd_us[JNUM_MAX + 1]; /* as the torchscript handler reports it: latency - forward */
+    fwd_us[jnum_i64(fwd_us, ts_now_us() - t0)] = '\0';
     for (size_t p = 0; p < lead->nargs; p++)
         free(in[p].data);
     if (rc) {
@@ -518,11 +527,16 @@ static void run(struct ts_ctx *ctx, const struct oip_model *om, struct tsh_model
 void oip_handle(struct ts_ctx *ctx, struct oip_model *om, struct tsh_model *m, const size_t *idx,
                 size_t n)
 {
-    struct oreq *rs = xcalloc(n ? n : 1, sizeof(*rs));
+    /* not calloc: an oreq is mostly tensor slots, filled only as far as they are used */
+    struct oreq *rs = xmalloc((n ? n : 1) * sizeof(*rs));
     struct oreq **members = xcalloc(n ? n : 1, sizeof(*members));
     char err[512];
     for (size_t i = 0; i < n; i++) {
         rs[i].idx = idx[i];
+        rs[i].ok = rs[i].grouped = 0;
+        rs[i].hdr = NULL;
+        rs[i].hbuf = NULL;
+        rs[i].nt = rs[i].nouts = 0;
         if (ts_is_cancelled(ctx, idx[i]))
             continue;
         const char *ctype = NULL;
@@ -551,8 +565,10 @@ void oip_handle(struct ts_ctx *ctx, struct oip_model *om, struct tsh_model *m, c
             }
         run(ctx, om, m, members, k);
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         json_decref(rs[i].hdr);
+        free(rs[i].hbuf);
+    }
     free(members);
     free(rs);
 }
