@@ -20,6 +20,7 @@
 
 #include "http_server.h"
 #include "http_stream.h"
+#include "jnum.h"
 #include "job.h"
 #include "log.h"
 #include "model.h"
@@ -92,8 +93,10 @@ static void put_double(struct buf *b, double v, int digits)
         return;
     }
     char tmp[40];
-    int n = snprintf(tmp, sizeof(tmp), "%.*g", digits, v);
-    buf_put(b, tmp, (size_t)n);
+    size_t n = digits == 9 ? jnum_f32(tmp, (float)v) : 0; /* float32's %.9g without printf */
+    if (!n)
+        n = (size_t)snprintf(tmp, sizeof(tmp), "%.*g", digits, v);
+    buf_put(b, tmp, n);
 }
 
 static uint64_t rd_le(const uint8_t *p, size_t n)
@@ -137,19 +140,19 @@ static void put_data(struct buf *b, const struct oip_tensor *t)
         case OIP_UINT16:
         case OIP_UINT32:
         case OIP_UINT64:
-            k = snprintf(tmp, sizeof(tmp), "%llu", (unsigned long long)u);
+            k = (int)jnum_u64(tmp, u);
             break;
         case OIP_INT8:
-            k = snprintf(tmp, sizeof(tmp), "%d", (int)(int8_t)u);
+            k = (int)jnum_i64(tmp, (int8_t)u);
             break;
         case OIP_INT16:
-            k = snprintf(tmp, sizeof(tmp), "%d", (int)(int16_t)u);
+            k = (int)jnum_i64(tmp, (int16_t)u);
             break;
         case OIP_INT32:
-            k = snprintf(tmp, sizeof(tmp), "%d", (int)(int32_t)u);
+            k = (int)jnum_i64(tmp, (int32_t)u);
             break;
         case OIP_INT64:
-            k = snprintf(tmp, sizeof(tmp), "%lld", (long long)(int64_t)u);
+            k = (int)jnum_i64(tmp, (int64_t)u);
             break;
         case OIP_FP16:
             put_double(b, oip_half_to_float((uint16_t)u), 6);
@@ -237,9 +240,15 @@ static void put_tensor_response(struct http_call *c, struct buf *b, struct oip_h
             buf_put_u8(b, ',');
         buf_puts(b, "{\"name\":");
         oip_wire_put_jstr(b, t->name, strlen(t->name));
-        buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", oip_dtype_name(t->dtype));
-        for (int k = 0; k < t->ndim; k++)
-            buf_printf(b, "%s%lld", k ? "," : "", (long long)t->shape[k]);
+        buf_puts(b, ",\"datatype\":\"");
+        buf_puts(b, oip_dtype_name(t->dtype));
+        buf_puts(b, "\",\"shape\":[");
+        for (int k = 0; k < t->ndim; k++) {
+            char num[JNUM_MAX];
+            if (k)
+                buf_put_u8(b, ',');
+            buf_put(b, num, jnum_i64(num, t->shape[k]));
+        }
         buf_put_u8(b, ']');
         if (!c->sse && output_binary(o, t->name)) {
             buf_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
@@ -324,7 +333,8 @@ static void parsed_free(struct parsed *ps)
     for (int i = 0; i < ps->n_own; i++)
         json_decref(ps->own[i]);
     buf_free(&ps->raw);
-    memset(ps, 0, sizeof(*ps));
+    ps->binary_out = NULL;
+    ps->n_own = 0;
 }
 
 static int elem_to_raw(struct buf *b, int dtype, json_t *v, size_t idx, size_t ti, char *err,
@@ -797,6 +807,16 @@ static json_t *fspan(struct fp *f, struct parsed *ps)
     return v;
 }
 
+/* The number fnum found at s as (float)strtod(s) (jnum, else strtod itself). */
+static float fnum_f32(const struct fp *f, const char *s)
+{
+    const char *next;
+    float v;
+    if (jnum_scan_f32(s, f->end, &next, &v))
+        v = (float)strtod(s, NULL);
+    return v;
+}
+
 static int fdata(struct fp *f, struct buf *b, int dt, size_t *count, int depth)
 {
     if (flit(f, '[')) {
@@ -837,7 +857,7 @@ static int fdata(struct fp *f, struct buf *b, int dt, size_t *count, int depth)
     uint8_t le[8];
     switch (dt) {
     case OIP_FP32: {
-        float v = (float)strtod(s, NULL);
+        float v = fnum_f32(f, s);
         memcpy(le, &v, 4);
         buf_put(b, le, 4);
         return 0;
@@ -850,7 +870,7 @@ static int fdata(struct fp *f, struct buf *b, int dt, size_t *count, int depth)
     }
     case OIP_FP16:
     case OIP_BF16: {
-        float v = (float)strtod(s, NULL);
+        float v = fnum_f32(f, s);
         uint16_t h = dt == OIP_FP16 ? oip_float_to_half(v) : oip_float_to_bf16(v);
         uint8_t h2[2] = {(uint8_t)h, (uint8_t)(h >> 8)};
         buf_put(b, h2, 2);
@@ -1047,6 +1067,7 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
         copy[len] = '\0';
         if (!fast_parse(&ps, copy, len)) {
             parsed_free(&ps);
+            memset(&ps, 0, sizeof(ps));
             buf_init(&ps.raw);
         } else {
             goto parsed;
