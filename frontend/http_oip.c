@@ -327,6 +327,23 @@ struct parsed {
     int n_own;
 };
 
+/* Everything but the per-tensor slots, which the parsers clear as they use them: a memset
+ * of all OIP_MAX_TENSORS of them would cost more than parsing a small request. */
+static void parsed_init(struct parsed *ps)
+{
+    struct oip_request *r = &ps->r;
+    r->id = NULL;
+    r->parameters = NULL;
+    r->n_inputs = r->n_outputs = 0;
+    r->generate = 0;
+    r->text_input = NULL;
+    r->text_len = 0;
+    buf_init(&ps->raw);
+    ps->binary_all = 0;
+    ps->binary_out = NULL;
+    ps->n_own = 0;
+}
+
 static void parsed_free(struct parsed *ps)
 {
     json_decref(ps->binary_out);
@@ -457,6 +474,8 @@ static int parse_input(struct parsed *ps, json_t *in, size_t i, const uint8_t **
                        const uint8_t *bin_end, char *err, size_t errlen)
 {
     struct oip_tensor *t = &ps->r.inputs[i];
+    memset(t, 0, sizeof(*t));
+    ps->from_raw[i] = 0;
     if (!json_is_object(in)) {
         snprintf(err, errlen, "inputs[%zu]: expected an object", i);
         return -1;
@@ -817,6 +836,42 @@ static float fnum_f32(const struct fp *f, const char *s)
     return v;
 }
 
+/* The rest of a list of FP32 numbers (after its '['): the innermost list of nearly every
+ * request, written straight into b. */
+static int fdata_f32_list(struct fp *f, struct buf *b, size_t *count)
+{
+    for (;;) {
+        float v;
+        const char *next;
+        fws(f);
+        if (!jnum_scan_f32(f->p, f->end, &next, &v)) {
+            f->p = (char *)next;
+        } else {
+            int is_int;
+            char *s = fnum(f, &is_int);
+            if (!s)
+                return -1;
+            v = (float)strtod(s, NULL);
+        }
+        (*count)++;
+        if (b->len + 5 > b->cap)
+            buf_reserve(b, 4);
+        memcpy(b->data + b->len, &v, 4); /* raw is little-endian, as is the host */
+        b->len += 4;
+        b->data[b->len] = '\0';
+        fws(f);
+        if (f->p < f->end && *f->p == ',') {
+            f->p++;
+            continue;
+        }
+        if (f->p < f->end && *f->p == ']') {
+            f->p++;
+            return 0;
+        }
+        return -1;
+    }
+}
+
 static int fdata(struct fp *f, struct buf *b, int dt, size_t *count, int depth)
 {
     if (flit(f, '[')) {
@@ -824,6 +879,8 @@ static int fdata(struct fp *f, struct buf *b, int dt, size_t *count, int depth)
             return -1;
         if (flit(f, ']'))
             return 0;
+        if (dt == OIP_FP32 && f->p < f->end && *f->p != '[') /* (flit skipped the blanks) */
+            return fdata_f32_list(f, b, count);
         do {
             if (fdata(f, b, dt, count, depth + 1))
                 return -1;
@@ -903,8 +960,11 @@ static int finput(struct fp *f, struct parsed *ps)
     struct oip_tensor *t = &ps->r.inputs[i];
     char *data_at = NULL;
     int have = 0;
+    size_t count = 0;
     if (i == OIP_MAX_TENSORS || !flit(f, '{'))
         return -1;
+    memset(t, 0, sizeof(*t));
+    ps->from_raw[i] = 1;
     do {
         const char *key = fstr(f, NULL);
         if (!key || !flit(f, ':'))
@@ -934,10 +994,18 @@ static int finput(struct fp *f, struct parsed *ps)
             }
             have |= 4;
         } else if (!strcmp(key, "data")) {
-            fws(f);
-            data_at = f->p;
-            if (fskip(f, 0))
+            if (have & 8)
                 return -1;
+            fws(f);
+            if (have & 2) { /* the datatype is known: read the data in this pass */
+                ps->off[i] = ps->raw.len;
+                if (fdata(f, &ps->raw, t->dtype, &count, 0))
+                    return -1;
+            } else {
+                data_at = f->p;
+                if (fskip(f, 0))
+                    return -1;
+            }
             have |= 8;
         } else if (!strcmp(key, "parameters")) {
             json_t *prm = fspan(f, ps);
@@ -953,11 +1021,13 @@ static int finput(struct fp *f, struct parsed *ps)
     int64_t numel = oip_numel(t->shape, t->ndim);
     if (numel < 0 || numel > srv->cfg.max_request_size)
         return -1;
-    struct fp d = {data_at, f->end};
-    size_t count = 0;
-    ps->off[i] = ps->raw.len;
-    ps->from_raw[i] = 1;
-    if (fdata(&d, &ps->raw, t->dtype, &count, 0) || (int64_t)count != numel)
+    if (data_at) {
+        struct fp d = {data_at, f->end};
+        ps->off[i] = ps->raw.len;
+        if (fdata(&d, &ps->raw, t->dtype, &count, 0))
+            return -1;
+    }
+    if ((int64_t)count != numel)
         return -1;
     t->nbytes = ps->raw.len - ps->off[i];
     ps->r.n_inputs++;
@@ -1054,8 +1124,7 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
         jlen = (size_t)n;
     }
     struct parsed ps;
-    memset(&ps, 0, sizeof(ps));
-    buf_init(&ps.raw);
+    parsed_init(&ps);
     char err[1024];
     int generate_route = rt == R_GENERATE || rt == R_GENERATE_STREAM;
     int stream = rt == R_INFER_STREAM || rt == R_GENERATE_STREAM;
@@ -1067,8 +1136,7 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
         copy[len] = '\0';
         if (!fast_parse(&ps, copy, len)) {
             parsed_free(&ps);
-            memset(&ps, 0, sizeof(ps));
-            buf_init(&ps.raw);
+            parsed_init(&ps);
         } else {
             goto parsed;
         }
