@@ -682,6 +682,10 @@ static int parse_request(struct parsed *ps, json_t *root, int generate_route, co
  * `parameters` / `outputs` values go to jansson as spans. Anything else, and every error, takes
  * the jansson path, which owns the error messages: this one only ever says "not mine".
  * It reads a NUL-terminated private copy of the body and writes NULs over closing quotes.
+ * FP32 numbers go through common/jnum (as the worker's tjson does for /predictions), and a
+ * tensor's data is read in the same pass once its datatype is known. Callgrind, 64-float mlp
+ * request, frontend instructions: 228k with jansson spans + strtod + printf, 103k now, against
+ * 72k for /predictions (whose worker then parses the JSON: OIP's worker reads raw tensors).
  */
 struct fp {
     char *p, *end;
