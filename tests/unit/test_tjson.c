@@ -127,7 +127,7 @@ TEST(fast_path_shapes)
     CHECK(!fast_takes("[NaN]"));
     CHECK(!fast_takes("[1] x"));
     CHECK(!fast_takes("{\"data\": [1]"));
-    CHECK(!fast_takes("[[[[[[[[1]]]]]]]]")); /* deeper than max_dims 7 */
+    CHECK(!fast_takes("[[[[[[[[1]]]]]]]]"));      /* deeper than max_dims 7 */
     CHECK(!fast_takes("[12345678901234567890]")); /* jansson: too big integer */
     CHECK(!fast_takes("[1e400]"));                /* jansson: real number overflow */
     CHECK(fast_takes("[[[[[[[1]]]]]]]"));
@@ -204,10 +204,11 @@ TEST(fast_path_random_numbers)
 /* The float formatter prints exactly what printf's %.9g does, or declines (then printf does). */
 TEST(format_float9_is_printf)
 {
-    static const float cases[] = {0.0f, -0.0f, 1.0f, -2.0f, 0.1f, 1e-8f, 16777216.0f,
-                                  16777.21875f, 1e9f, 123456789.0f, 999999999.0f, 9999999999.0f,
-                                  1e-4f, 9.99999975e-05f, 3.4028235e38f, 1.17549435e-38f,
-                                  1.4e-45f, 0.00012345678f, 12345.6789f, 1e-5f};
+    static const float cases[] = {0.0f,     -0.0f,           1.0f,          -2.0f,
+                                  0.1f,     1e-8f,           16777216.0f,   16777.21875f,
+                                  1e9f,     123456789.0f,    999999999.0f,  9999999999.0f,
+                                  1e-4f,    9.99999975e-05f, 3.4028235e38f, 1.17549435e-38f,
+                                  1.4e-45f, 0.00012345678f,  12345.6789f,   1e-5f};
     char a[64], c[64];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t n = format_float9(a, cases[i]);
