@@ -8,6 +8,7 @@
 #ifndef TS_TAP_H
 #define TS_TAP_H
 
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,32 @@
 #include <unistd.h>
 
 static int tap_pass, tap_fail;
+
+/* Tests that write files keep them under one directory made by tbase_make() in main() and
+ * removed by tbase_remove() at the end. */
+static char tbase[64] __attribute__((unused));
+
+__attribute__((unused)) static int tbase_rm_one(const char *p, const struct stat *st, int flag,
+                                                struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+__attribute__((unused)) static void tbase_make(const char *name)
+{
+    snprintf(tbase, sizeof tbase, "/tmp/%s.XXXXXX", name);
+    if (!mkdtemp(tbase)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+__attribute__((unused)) static void tbase_remove(void)
+{
+    nftw(tbase, tbase_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 #define TEST(name) static void test_##name(void)
 

@@ -1,32 +1,6 @@
 #include "../../frontend/config.c"
 #include "tap.h"
 
-#include <ftw.h>
-
-/* Every test's files live under one directory made by main() and removed at the end. */
-static char tbase[64];
-
-static int tbase_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)f;
-    return flag == FTW_DP ? rmdir(p) : unlink(p);
-}
-
-static void tbase_make(const char *name)
-{
-    snprintf(tbase, sizeof tbase, "/tmp/%s.XXXXXX", name);
-    if (!mkdtemp(tbase)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-}
-
-static void tbase_remove(void)
-{
-    nftw(tbase, tbase_rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static char path[256];
 static char warnings[2048];
 
