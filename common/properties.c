@@ -248,33 +248,15 @@ int props_parse_file(const char *path, struct props *out, char *err, size_t errl
 {
     out->p = NULL;
     out->n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
-        return -e;
-    }
     struct buf b;
     buf_init(&b);
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (b.len + n > PROPS_MAX_BYTES) {
-            fclose(f);
-            buf_free(&b);
-            snprintf(err, errlen, "%s: file larger than %u bytes", path, PROPS_MAX_BYTES);
-            return TS_E_TOO_LARGE;
-        }
-        buf_put(&b, chunk, n);
-    }
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr) {
-        buf_free(&b);
-        snprintf(err, errlen, "%s: read error", path);
-        return -EIO;
-    }
-    int rc = parse_named(b.data ? (const char *)b.data : "", b.len, path, out, err, errlen);
+    int rc = buf_read_file(&b, path, PROPS_MAX_BYTES);
+    if (rc == TS_E_TOO_LARGE)
+        snprintf(err, errlen, "%s: file larger than %u bytes", path, PROPS_MAX_BYTES);
+    else if (rc)
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(-rc));
+    else
+        rc = parse_named(b.data ? (const char *)b.data : "", b.len, path, out, err, errlen);
     buf_free(&b);
     return rc;
 }

@@ -176,6 +176,27 @@ void buf_printf(struct buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+int buf_read_file(struct buf *b, const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    char chunk[8192];
+    size_t n, total = 0;
+    int rc = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if ((total += n) > max) {
+            rc = TS_E_TOO_LARGE;
+            break;
+        }
+        buf_put(b, chunk, n);
+    }
+    if (!rc && ferror(f))
+        rc = -EIO;
+    fclose(f);
+    return rc;
+}
+
 int64_t ts_now_us(void)
 {
     struct timespec ts;

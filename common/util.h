@@ -65,6 +65,9 @@ void buf_put_i32(struct buf *b, int32_t v); /* big-endian */
 void buf_puts(struct buf *b, const char *s);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Reads a whole file into b (appending). 0, -errno, or TS_E_TOO_LARGE past max bytes. */
+int buf_read_file(struct buf *b, const char *path, size_t max);
+
 /* Monotonic clock in microseconds. */
 int64_t ts_now_us(void);
 /* Wall clock in milliseconds since the epoch. */

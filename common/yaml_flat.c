@@ -207,33 +207,15 @@ int yflat_parse_file(const char *path, const char *name, struct yflat *out, char
     out->n = 0;
     if (!name)
         name = path;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        snprintf(err, errlen, "%s: cannot open %s: %s", name, path, strerror(e));
-        return -e;
-    }
     struct buf b;
     buf_init(&b);
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (b.len + n > YFLAT_MAX_BYTES) {
-            fclose(f);
-            buf_free(&b);
-            snprintf(err, errlen, "%s: file larger than %u bytes", name, YFLAT_MAX_BYTES);
-            return TS_E_TOO_LARGE;
-        }
-        buf_put(&b, chunk, n);
-    }
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr) {
-        buf_free(&b);
-        snprintf(err, errlen, "%s: read error on %s", name, path);
-        return -EIO;
-    }
-    int rc = yflat_parse_string(b.data ? (const char *)b.data : "", b.len, name, out, err, errlen);
+    int rc = buf_read_file(&b, path, YFLAT_MAX_BYTES);
+    if (rc == TS_E_TOO_LARGE)
+        snprintf(err, errlen, "%s: file larger than %u bytes", name, YFLAT_MAX_BYTES);
+    else if (rc)
+        snprintf(err, errlen, "%s: cannot open %s: %s", name, path, strerror(-rc));
+    else
+        rc = yflat_parse_string(b.data ? (const char *)b.data : "", b.len, name, out, err, errlen);
     buf_free(&b);
     return rc;
 }
