@@ -162,7 +162,7 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
     if (status >= 400) {
         /* the handler failed this request: its body is the error text */
         char *msg = xstrndup(len ? p->body.p : "", len);
-        LOG_REQ(LOG_LEVEL_WARN, j->id, "grpc %s: handler answered %d: %s", gcall_id(c->g), status,
+        LOG_REQ(LOG_LEVEL_WARN, j->rid, "grpc %s: handler answered %d: %s", gcall_id(c->g), status,
                 msg);
         if (!final)
             job_cancel(j); /* a stream that failed midway: the worker stops it */
@@ -211,7 +211,7 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
 static void on_error(struct job *j, int status, const char *type, const char *msg)
 {
     struct icall *c = j->sink_arg;
-    LOG_REQ(LOG_LEVEL_WARN, j->id, "grpc %s: request failed: %d %s: %s", gcall_id(c->g), status,
+    LOG_REQ(LOG_LEVEL_WARN, j->rid, "grpc %s: request failed: %d %s: %s", gcall_id(c->g), status,
             type ? type : "", msg);
     /* a worker that died under the request: the model is temporarily unavailable */
     int code = j->worker_lost ? GS_UNAVAILABLE : code_for_http(status);

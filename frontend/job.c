@@ -5,6 +5,7 @@
  */
 #include "job.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,10 +19,15 @@ struct job *job_new(const char *id, const struct job_sink *sink, void *sink_arg)
     struct job *j = xcalloc(1, sizeof(*j));
     j->refs = 1;
     j->state = JOB_NEW;
-    if (id && *id && strlen(id) < sizeof(j->id))
-        strcpy(j->id, id);
-    else
-        ts_uuid(j->id);
+    /* The id the worker matches frames by is always ours: two clients may send the same
+     * x-request-id or OIP id at once. Theirs travels as the x-request-id header. */
+    ts_uuid(j->id);
+    if (id && *id) {
+        snprintf(j->rid, sizeof(j->rid), "%s", id);
+        job_add_header(j, "x-request-id", id, strlen(id));
+    } else {
+        strcpy(j->rid, j->id);
+    }
     j->sink = sink;
     j->sink_arg = sink_arg;
     j->created_us = ts_now_us();

@@ -46,7 +46,8 @@ struct job_param {
 struct job {
     int refs;
     enum job_state state;
-    char id[40];
+    char id[40];  /* unique: the id on the worker socket */
+    char rid[40]; /* the client's request id (x-request-id, OIP id), for logs */
     struct model *model;
     const struct job_sink *sink;
     void *sink_arg;
@@ -67,7 +68,9 @@ struct job {
 
 TAILQ_HEAD(job_list, job);
 
-/* New job with one reference (the caller's). id: x-request-id, or NULL for a fresh UUID. */
+/* New job with one reference (the caller's). id: the client's request id (x-request-id, OIP
+ * id) or NULL; it is passed to the handler as the x-request-id header, while the job's own id
+ * (on the worker socket) is always a fresh UUID. */
 struct job *job_new(const char *id, const struct job_sink *sink, void *sink_arg);
 void job_ref(struct job *j);
 void job_unref(struct job *j);

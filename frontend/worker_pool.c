@@ -588,7 +588,7 @@ void worker_cancel_job(struct worker *w, struct job *j)
         otf_encode_cancel(&w->out, &id, 1);
         worker_write(w, w->out.data, w->out.len);
     }
-    LOG_REQ(LOG_LEVEL_INFO, j->id, "client went away; cancelled on worker %d", w->id);
+    LOG_REQ(LOG_LEVEL_INFO, j->rid, "client went away; cancelled on worker %d", w->id);
     if (w->n_inflight == 0)
         evtimer_del(w->timer);
     if (w->model)

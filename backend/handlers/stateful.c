@@ -142,6 +142,13 @@ static int request_value(struct ts_ctx *ctx, size_t i, long *out)
 }
 
 /* State bytes: "<sum> <request id>". */
+/* The client's request id (x-request-id): a retry carries the same one. */
+static const char *client_id(struct ts_ctx *ctx, size_t i)
+{
+    const char *h = ts_get_header(ctx, i, "x-request-id");
+    return h && *h ? h : ts_request_id(ctx, i);
+}
+
 static int load_sum(struct ts_ctx *ctx, size_t i, int64_t *sum, char last[MAX_ID])
 {
     size_t len;
@@ -157,7 +164,7 @@ static int load_sum(struct ts_ctx *ctx, size_t i, int64_t *sum, char last[MAX_ID
 static int save_sum(struct ts_ctx *ctx, size_t i, int64_t sum)
 {
     char v[MAX_ID + 32];
-    int n = snprintf(v, sizeof(v), "%" PRId64 " %.*s", sum, MAX_ID - 1, ts_request_id(ctx, i));
+    int n = snprintf(v, sizeof(v), "%" PRId64 " %.*s", sum, MAX_ID - 1, client_id(ctx, i));
     return ts_state_put(ctx, i, v, (size_t)n);
 }
 
@@ -218,7 +225,7 @@ static void handle_new(struct sf_state *s, struct ts_ctx *ctx, size_t i)
                      seq);
         return;
     }
-    if (!start && !strcmp(last, ts_request_id(ctx, i))) {
+    if (!start && !strcmp(last, client_id(ctx, i))) {
         answer(ctx, i, sum); /* a retry of the request that produced this sum */
         return;
     }

@@ -258,6 +258,25 @@ def test_http_chunks_one_word_each_on_time(server):
     on_time(run, len(words))
 
 
+def test_same_client_request_id_on_two_streams(server):
+    """Two clients that send the same x-request-id at once each get their own stream: the id
+    the worker matches frames by is the server's, not the client's."""
+    import requests
+    out = {}
+
+    def go(key, text):
+        r = requests.post(server.url("/predictions/identity_text"), data=text, stream=True,
+                          timeout=30, headers={"x-request-id": "same-id", "x-delay-ms": "20"})
+        assert r.headers["x-request-id"] == "same-id"
+        out[key] = b"".join(r.iter_content(None)).decode()
+
+    texts = {"a": "a1 a2 a3 a4 a5", "b": "b1 b2 b3 b4 b5"}
+    ts = [threading.Thread(target=go, args=kv) for kv in texts.items()]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert out == texts
+
+
 def test_sse_wire_format_and_timing(server):
     words = WORDS.split()
     expect = b"".join(b"id: %d\ndata: %s\n\n" % (i, (w if i == 0 else " " + w).encode())
