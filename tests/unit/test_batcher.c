@@ -112,7 +112,7 @@ TEST(continuous_full_workers_take_nothing)
     CHECK_EQ_INT(p.worker, -1);
 }
 
-TEST(lone_busy_worker_gets_one_full_batch_more)
+TEST(lone_busy_worker_gets_up_to_four_full_batches)
 {
     struct batcher_worker w[1] = {{1, 1}};
     struct batcher_view v = view(1, 0, 0, 5, 0, w, 1);
@@ -120,9 +120,17 @@ TEST(lone_busy_worker_gets_one_full_batch_more)
     batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, 0);
     CHECK_EQ_INT(p.count, 1);
-    w[0].inflight = 2; /* not a third batch */
+    w[0].inflight = 3;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    w[0].inflight = 4; /* not a fifth batch */
     batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, -1);
+    w[0].inflight = 16; /* batchSize 8: two batches in flight, room for two more */
+    v = view(8, 5, 0, 9, 0, w, 1);
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 8);
     w[0].inflight = 8; /* never a partial one, even after maxBatchDelay */
     v = view(8, 5, 0, 7, 10000, w, 1);
     batcher_plan(&v, &p);
@@ -154,7 +162,7 @@ int main(void)
     RUN(continuous_tops_up_the_least_loaded_worker_without_waiting);
     RUN(continuous_idle_worker_takes_a_partial_batch_at_once);
     RUN(continuous_full_workers_take_nothing);
-    RUN(lone_busy_worker_gets_one_full_batch_more);
+    RUN(lone_busy_worker_gets_up_to_four_full_batches);
     RUN(busy_worker_of_a_pool_gets_nothing_while_another_loads);
     return tap_done();
 }
