@@ -32,4 +32,27 @@ size_t jnum_f32(char *s, float f);
 size_t jnum_i64(char *s, int64_t v);
 size_t jnum_u64(char *s, uint64_t v);
 
+/* A cursor for the hand-written JSON fast paths (OIP requests and wire headers). */
+struct jcur {
+    char *p, *end;
+};
+
+/* Skips JSON white space. */
+static inline void jcur_ws(struct jcur *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+/* Skips white space, then consumes ch if it comes next: 1, else 0. */
+static inline int jcur_lit(struct jcur *c, char ch)
+{
+    jcur_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
 #endif

@@ -369,30 +369,10 @@ void oip_wire_put_desc(struct buf *b, int first, const char *name, int dtype, co
  * on anything unexpected it says "not mine" and the caller runs jansson and oip_wire_tensors,
  * which own the messages, on the same bytes.
  */
-struct hs {
-    char *p, *end;
-};
-
-static void hs_ws(struct hs *s)
-{
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
-        s->p++;
-}
-
-static int hs_lit(struct hs *s, char c)
-{
-    hs_ws(s);
-    if (s->p < s->end && *s->p == c) {
-        s->p++;
-        return 1;
-    }
-    return 0;
-}
-
 /* A string of printable ASCII without escapes, NUL-terminated in place. */
-static const char *hs_str(struct hs *s)
+static const char *hs_str(struct jcur *s)
 {
-    hs_ws(s);
+    jcur_ws(s);
     if (s->p >= s->end || *s->p != '"')
         return NULL;
     char *b = ++s->p;
@@ -409,9 +389,9 @@ static const char *hs_str(struct hs *s)
 }
 
 /* An integer >= 0 of at most 18 digits, in JSON's spelling. */
-static int hs_size(struct hs *s, int64_t *v)
+static int hs_size(struct jcur *s, int64_t *v)
 {
-    hs_ws(s);
+    jcur_ws(s);
     char *b = s->p;
     int64_t x = 0;
     while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
@@ -425,17 +405,17 @@ static int hs_size(struct hs *s, int64_t *v)
     return 1;
 }
 
-static int hs_tensor(struct hs *s, struct oip_tensor *o)
+static int hs_tensor(struct jcur *s, struct oip_tensor *o)
 {
     int have = 0;
     int64_t size = 0;
     memset(o, 0, sizeof(*o));
-    if (!hs_lit(s, '{'))
+    if (!jcur_lit(s, '{'))
         return 0;
     do {
         const char *k = hs_str(s);
         int bit;
-        if (!k || !hs_lit(s, ':'))
+        if (!k || !jcur_lit(s, ':'))
             return 0;
         if (!strcmp(k, "name")) {
             bit = 1;
@@ -448,14 +428,14 @@ static int hs_tensor(struct hs *s, struct oip_tensor *o)
                 return 0;
         } else if (!strcmp(k, "shape")) {
             bit = 4;
-            if (!hs_lit(s, '['))
+            if (!jcur_lit(s, '['))
                 return 0;
-            if (!hs_lit(s, ']')) {
+            if (!jcur_lit(s, ']')) {
                 do {
                     if (o->ndim == OIP_MAX_DIMS || !hs_size(s, &o->shape[o->ndim++]))
                         return 0;
-                } while (hs_lit(s, ','));
-                if (!hs_lit(s, ']'))
+                } while (jcur_lit(s, ','));
+                if (!jcur_lit(s, ']'))
                     return 0;
             }
         } else if (!strcmp(k, "size")) {
@@ -468,8 +448,8 @@ static int hs_tensor(struct hs *s, struct oip_tensor *o)
         if (have & bit)
             return 0;
         have |= bit;
-    } while (hs_lit(s, ','));
-    if (!hs_lit(s, '}') || have != 15)
+    } while (jcur_lit(s, ','));
+    if (!jcur_lit(s, '}') || have != 15)
         return 0;
     o->nbytes = (size_t)size;
     return 1;
@@ -481,39 +461,39 @@ int oip_wire_scan(const char *json, size_t jlen, char *scratch, const char *key,
 {
     memcpy(scratch, json, jlen);
     scratch[jlen] = '\0';
-    struct hs s = {scratch, scratch + jlen};
+    struct jcur s = {scratch, scratch + jlen};
     int seen = 0;
     size_t nt = 0, no = 0;
-    if (!hs_lit(&s, '{'))
+    if (!jcur_lit(&s, '{'))
         return 0;
     do {
         const char *k = hs_str(&s);
-        if (!k || !hs_lit(&s, ':'))
+        if (!k || !jcur_lit(&s, ':'))
             return 0;
         if (!strcmp(k, key)) {
-            if ((seen & 1) || !hs_lit(&s, '['))
+            if ((seen & 1) || !jcur_lit(&s, '['))
                 return 0;
             seen |= 1;
-            if (hs_lit(&s, ']'))
+            if (jcur_lit(&s, ']'))
                 continue;
             do {
                 if (nt == max || !hs_tensor(&s, &out[nt]))
                     return 0;
                 nt++;
-            } while (hs_lit(&s, ','));
-            if (!hs_lit(&s, ']'))
+            } while (jcur_lit(&s, ','));
+            if (!jcur_lit(&s, ']'))
                 return 0;
         } else if (outs && !strcmp(k, "outputs")) {
-            if ((seen & 2) || !hs_lit(&s, '['))
+            if ((seen & 2) || !jcur_lit(&s, '['))
                 return 0;
             seen |= 2;
-            if (hs_lit(&s, ']'))
+            if (jcur_lit(&s, ']'))
                 continue;
             do {
                 if (no == OIP_MAX_TENSORS || !(outs[no++] = hs_str(&s)))
                     return 0;
-            } while (hs_lit(&s, ','));
-            if (!hs_lit(&s, ']'))
+            } while (jcur_lit(&s, ','));
+            if (!jcur_lit(&s, ']'))
                 return 0;
         } else if (!strcmp(k, "id")) {
             if ((seen & 4) || !hs_str(&s))
@@ -522,10 +502,10 @@ int oip_wire_scan(const char *json, size_t jlen, char *scratch, const char *key,
         } else {
             return 0;
         }
-    } while (hs_lit(&s, ','));
-    if (!hs_lit(&s, '}') || !(seen & 1))
+    } while (jcur_lit(&s, ','));
+    if (!jcur_lit(&s, '}') || !(seen & 1))
         return 0;
-    hs_ws(&s);
+    jcur_ws(&s);
     if (s.p != s.end)
         return 0;
     /* the data, checked as oip_wire_tensors checks it */

@@ -687,30 +687,10 @@ static int parse_request(struct parsed *ps, json_t *root, int generate_route, co
  * request, frontend instructions: 228k with jansson spans + strtod + printf, 103k now, against
  * 72k for /predictions (whose worker then parses the JSON: OIP's worker reads raw tensors).
  */
-struct fp {
-    char *p, *end;
-};
-
-static void fws(struct fp *f)
-{
-    while (f->p < f->end && (*f->p == ' ' || *f->p == '\t' || *f->p == '\n' || *f->p == '\r'))
-        f->p++;
-}
-
-static int flit(struct fp *f, char c)
-{
-    fws(f);
-    if (f->p < f->end && *f->p == c) {
-        f->p++;
-        return 1;
-    }
-    return 0;
-}
-
-static int fword(struct fp *f, const char *w)
+static int fword(struct jcur *f, const char *w)
 {
     size_t n = strlen(w);
-    fws(f);
+    jcur_ws(f);
     if ((size_t)(f->end - f->p) < n || memcmp(f->p, w, n))
         return 0;
     f->p += n;
@@ -718,9 +698,9 @@ static int fword(struct fp *f, const char *w)
 }
 
 /* An ASCII string without escapes, NUL-terminated in place; NULL if not that. */
-static const char *fstr(struct fp *f, size_t *len)
+static const char *fstr(struct jcur *f, size_t *len)
 {
-    fws(f);
+    jcur_ws(f);
     if (f->p >= f->end || *f->p != '"')
         return NULL;
     char *s = ++f->p;
@@ -738,15 +718,15 @@ static const char *fstr(struct fp *f, size_t *len)
     return s;
 }
 
-static int is_digit(const struct fp *f, const char *p)
+static int is_digit(const struct jcur *f, const char *p)
 {
     return p < f->end && *p >= '0' && *p <= '9';
 }
 
 /* A JSON number (validated: strtod and strtoll accept more than JSON does). */
-static char *fnum(struct fp *f, int *is_int)
+static char *fnum(struct jcur *f, int *is_int)
 {
-    fws(f);
+    jcur_ws(f);
     char *s = f->p, *p = s;
     if (p < f->end && *p == '-')
         p++;
@@ -782,9 +762,9 @@ static char *fnum(struct fp *f, int *is_int)
 }
 
 /* Skips one value of any kind; jansson validates the span afterwards when it matters. */
-static int fskip(struct fp *f, int depth)
+static int fskip(struct jcur *f, int depth)
 {
-    fws(f);
+    jcur_ws(f);
     if (f->p >= f->end || depth > 64)
         return -1;
     char c = *f->p;
@@ -800,15 +780,15 @@ static int fskip(struct fp *f, int depth)
     if (c == '{' || c == '[') {
         char close = c == '{' ? '}' : ']';
         f->p++;
-        if (flit(f, close))
+        if (jcur_lit(f, close))
             return 0;
         do {
-            if (c == '{' && (fskip(f, depth + 1) || !flit(f, ':')))
+            if (c == '{' && (fskip(f, depth + 1) || !jcur_lit(f, ':')))
                 return -1;
             if (fskip(f, depth + 1))
                 return -1;
-        } while (flit(f, ','));
-        return flit(f, close) ? 0 : -1;
+        } while (jcur_lit(f, ','));
+        return jcur_lit(f, close) ? 0 : -1;
     }
     char *s = f->p;
     while (f->p < f->end && *f->p != ',' && *f->p != ']' && *f->p != '}' && *f->p != ' ' &&
@@ -818,9 +798,9 @@ static int fskip(struct fp *f, int depth)
 }
 
 /* A skipped value parsed by jansson, owned by ps. */
-static json_t *fspan(struct fp *f, struct parsed *ps)
+static json_t *fspan(struct jcur *f, struct parsed *ps)
 {
-    fws(f);
+    jcur_ws(f);
     char *s = f->p;
     if (fskip(f, 0) || ps->n_own == (int)(sizeof(ps->own) / sizeof(ps->own[0])))
         return NULL;
@@ -831,7 +811,7 @@ static json_t *fspan(struct fp *f, struct parsed *ps)
 }
 
 /* The number fnum found at s as (float)strtod(s) (jnum, else strtod itself). */
-static float fnum_f32(const struct fp *f, const char *s)
+static float fnum_f32(const struct jcur *f, const char *s)
 {
     const char *next;
     float v;
@@ -842,12 +822,12 @@ static float fnum_f32(const struct fp *f, const char *s)
 
 /* The rest of a list of FP32 numbers (after its '['): the innermost list of nearly every
  * request, written straight into b. */
-static int fdata_f32_list(struct fp *f, struct buf *b, size_t *count)
+static int fdata_f32_list(struct jcur *f, struct buf *b, size_t *count)
 {
     for (;;) {
         float v;
         const char *next;
-        fws(f);
+        jcur_ws(f);
         if (!jnum_scan_f32(f->p, f->end, &next, &v)) {
             f->p = (char *)next;
         } else {
@@ -863,7 +843,7 @@ static int fdata_f32_list(struct fp *f, struct buf *b, size_t *count)
         memcpy(b->data + b->len, &v, 4); /* raw is little-endian, as is the host */
         b->len += 4;
         b->data[b->len] = '\0';
-        fws(f);
+        jcur_ws(f);
         if (f->p < f->end && *f->p == ',') {
             f->p++;
             continue;
@@ -876,20 +856,20 @@ static int fdata_f32_list(struct fp *f, struct buf *b, size_t *count)
     }
 }
 
-static int fdata(struct fp *f, struct buf *b, int dt, size_t *count, int depth)
+static int fdata(struct jcur *f, struct buf *b, int dt, size_t *count, int depth)
 {
-    if (flit(f, '[')) {
+    if (jcur_lit(f, '[')) {
         if (depth >= OIP_MAX_DIMS)
             return -1;
-        if (flit(f, ']'))
+        if (jcur_lit(f, ']'))
             return 0;
-        if (dt == OIP_FP32 && f->p < f->end && *f->p != '[') /* (flit skipped the blanks) */
+        if (dt == OIP_FP32 && f->p < f->end && *f->p != '[') /* (jcur_lit skipped the blanks) */
             return fdata_f32_list(f, b, count);
         do {
             if (fdata(f, b, dt, count, depth + 1))
                 return -1;
-        } while (flit(f, ','));
-        return flit(f, ']') ? 0 : -1;
+        } while (jcur_lit(f, ','));
+        return jcur_lit(f, ']') ? 0 : -1;
     }
     (*count)++;
     if (dt == OIP_BOOL) {
@@ -958,20 +938,20 @@ static int fdata(struct fp *f, struct buf *b, int dt, size_t *count, int depth)
     }
 }
 
-static int finput(struct fp *f, struct parsed *ps)
+static int finput(struct jcur *f, struct parsed *ps)
 {
     size_t i = ps->r.n_inputs;
     struct oip_tensor *t = &ps->r.inputs[i];
     char *data_at = NULL;
     int have = 0;
     size_t count = 0;
-    if (i == OIP_MAX_TENSORS || !flit(f, '{'))
+    if (i == OIP_MAX_TENSORS || !jcur_lit(f, '{'))
         return -1;
     memset(t, 0, sizeof(*t));
     ps->from_raw[i] = 1;
     do {
         const char *key = fstr(f, NULL);
-        if (!key || !flit(f, ':'))
+        if (!key || !jcur_lit(f, ':'))
             return -1;
         if (!strcmp(key, "name")) {
             if (!(t->name = fstr(f, NULL)))
@@ -983,24 +963,24 @@ static int finput(struct fp *f, struct parsed *ps)
                 return -1;
             have |= 2;
         } else if (!strcmp(key, "shape")) {
-            if (!flit(f, '[') || (have & 4))
+            if (!jcur_lit(f, '[') || (have & 4))
                 return -1;
-            if (!flit(f, ']')) {
+            if (!jcur_lit(f, ']')) {
                 do {
                     int is_int;
                     char *n = fnum(f, &is_int);
                     if (!n || !is_int || *n == '-' || t->ndim == OIP_MAX_DIMS)
                         return -1;
                     t->shape[t->ndim++] = strtoll(n, NULL, 10);
-                } while (flit(f, ','));
-                if (!flit(f, ']'))
+                } while (jcur_lit(f, ','));
+                if (!jcur_lit(f, ']'))
                     return -1;
             }
             have |= 4;
         } else if (!strcmp(key, "data")) {
             if (have & 8)
                 return -1;
-            fws(f);
+            jcur_ws(f);
             if (have & 2) { /* the datatype is known: read the data in this pass */
                 ps->off[i] = ps->raw.len;
                 if (fdata(f, &ps->raw, t->dtype, &count, 0))
@@ -1019,14 +999,14 @@ static int finput(struct fp *f, struct parsed *ps)
         } else if (fskip(f, 0)) {
             return -1;
         }
-    } while (flit(f, ','));
-    if (!flit(f, '}') || have != 15)
+    } while (jcur_lit(f, ','));
+    if (!jcur_lit(f, '}') || have != 15)
         return -1;
     int64_t numel = oip_numel(t->shape, t->ndim);
     if (numel < 0 || numel > srv->cfg.max_request_size)
         return -1;
     if (data_at) {
-        struct fp d = {data_at, f->end};
+        struct jcur d = {data_at, f->end};
         ps->off[i] = ps->raw.len;
         if (fdata(&d, &ps->raw, t->dtype, &count, 0))
             return -1;
@@ -1041,27 +1021,27 @@ static int finput(struct fp *f, struct parsed *ps)
 /* 1: parsed into ps; 0: not the common shape (ps is then to be freed and the jansson path run). */
 static int fast_parse(struct parsed *ps, char *copy, size_t len)
 {
-    struct fp f = {copy, copy + len};
+    struct jcur f = {copy, copy + len};
     json_t *prm = NULL, *outs = NULL;
     int seen = 0;
-    if (!flit(&f, '{') || flit(&f, '}'))
+    if (!jcur_lit(&f, '{') || jcur_lit(&f, '}'))
         return 0;
     do {
         const char *key = fstr(&f, NULL);
-        if (!key || !flit(&f, ':'))
+        if (!key || !jcur_lit(&f, ':'))
             return 0;
         if (!strcmp(key, "id")) {
             if ((seen & 1) || !(ps->r.id = fstr(&f, NULL)))
                 return 0;
             seen |= 1;
         } else if (!strcmp(key, "inputs")) {
-            if ((seen & 2) || !flit(&f, '[') || flit(&f, ']'))
+            if ((seen & 2) || !jcur_lit(&f, '[') || jcur_lit(&f, ']'))
                 return 0;
             do {
                 if (finput(&f, ps))
                     return 0;
-            } while (flit(&f, ','));
-            if (!flit(&f, ']'))
+            } while (jcur_lit(&f, ','));
+            if (!jcur_lit(&f, ']'))
                 return 0;
             seen |= 2;
         } else if (!strcmp(key, "parameters")) {
@@ -1078,10 +1058,10 @@ static int fast_parse(struct parsed *ps, char *copy, size_t len)
         } else if (!strcmp(key, "text_input") || fskip(&f, 0)) {
             return 0;
         }
-    } while (flit(&f, ','));
-    if (!flit(&f, '}') || !(seen & 2))
+    } while (jcur_lit(&f, ','));
+    if (!jcur_lit(&f, '}') || !(seen & 2))
         return 0;
-    fws(&f);
+    jcur_ws(&f);
     if (f.p != f.end)
         return 0;
     ps->r.parameters = prm;
