@@ -55,4 +55,26 @@ static inline int jcur_lit(struct jcur *c, char ch)
     return 0;
 }
 
+/* After white space, an ASCII string without escapes, NUL-terminated in place (the closing
+ * quote is overwritten); *len (optional) gets its length. NULL if the next token is not that. */
+static inline const char *jcur_str(struct jcur *c, size_t *len)
+{
+    jcur_ws(c);
+    if (c->p >= c->end || *c->p != '"')
+        return NULL;
+    char *s = ++c->p;
+    while (c->p < c->end && *c->p != '"') {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80)
+            return NULL;
+        c->p++;
+    }
+    if (c->p >= c->end)
+        return NULL;
+    *c->p++ = '\0';
+    if (len)
+        *len = (size_t)(c->p - 1 - s);
+    return s;
+}
+
 #endif

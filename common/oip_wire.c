@@ -369,25 +369,6 @@ void oip_wire_put_desc(struct buf *b, int first, const char *name, int dtype, co
  * on anything unexpected it says "not mine" and the caller runs jansson and oip_wire_tensors,
  * which own the messages, on the same bytes.
  */
-/* A string of printable ASCII without escapes, NUL-terminated in place. */
-static const char *hs_str(struct jcur *s)
-{
-    jcur_ws(s);
-    if (s->p >= s->end || *s->p != '"')
-        return NULL;
-    char *b = ++s->p;
-    while (s->p < s->end && *s->p != '"') {
-        unsigned char ch = (unsigned char)*s->p;
-        if (ch == '\\' || ch < 0x20 || ch >= 0x80)
-            return NULL;
-        s->p++;
-    }
-    if (s->p >= s->end)
-        return NULL;
-    *s->p++ = '\0';
-    return b;
-}
-
 /* An integer >= 0 of at most 18 digits, in JSON's spelling. */
 static int hs_size(struct jcur *s, int64_t *v)
 {
@@ -413,16 +394,16 @@ static int hs_tensor(struct jcur *s, struct oip_tensor *o)
     if (!jcur_lit(s, '{'))
         return 0;
     do {
-        const char *k = hs_str(s);
+        const char *k = jcur_str(s, NULL);
         int bit;
         if (!k || !jcur_lit(s, ':'))
             return 0;
         if (!strcmp(k, "name")) {
             bit = 1;
-            if (!(o->name = hs_str(s)))
+            if (!(o->name = jcur_str(s, NULL)))
                 return 0;
         } else if (!strcmp(k, "datatype")) {
-            const char *dt = hs_str(s);
+            const char *dt = jcur_str(s, NULL);
             bit = 2;
             if (!dt || (o->dtype = oip_dtype_from_name(dt)) < 0)
                 return 0;
@@ -467,7 +448,7 @@ int oip_wire_scan(const char *json, size_t jlen, char *scratch, const char *key,
     if (!jcur_lit(&s, '{'))
         return 0;
     do {
-        const char *k = hs_str(&s);
+        const char *k = jcur_str(&s, NULL);
         if (!k || !jcur_lit(&s, ':'))
             return 0;
         if (!strcmp(k, key)) {
@@ -490,13 +471,13 @@ int oip_wire_scan(const char *json, size_t jlen, char *scratch, const char *key,
             if (jcur_lit(&s, ']'))
                 continue;
             do {
-                if (no == OIP_MAX_TENSORS || !(outs[no++] = hs_str(&s)))
+                if (no == OIP_MAX_TENSORS || !(outs[no++] = jcur_str(&s, NULL)))
                     return 0;
             } while (jcur_lit(&s, ','));
             if (!jcur_lit(&s, ']'))
                 return 0;
         } else if (!strcmp(k, "id")) {
-            if ((seen & 4) || !hs_str(&s))
+            if ((seen & 4) || !jcur_str(&s, NULL))
                 return 0;
             seen |= 4;
         } else {

@@ -697,27 +697,6 @@ static int fword(struct jcur *f, const char *w)
     return 1;
 }
 
-/* An ASCII string without escapes, NUL-terminated in place; NULL if not that. */
-static const char *fstr(struct jcur *f, size_t *len)
-{
-    jcur_ws(f);
-    if (f->p >= f->end || *f->p != '"')
-        return NULL;
-    char *s = ++f->p;
-    while (f->p < f->end && *f->p != '"') {
-        unsigned char ch = (unsigned char)*f->p;
-        if (ch == '\\' || ch < 0x20 || ch >= 0x80)
-            return NULL;
-        f->p++;
-    }
-    if (f->p >= f->end)
-        return NULL;
-    *f->p++ = '\0';
-    if (len)
-        *len = (size_t)(f->p - 1 - s);
-    return s;
-}
-
 static int is_digit(const struct jcur *f, const char *p)
 {
     return p < f->end && *p >= '0' && *p <= '9';
@@ -883,7 +862,7 @@ static int fdata(struct jcur *f, struct buf *b, int dt, size_t *count, int depth
     }
     if (dt == OIP_BYTES) {
         size_t n;
-        const char *s = fstr(f, &n);
+        const char *s = jcur_str(f, &n);
         if (!s)
             return -1;
         uint8_t l4[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
@@ -950,15 +929,15 @@ static int finput(struct jcur *f, struct parsed *ps)
     memset(t, 0, sizeof(*t));
     ps->from_raw[i] = 1;
     do {
-        const char *key = fstr(f, NULL);
+        const char *key = jcur_str(f, NULL);
         if (!key || !jcur_lit(f, ':'))
             return -1;
         if (!strcmp(key, "name")) {
-            if (!(t->name = fstr(f, NULL)))
+            if (!(t->name = jcur_str(f, NULL)))
                 return -1;
             have |= 1;
         } else if (!strcmp(key, "datatype")) {
-            const char *dt = fstr(f, NULL);
+            const char *dt = jcur_str(f, NULL);
             if (!dt || (t->dtype = oip_dtype_from_name(dt)) < 0)
                 return -1;
             have |= 2;
@@ -1027,11 +1006,11 @@ static int fast_parse(struct parsed *ps, char *copy, size_t len)
     if (!jcur_lit(&f, '{') || jcur_lit(&f, '}'))
         return 0;
     do {
-        const char *key = fstr(&f, NULL);
+        const char *key = jcur_str(&f, NULL);
         if (!key || !jcur_lit(&f, ':'))
             return 0;
         if (!strcmp(key, "id")) {
-            if ((seen & 1) || !(ps->r.id = fstr(&f, NULL)))
+            if ((seen & 1) || !(ps->r.id = jcur_str(&f, NULL)))
                 return 0;
             seen |= 1;
         } else if (!strcmp(key, "inputs")) {
