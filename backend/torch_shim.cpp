@@ -63,61 +63,32 @@ void set_err(char **err, const char *what)
         *err = dup_cstr(summarize(what));
 }
 
+/* The C dtypes and their ATen types, read both ways. */
+const struct {
+    int dtype;
+    at::ScalarType type;
+} dtype_map[] = {
+    {TSH_FLOAT32, at::kFloat},     {TSH_FLOAT64, at::kDouble}, {TSH_FLOAT16, at::kHalf},
+    {TSH_BFLOAT16, at::kBFloat16}, {TSH_INT64, at::kLong},     {TSH_INT32, at::kInt},
+    {TSH_INT16, at::kShort},       {TSH_INT8, at::kChar},      {TSH_UINT8, at::kByte},
+    {TSH_BOOL, at::kBool},
+};
+
 at::ScalarType to_scalar(int dtype)
 {
-    switch (dtype) {
-    case TSH_FLOAT32:
-        return at::kFloat;
-    case TSH_FLOAT64:
-        return at::kDouble;
-    case TSH_FLOAT16:
-        return at::kHalf;
-    case TSH_BFLOAT16:
-        return at::kBFloat16;
-    case TSH_INT64:
-        return at::kLong;
-    case TSH_INT32:
-        return at::kInt;
-    case TSH_INT16:
-        return at::kShort;
-    case TSH_INT8:
-        return at::kChar;
-    case TSH_UINT8:
-        return at::kByte;
-    case TSH_BOOL:
-        return at::kBool;
-    default:
-        throw std::invalid_argument("unknown tensor dtype " + std::to_string(dtype));
-    }
+    for (const auto &m : dtype_map)
+        if (m.dtype == dtype)
+            return m.type;
+    throw std::invalid_argument("unknown tensor dtype " + std::to_string(dtype));
 }
 
 /* -1 when the C side has no matching dtype (the tensor is then converted to float32). */
 int from_scalar(at::ScalarType t)
 {
-    switch (t) {
-    case at::kFloat:
-        return TSH_FLOAT32;
-    case at::kDouble:
-        return TSH_FLOAT64;
-    case at::kHalf:
-        return TSH_FLOAT16;
-    case at::kBFloat16:
-        return TSH_BFLOAT16;
-    case at::kLong:
-        return TSH_INT64;
-    case at::kInt:
-        return TSH_INT32;
-    case at::kShort:
-        return TSH_INT16;
-    case at::kChar:
-        return TSH_INT8;
-    case at::kByte:
-        return TSH_UINT8;
-    case at::kBool:
-        return TSH_BOOL;
-    default:
-        return -1;
-    }
+    for (const auto &m : dtype_map)
+        if (m.type == t)
+            return m.dtype;
+    return -1;
 }
 
 void flatten(const c10::IValue &v, std::vector<at::Tensor> &out)
