@@ -4,7 +4,8 @@
  *
  * Design (see reference/c-engineering-notes.md §1.6, "hybrid"): one CQ, registered with both
  * servers, is drained by one thread that moves (tag, success) pairs into a locked mailbox and
- * wakes the loop with event_active. The loop thread owns models and jobs and runs every service
+ * wakes the loop through an eventfd (a plain read event of the loop, so the two threads never
+ * contend for the event base's lock). The loop thread owns models and jobs and runs every service
  * callback, so services never need locks. Three kinds of completion stay on the CQ thread
  * because they need nothing from the loop:
  *   - a new call (its setup batches then need no wake-up of the poller);
@@ -12,6 +13,12 @@
  *     a stream's messages go out back to back without waking the loop once per message; the
  *     loop only appends to the out-queue and starts a send when none is in flight;
  *   - the RECV_CLOSE of a call whose status has been sent.
+ * When the loop queues a send while the CQ thread is awake, it hands the call over (kick_send)
+ * and the CQ thread starts the batch before it sleeps again; only when it sleeps does the loop
+ * start the batch itself. Two threads writing the same transports made gRPC contend for its
+ * combiners and offload writes to its executor threads (perf: futex wake-ups on every call).
+ * A call with a single request message sends its initial metadata with its first answer, in
+ * one write instead of two.
  * Shared between the threads, hence under the call's mutex `mu`: the out-queue, send_pending,
  * send_bb, the queued status and `closed`. Everything else in a call is touched by one thread at
  * a time, handed over through the mailbox's lock or gRPC's own completion ordering.
@@ -45,10 +52,13 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/queue.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "log.h"
@@ -103,6 +113,7 @@ struct gcall {
     int send_pending;
     grpc_byte_buffer *send_bb;
     int status_queued;
+    int md_sent;            /* initial metadata has gone out (or is in the first send batch) */
     atomic_int status_sent; /* also read by the CQ thread without mu (RECV_CLOSE shortcut) */
     grpc_status_code status;
     grpc_slice status_details;
@@ -110,6 +121,7 @@ struct gcall {
     void *user;
     struct gmd *mdcache;
     struct gcall *next_released; /* G.released (loop thread) */
+    int in_handoff;              /* in G.hand (under G.mu) */
 };
 
 struct mail {
@@ -123,7 +135,8 @@ static struct {
     pthread_t thread;
     struct gsrv srv[2];
     int n_srv;
-    struct event *ev;
+    int efd;                  /* eventfd: the CQ thread rings it when the mailbox was empty */
+    struct event *ev;         /* the loop's read event on efd */
     struct event *ev_release; /* drops the service's references of G.released */
     struct gcall *released;   /* let go by their service in this loop turn (loop thread) */
     pthread_mutex_t mu;
@@ -131,9 +144,14 @@ static struct {
     struct mail *box, *spare;
     size_t n_box, cap_box, cap_spare;
     int draining;
+    int cq_blocked; /* the CQ thread sleeps (or is about to) in grpc_completion_queue_next */
+    /* calls whose next send the CQ thread starts before it sleeps (kick_send), each holding a
+     * reference; hand_spare is the CQ thread's */
+    struct gcall **hand, **hand_spare;
+    size_t n_hand, cap_hand, cap_hand_spare;
     atomic_long live_calls; /* allocated gcalls, armed ones included */
     uint64_t next_id;       /* CQ thread only */
-} G = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+} G = {.efd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* ---- CQ thread ---- */
 
@@ -142,16 +160,52 @@ static void on_send(struct gcall *c, int success);
 static void call_release(struct gcall *c);
 static void call_free(struct gcall *c);
 
+static void pump_send(struct gcall *c);
+
+/* Starts the sends the loop handed over (kick_send) while this thread was busy, until none is
+ * left; then marks this thread as about to sleep, so the loop starts its sends itself. */
+static void flush_handoff(void)
+{
+    for (;;) {
+        pthread_mutex_lock(&G.mu);
+        struct gcall **h = G.hand;
+        size_t n = G.n_hand, cap = G.cap_hand;
+        G.hand = G.hand_spare;
+        G.cap_hand = G.cap_hand_spare;
+        G.n_hand = 0;
+        for (size_t i = 0; i < n; i++)
+            h[i]->in_handoff = 0;
+        G.cq_blocked = n == 0;
+        pthread_mutex_unlock(&G.mu);
+        for (size_t i = 0; i < n; i++) {
+            pthread_mutex_lock(&h[i]->mu);
+            pump_send(h[i]);
+            pthread_mutex_unlock(&h[i]->mu);
+            call_release(h[i]);
+        }
+        G.hand_spare = h; /* only this thread swaps the spare */
+        G.cap_hand_spare = cap;
+        if (n == 0)
+            return;
+    }
+}
+
 static void *cq_thread(void *arg)
 {
     (void)arg;
     for (;;) {
+        flush_handoff();
         grpc_event ev = grpc_completion_queue_next(G.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        if (ev.type == GRPC_QUEUE_SHUTDOWN)
-            break;
-        if (ev.type != GRPC_OP_COMPLETE)
-            continue;
         pthread_mutex_lock(&G.mu);
+        G.cq_blocked = 0;
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+            pthread_mutex_unlock(&G.mu);
+            break;
+        }
+        if (ev.type != GRPC_OP_COMPLETE) {
+            pthread_mutex_unlock(&G.mu);
+            continue;
+        }
         struct gtag *t = ev.tag;
         if (t->kind == TAG_NEW && ev.success && !G.draining) {
             /* A new call is set up here, on the poller's own thread: its first batches then
@@ -190,8 +244,11 @@ static void *cq_thread(void *arg)
         if (G.draining)
             pthread_cond_signal(&G.cond);
         pthread_mutex_unlock(&G.mu);
-        if (first)
-            event_active(G.ev, EV_READ, 0);
+        /* the loop's own read event on an eventfd, not event_active: no contention on the
+         * event base's lock with the loop thread */
+        uint64_t one = 1;
+        if (first && write(G.efd, &one, sizeof(one)) < 0)
+            LOG_ERROR("grpc: cannot wake the loop: %s", strerror(errno));
     }
     return NULL;
 }
@@ -281,10 +338,17 @@ static void pump_send(struct gcall *c)
 {
     if (c->send_pending || c->closed || c->status_sent)
         return;
-    grpc_op ops[2];
+    grpc_op ops[3];
     size_t n = 0;
     memset(ops, 0, sizeof(ops));
     struct gmsg *m = STAILQ_FIRST(&c->out);
+    if (!m && !c->status_queued)
+        return;
+    if (!c->md_sent) {
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        n++;
+        c->md_sent = 1;
+    }
     if (m) {
         STAILQ_REMOVE_HEAD(&c->out, link);
         c->send_bb = m->bb;
@@ -319,6 +383,7 @@ static void arm_recv(struct gcall *c, int with_initial_metadata)
     size_t n = 0;
     memset(ops, 0, sizeof(ops));
     if (with_initial_metadata) {
+        c->md_sent = 1; /* from on_new: no send can race this yet */
         ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
         ops[n].data.send_initial_metadata.count = 0;
         n++;
@@ -386,7 +451,9 @@ static void on_new(struct gcall *c, int success)
     }
     c->owned = 1;
     c->pending++; /* the service's reference */
-    arm_recv(c, 1);
+    /* A bidi call sends its initial metadata at once; a call with one request message sends it
+     * with its first answer, in the same write. */
+    arm_recv(c, c->method->client_stream);
 }
 
 static void on_recv(struct gcall *c, int success)
@@ -502,9 +569,11 @@ static size_t drain_mailbox(void)
 
 static void on_mail(evutil_socket_t fd, short what, void *arg)
 {
-    (void)fd;
     (void)what;
     (void)arg;
+    uint64_t rings; /* read before draining: a later ring then finds the mailbox refilled */
+    if (read(fd, &rings, sizeof(rings)) < 0 && errno != EAGAIN)
+        LOG_ERROR("grpc: mailbox eventfd: %s", strerror(errno));
     drain_mailbox();
 }
 
@@ -528,8 +597,34 @@ static void drop_message(struct gmsg *m)
     free(m);
 }
 
+/* Gets c's queued sends going. Loop thread, c->mu not held. While the CQ thread is awake, it
+ * gets the call handed over and starts the batch itself before it sleeps: then only that thread
+ * drives the transports, and gRPC neither contends for a transport nor offloads the write to
+ * its executor threads. While it sleeps, the batch starts here at once. */
+static void kick_send(struct gcall *c)
+{
+    pthread_mutex_lock(&G.mu);
+    if (!G.cq_blocked && !G.draining) {
+        if (!c->in_handoff) {
+            if (G.n_hand == G.cap_hand) {
+                G.cap_hand = G.cap_hand ? G.cap_hand * 2 : 64;
+                G.hand = xrealloc(G.hand, G.cap_hand * sizeof(*G.hand));
+            }
+            G.hand[G.n_hand++] = c;
+            c->in_handoff = 1;
+            c->pending++; /* dropped by the CQ thread once the send started */
+        }
+        pthread_mutex_unlock(&G.mu);
+        return;
+    }
+    pthread_mutex_unlock(&G.mu);
+    pthread_mutex_lock(&c->mu);
+    pump_send(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Queues m (NULL: none) and the status (code >= 0, only while the service owns the call), and
- * starts a send if none is in flight. Loop thread. 0 if queued; m is freed if it was not. */
+ * gets them going. Loop thread. 0 if queued; m is freed if it was not. */
 static int queue_send(struct gcall *c, struct gmsg *m, int code, const char *text)
 {
     int ret = 0;
@@ -546,11 +641,12 @@ static int queue_send(struct gcall *c, struct gmsg *m, int code, const char *tex
             c->status_details = grpc_slice_from_copied_string(text ? text : "");
             c->status_queued = 1;
         }
-        pump_send(c);
     }
     pthread_mutex_unlock(&c->mu);
     if (m)
         drop_message(m);
+    else if (ret == 0)
+        kick_send(c);
     return ret;
 }
 
@@ -733,7 +829,13 @@ int grpc_servers_start(void)
         return 0;
     grpc_init();
     G.cq = grpc_completion_queue_create_for_next(NULL);
-    G.ev = event_new(srv->base, -1, 0, on_mail, NULL);
+    G.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (G.efd < 0) {
+        LOG_ERROR("gRPC: eventfd: %s", strerror(errno));
+        return -1;
+    }
+    G.ev = event_new(srv->base, G.efd, EV_READ | EV_PERSIST, on_mail, NULL);
+    event_add(G.ev, NULL);
     G.ev_release = event_new(srv->base, -1, 0, on_release, NULL);
     G.started = 1;
     if (pthread_create(&G.thread, NULL, cq_thread, NULL) != 0) {
@@ -789,9 +891,15 @@ void grpc_servers_stop(void)
     grpc_completion_queue_destroy(G.cq);
     event_free(G.ev);
     event_free(G.ev_release);
+    close(G.efd);
+    G.efd = -1;
     free(G.box);
     free(G.spare);
+    free(G.hand);
+    free(G.hand_spare);
     G.box = G.spare = NULL;
+    G.hand = G.hand_spare = NULL;
+    G.cap_hand = G.cap_hand_spare = 0;
     grpc_shutdown();
     LOG_INFO("gRPC servers stopped");
 }

@@ -5,7 +5,7 @@
  *
  * Threads: one completion-queue thread blocks in grpc_completion_queue_next and hands the
  * completions that concern services (request messages, cancels) to the loop thread through a
- * mailbox (a locked queue + event_active). Every service callback and every gcall_* function
+ * mailbox (a locked queue + an eventfd). Every service callback and every gcall_* function
  * runs on the loop thread, so services may touch jobs and models freely; the send side of a call
  * (its out-queue, under a per-call lock) is also driven by the completion-queue thread, which
  * starts the next queued message when one is out. grpc_servers_start/stop run on the loop

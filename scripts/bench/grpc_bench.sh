@@ -9,14 +9,18 @@
 #   1. grpc_bare (scripts/bench/grpc_bare.c, built here): a bare gRPC C core server answering a
 #      fixed 132-byte message from its completion-queue thread, the ceiling;
 #   2. torchserve-c with mlp: a) 1 worker, batchSize 1   b) 1 worker, batchSize 32, maxBatchDelay 2
-# and reports each one's ratio to the bare server (target >= 0.5).
-# Env: DURATION (seconds per run, default 10).
+# and reports each one's ratio to the bare server (target >= 0.5). The machine is shared and its
+# speed drifts, so the bare server runs right before and after each configuration and the ratio is
+# to the mean of those two runs; every server first gets WARMUP seconds of the same load, not
+# counted (the first seconds after a start are the noisiest).
+# Env: DURATION (seconds per run, default 10), WARMUP (default 2).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 DURATION=${DURATION:-10}
+WARMUP=${WARMUP:-2}
 PY=/usr/bin/python3
 BODY=$ROOT/scripts/models/mlp/sample.json
 METHOD=/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions
@@ -41,6 +45,8 @@ gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_bare" "$ROOT/scripts/bench/grpc_bar
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
+# warm_up PORT: WARMUP seconds of the same load, not counted
+warm_up() { "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "$WARMUP" > /dev/null 2>&1 || true; }
 # run_load PORT -> "calls_per_s p50_us p99_us errors calls"
 run_load() {
     "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "$DURATION" > "$WORK/load.last" \
@@ -50,19 +56,24 @@ run_load() {
     echo "$(val calls_per_s) $(val p50_us) $(val p99_us) $(val errors) $(val calls)"
 }
 
-# ---- the ceiling: a bare gRPC C core server
-port=$(free_port)
+# ---- the ceiling: a bare gRPC C core server, kept running; bare_run measures it once and
+# appends calls/s to BARE
+bport=$(free_port)
 : > "$WORK/bare.out"
-"$WORK/grpc_bare" "127.0.0.1:$port" $((DURATION + 30)) > "$WORK/bare.out" &
+"$WORK/grpc_bare" "127.0.0.1:$bport" 100000 > "$WORK/bare.out" &
 bpid=$!
 PIDS+=("$bpid")
 for _ in $(seq 50); do grep -q listening "$WORK/bare.out" && break; sleep 0.1; done
-echo "== bare gRPC C core server: 32 in flight over 4 connections, ${DURATION}s"
-t0=$(cpu_ticks "$bpid")
-read -r b_rps b_p50 b_p99 b_err b_n < <(run_load "$port")
-b_cpu=$(( ($(cpu_ticks "$bpid") - t0) * 10000 / (b_n > 0 ? b_n : 1) ))
-echo "   $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call"
-kill "$bpid"; wait "$bpid" 2>/dev/null || true
+BARE=()
+bare_run() {
+    local t0 b_rps b_p50 b_p99 b_err b_n b_cpu
+    warm_up "$bport"
+    t0=$(cpu_ticks "$bpid")
+    read -r b_rps b_p50 b_p99 b_err b_n < <(run_load "$bport")
+    b_cpu=$(( ($(cpu_ticks "$bpid") - t0) * 10000 / (b_n > 0 ? b_n : 1) ))
+    echo "== bare gRPC C core server: $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call"
+    BARE+=("$b_rps")
+}
 
 # ---- torchserve-c: NAME BATCH DELAY
 declare -A R
@@ -100,8 +111,9 @@ EOF
         sleep 0.1
     done
     [ $ok = 1 ] || { echo "grpc_bench: $name never served:" >&2; tail "$d/server.log" >&2; exit 1; }
-    echo "== torchserve-c mlp $name: 32 in flight over 4 connections, ${DURATION}s"
+    echo "== torchserve-c mlp $name"
     local wpid; wpid=$(ps -o pid= --ppid "$spid" | tr -d ' ' | head -1)
+    warm_up "$gport"
     local f0 w0; f0=$(cpu_ticks "$spid"); w0=$(cpu_ticks "$wpid")
     read -r rps p50 p99 err n < <(run_load "$gport")
     local fc wc
@@ -109,20 +121,27 @@ EOF
     wc=$(( ($(cpu_ticks "$wpid") - w0) * 10000 / (n > 0 ? n : 1) ))
     echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us"
     [ -s "$WORK/load.err" ] && head -3 "$WORK/load.err"
-    R[$name]="$rps $p50 $p99 $err"
     kill "$spid"; wait "$spid" 2>/dev/null || true
+    local before=${BARE[-1]}
+    bare_run
+    local ceil; ceil=$(awk -v a="$before" -v b="${BARE[-1]}" 'BEGIN { printf "%d", (a + b) / 2 }')
+    R[$name]="$rps $p50 $p99 $err $ceil"
 }
 
+echo "== ${DURATION}s per run (after ${WARMUP}s of warm-up), 32 calls in flight over 4 connections"
+bare_run
 bench_config 1w-bs1 1 0
 bench_config 1w-bs32 32 2
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 echo
 echo "== summary (machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); client on the same cores)"
-printf "%-26s %10s %9s %9s %7s %7s %s\n" server "calls/s" "p50 us" "p99 us" ratio target errors
-printf "%-26s %10s %9s %9s %7s %7s %s\n" "bare gRPC C core" "$b_rps" "$b_p50" "$b_p99" 1.00 - "$b_err"
+printf "%-26s %10s %9s %9s %10s %7s %7s %s\n" server "calls/s" "p50 us" "p99 us" "bare c/s" ratio \
+    target errors
 for name in 1w-bs1 1w-bs32; do
-    read -r rps p50 p99 err <<< "${R[$name]}"
-    printf "%-26s %10s %9s %9s %7s %7s %s\n" "torchserve-c mlp $name" "$rps" "$p50" "$p99" \
-        "$(ratio "$rps" "$b_rps")" 0.50 "$err"
+    read -r rps p50 p99 err ceil <<< "${R[$name]}"
+    printf "%-26s %10s %9s %9s %10s %7s %7s %s\n" "torchserve-c mlp $name" "$rps" "$p50" "$p99" \
+        "$ceil" "$(ratio "$rps" "$ceil")" 0.50 "$err"
 done
+echo "bare gRPC C core runs (calls/s): ${BARE[*]}"
+echo "  (ratio: to the mean of the bare runs just before and after)"
