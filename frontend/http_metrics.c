@@ -55,6 +55,6 @@ void http_metrics_handle(struct evhttp_request *req)
     for (struct model *m = model_first(); m; m = model_next(m))
         buf_printf(&b, "ts_max_batch_size{model_name=\"%s\",model_version=\"%s\",} %llu.0\n",
                    m->name, m->version, (unsigned long long)m->max_batch_seen);
-    http_send(req, NULL, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+    http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     buf_free(&b);
 }

@@ -547,7 +547,7 @@ void model_dispatch(struct model *m)
         {
             if (n == 64)
                 break;
-            bw[n].ready = w->state == WORKER_READY;
+            bw[n].ready = worker_takes_jobs(w);
             bw[n].inflight = w->n_inflight;
             ws[n++] = w;
         }

@@ -460,7 +460,7 @@ void sequence_dispatch(struct model *m)
     struct worker *w;
     TAILQ_FOREACH(w, &m->workers, link)
     {
-        if (w->state != WORKER_READY)
+        if (!worker_takes_jobs(w))
             continue;
         if (!m->continuous && w->n_inflight > 0)
             continue;

@@ -544,6 +544,11 @@ int worker_pool_scale(struct model *m, int n)
     return 0;
 }
 
+int worker_takes_jobs(const struct worker *w)
+{
+    return w->state == WORKER_READY && w->bev;
+}
+
 void worker_send_batch(struct worker *w, struct job **jobs, int n)
 {
     buf_reset(&w->out);

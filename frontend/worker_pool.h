@@ -54,7 +54,10 @@ struct worker {
 int worker_pool_init(void);
 /* Brings the model's worker count to n (spawning or stopping workers). */
 int worker_pool_scale(struct model *m, int n);
-/* Sends a batch of jobs to a ready worker (moves them to its in-flight list). */
+/* The worker may be given jobs: loaded, and its connection still open (between the EOF of a
+ * dying worker and its reaping it is still WORKER_READY, with its in-flight jobs). */
+int worker_takes_jobs(const struct worker *w);
+/* Sends a batch of jobs to a worker that takes jobs (moves them to its in-flight list). */
 void worker_send_batch(struct worker *w, struct job **jobs, int n);
 /* Tells the worker that a sequence ended (OTF 'S' frame, OTF_SEQ_* event). */
 void worker_send_seq_event(struct worker *w, const char *seq_id, int event);

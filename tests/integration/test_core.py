@@ -297,6 +297,7 @@ def test_request_id_on_every_response(srv):
         srv.post("/predictions/nosuch", json=SAMPLE),
         srv.get("/nowhere"),
         srv.get("/models", api="management"),
+        srv.get("/metrics", api="metrics"),
     ]
     for r in responses:
         rid = r.headers.get("x-request-id")
