@@ -42,6 +42,7 @@ struct seq {
     int n_jobs; /* attached jobs: queued + running */
     int end_pending;
     int cancel_pending; /* the handler cancelled it (ends as CANCELLED) */
+    int event_pending;  /* closed while no worker was connected: the OTF_SEQ_* event to send */
     int64_t created_us;
     struct event *idle_timer;
     struct event *session_timer;
@@ -171,10 +172,27 @@ static void evict_tombstones(struct seq_table *t)
     }
 }
 
+/* Tells a worker that the sequence is over, so that it drops its state. Every worker of the
+ * model shares the state store: when the pinned one is gone (dead, restarting), another one does
+ * it, and when none is connected the event waits on the tombstone for the next worker that
+ * becomes ready (sequence_worker_ready); else its state would stay in the store for good. */
 static void send_event(struct seq *s, int event)
 {
-    if (s->worker)
-        worker_send_seq_event(s->worker, s->id, event);
+    struct worker *w = s->worker && worker_takes_jobs(s->worker) ? s->worker : NULL;
+    struct worker *o;
+    TAILQ_FOREACH(o, &s->m->workers, link)
+    {
+        if (w)
+            break;
+        if (worker_takes_jobs(o))
+            w = o;
+    }
+    if (w) {
+        worker_send_seq_event(w, s->id, event);
+        s->event_pending = 0;
+    } else {
+        s->event_pending = event;
+    }
 }
 
 /* Ends a sequence for good: queued requests fail with the reason, the worker drops the state. */
@@ -525,6 +543,21 @@ void sequence_worker_gone(struct model *m, struct worker *w)
     TAILQ_FOREACH(s, &m->seqs->closed, olink)
     if (s->worker == w)
         s->worker = NULL;
+}
+
+void sequence_worker_ready(struct model *m, struct worker *w)
+{
+    if (!m || !m->seqs)
+        return;
+    struct seq *s;
+    TAILQ_FOREACH(s, &m->seqs->closed, olink)
+    if (s->event_pending) {
+        LOG_INFO("model %s: sequence %s was closed while no worker was up: worker %d drops its "
+                 "state",
+                 m->name, s->id, w->id);
+        worker_send_seq_event(w, s->id, s->event_pending);
+        s->event_pending = 0;
+    }
 }
 
 void sequence_model_fail_queued(struct model *m)

@@ -59,6 +59,9 @@ void sequence_frame_seen(struct job *j, const struct otf_prediction *p);
 void sequence_dispatch(struct model *m);
 /* The worker is going away for good: re-pin its sequences elsewhere. */
 void sequence_worker_gone(struct model *m, struct worker *w);
+/* A worker of m became ready: it gets the end events of the sequences closed while no worker
+ * was connected (it drops their state). */
+void sequence_worker_ready(struct model *m, struct worker *w);
 /* Number of open sequences, for describe/metrics. */
 int sequence_open_count(const struct model *m);
 /* Effective maxNumSequence (yaml, else batchSize x maxWorkers). */

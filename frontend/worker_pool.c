@@ -194,6 +194,7 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
         LOG_INFO("worker %d (pid %d) loaded model %s %s in %lld ms%s", w->id, (int)w->pid, m->name,
                  m->version, (long long)(ts_wall_ms() - w->start_wall_ms),
                  m->continuous ? " (continuous batching)" : "");
+        sequence_worker_ready(m, w);
         model_dispatch(m);
         mgmt_worker_changed(m);
     }

@@ -3,6 +3,7 @@ many concurrent sequences, expiry and limits, a worker crash in the middle of op
 cancel of a running stream, and an LSTM whose hidden state travels through the state API."""
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -254,6 +255,32 @@ def test_worker_kill_resumes_every_sequence(server_factory):
         time.sleep(0.1)
     now = srv.worker_pids()
     assert pids[0] not in now and len(now) == 2, (pids, now)
+
+
+def test_sequence_closed_while_worker_down_drops_its_state(server_factory):
+    """A sequence cancelled while its only worker is dead: the worker that comes up next gets the
+    end event, so the sum the state store kept across the crash is dropped rather than left in
+    LMDB for good (a restart of the id begins from 0 either way)."""
+    yaml = dict(PLAIN, minWorkers=1, maxWorkers=1)
+    srv = server_factory(models=["stateful"], yaml={"stateful": yaml})
+    wait_ready(srv)
+    sid, first = start_seq(srv, 5)
+    assert first == "5"
+    (pid,) = srv.worker_pids()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + 10
+    while "died" not in srv.log():  # the frontend saw the death; the new worker is not up yet
+        assert time.time() < deadline, srv.log()[-3000:]
+        time.sleep(0.005)
+    r = step(srv, sid, 0, headers={CANCEL: "true"})
+    assert r.status_code == 200 and "cancelled" in r.text, r.text
+    loads = re.findall(r"\(pid \d+\) loaded model stateful", srv.log())
+    assert len(loads) == 1, "the new worker was up before the cancel"
+    wait_ready(srv)
+    r = step(srv, sid, 4, headers={START: "true"})
+    assert r.status_code == 200 and r.text == "4", (r.text, srv.log()[-3000:])
+    assert f"sequence {sid} was closed while no worker was up: worker 9000 drops its state" \
+        in srv.log(), srv.log()[-3000:]
 
 
 def test_cancel_stops_a_running_stream(server_factory):
