@@ -206,6 +206,9 @@ def main(argv=None):
     except grpc.RpcError as e:
         print(f"{e.code().name}: {e.details()}", file=sys.stderr)
         return 1
+    except OSError as e:  # an input file that cannot be read (infer* take file paths, or -)
+        print(f"torchserve_c_client: cannot read {e.filename!r}: {e.strerror}", file=sys.stderr)
+        return 2
     finally:
         channel.close()
 

@@ -10,6 +10,7 @@ clients built from the build-time stubs in build/py.
 - NOT_FOUND for an unknown model/version, RESOURCE_EXHAUSTED above max_request_size;
 - management scenarios of TorchServe's postman collection with their gRPC codes (3, 5, 13),
   scaling checked against real worker processes, PERMISSION_DENIED when the model API is off;
+- scripts/torchserve_c_client.py run as a user would, its output and exit codes;
 - token auth: UNAUTHENTICATED without a key, keys scoped per API, a rotated key stops working.
 """
 import json
@@ -371,6 +372,52 @@ def test_management_scenarios(msrv):
 
 
 # --------------------------------------------------------------------- API control and auth
+
+CLIENT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                             "torchserve_c_client.py")
+
+
+def client(srv, *args, port="grpc_mgmt"):
+    """Runs scripts/torchserve_c_client.py as a user would: (exit code, stdout, stderr)."""
+    p = subprocess.run([sys.executable, CLIENT_SCRIPT, *args, "--port", str(srv.ports[port]),
+                        "--timeout", "60"], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_command_line_client(msrv, mlp_ref, tmp_path):
+    """scripts/torchserve_c_client.py end to end: register, list, infer (= torch), infer_stream,
+    scale (real processes), describe, unregister, and its errors (unknown model, unreadable
+    input file) as a message and an exit code, never a traceback."""
+    vec = tmp_path / "vec.json"
+    vec.write_text(json.dumps({"data": mlp_input(3)}))
+    words = tmp_path / "words.txt"
+    words.write_text("hello streaming world")
+    rc, out, err = client(msrv, "register", "climlp", "climlp=mlp.mar")
+    assert rc == 0 and "Model \"climlp\" Version: 1.0 registered with 1 initial workers" in out, \
+        (out, err)
+    rc, out, err = client(msrv, "register", "clitext", "clitext=identity_text.mar")
+    assert rc == 0, err
+    rc, out, err = client(msrv, "list")
+    assert rc == 0 and {"climlp", "clitext"} <= {m["modelName"] for m in json.loads(out)["models"]}
+    rc, out, err = client(msrv, "infer", "climlp", str(vec), port="grpc")
+    assert rc == 0, err
+    assert_close(json.loads(out), mlp_ref(mlp_input(3)))
+    rc, out, err = client(msrv, "infer_stream", "clitext", str(words), port="grpc")
+    assert rc == 0 and out.split() == ["hello", "streaming", "world"], (out, err)
+    rc, out, err = client(msrv, "scale", "climlp", "--min-worker", "2", "--sync")
+    assert rc == 0 and "Workers scaled to 2 for model: climlp" in out, (out, err)
+    (d,) = json.loads(client(msrv, "describe", "climlp")[1])
+    pids = [w["pid"] for w in d["workers"]]
+    assert len(pids) == 2 and all(os.path.exists(f"/proc/{p}") for p in pids), d
+    rc, out, err = client(msrv, "infer", "nope", str(vec), port="grpc")
+    assert rc == 1 and err.strip() == "NOT_FOUND: Model not found: nope", err
+    rc, out, err = client(msrv, "infer", "climlp", str(tmp_path / "missing.json"), port="grpc")
+    assert rc == 2 and "cannot read" in err and "missing.json" in err and "Traceback" not in err
+    for m in ("climlp", "clitext"):
+        rc, out, err = client(msrv, "unregister", m)
+        assert rc == 0 and f"Model \"{m}\" unregistered" in out, (out, err)
+    assert not any(os.path.exists(f"/proc/{p}") for p in pids)
+
 
 def test_model_api_disabled_and_token_auth():
     tmp = tempfile.mkdtemp(prefix="tsc-grpca-")
