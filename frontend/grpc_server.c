@@ -13,13 +13,10 @@
  *     a stream's messages go out back to back without waking the loop once per message; the
  *     loop only appends to the out-queue and starts a send when none is in flight;
  *   - the RECV_CLOSE of a call whose status has been sent.
- * When the loop queues a send, it hands the call over (kick_send) and the CQ thread starts the
- * batch before it sleeps again; if it sleeps, the loop wakes it with a doorbell (ring_bell: a
- * call on a lame channel, which completes at once). So only the CQ thread drives the transports
- * of server calls: two threads writing the same connections made gRPC contend for its
- * combiners and offload writes to its executor threads (perf: futex wake-ups on every call,
- * executor threads multiplying over a run). Client-streaming calls still re-arm their
- * RECV_MESSAGE from the loop.
+ * When the loop queues a send while the CQ thread is awake, it hands the call over (kick_send)
+ * and the CQ thread starts the batch before it sleeps again; only when it sleeps does the loop
+ * start the batch itself. Two threads writing the same transports made gRPC contend for its
+ * combiners and offload writes to its executor threads (perf: futex wake-ups on every call).
  * A call with a single request message sends its initial metadata with its first answer, in
  * one write instead of two.
  * Shared between the threads, hence under the call's mutex `mu`: the out-queue, send_pending,
