@@ -68,7 +68,7 @@
 /* requests armed per server: new calls wait in gRPC only if this many arrive in one loop turn */
 #define ARMED_CALLS 32
 
-enum tag_kind { TAG_NEW, TAG_CLOSE, TAG_RECV, TAG_SEND, TAG_SHUTDOWN, TAG_BELL };
+enum tag_kind { TAG_NEW, TAG_CLOSE, TAG_RECV, TAG_SEND, TAG_SHUTDOWN };
 
 struct gcall;
 struct gtag {
@@ -145,17 +145,6 @@ static struct {
     size_t n_box, cap_box, cap_spare;
     int draining;
     int cq_blocked; /* the CQ thread sleeps (or is about to) in grpc_completion_queue_next */
-    /* the doorbell (ring_bell): a call on a lame channel, whose completion wakes the CQ thread;
-     * at most one rings at a time (bell_pending, under mu) */
-    grpc_channel *lame;
-    struct {
-        struct gtag tag;
-        grpc_call *call;
-        grpc_metadata_array trailing;
-        grpc_status_code status;
-        grpc_slice details;
-    } bell;
-    int bell_pending;
     /* calls whose next send the CQ thread starts before it sleeps (kick_send), each holding a
      * reference; hand_spare is the CQ thread's */
     struct gcall **hand, **hand_spare;
@@ -218,17 +207,6 @@ static void *cq_thread(void *arg)
             continue;
         }
         struct gtag *t = ev.tag;
-        if (t->kind == TAG_BELL) {
-            /* the loop handed sends over while this thread slept: flush_handoff starts them */
-            pthread_mutex_unlock(&G.mu);
-            grpc_metadata_array_destroy(&G.bell.trailing);
-            grpc_slice_unref(G.bell.details);
-            grpc_call_unref(G.bell.call);
-            pthread_mutex_lock(&G.mu);
-            G.bell_pending = 0;
-            pthread_mutex_unlock(&G.mu);
-            continue;
-        }
         if (t->kind == TAG_NEW && ev.success && !G.draining) {
             /* A new call is set up here, on the poller's own thread: its first batches then
              * need no wake-up of this thread. The loop sees the call only through the
@@ -619,58 +597,30 @@ static void drop_message(struct gmsg *m)
     free(m);
 }
 
-/* Wakes the CQ thread out of grpc_completion_queue_next. gRPC's C core has no public call to
- * post to a completion queue, but a call on a lame channel fails at once and its completion does
- * that; it touches no transport. Loop thread, with bell_pending just set. */
-static void ring_bell(void)
-{
-    G.bell.call = grpc_channel_create_call(G.lame, NULL, GRPC_PROPAGATE_DEFAULTS, G.cq,
-                                           grpc_slice_from_static_string("/torchserve_c/Doorbell"),
-                                           NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    grpc_metadata_array_init(&G.bell.trailing);
-    G.bell.details = grpc_empty_slice();
-    grpc_op ops[2];
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[1].data.recv_status_on_client.trailing_metadata = &G.bell.trailing;
-    ops[1].data.recv_status_on_client.status = &G.bell.status;
-    ops[1].data.recv_status_on_client.status_details = &G.bell.details;
-    grpc_call_error e = grpc_call_start_batch(G.bell.call, ops, 2, &G.bell.tag, NULL);
-    if (e != GRPC_CALL_OK) /* cannot happen with these ops; the next kick would not ring */
-        LOG_ERROR("grpc: the doorbell failed to ring: %d", (int)e);
-}
-
-/* Gets c's queued sends going. Loop thread, c->mu not held. The CQ thread starts the batch
- * (flush_handoff), woken by the doorbell if it sleeps: only that thread ever drives a call's
- * transport. When the loop wrote answers itself, it contended with the CQ thread for the HTTP/2
- * connection's combiner, and gRPC moved the work to its executor threads: calls got slower as
- * those threads multiplied (frontend 32 -> 44 us per call, p99 3 -> 10 ms). */
+/* Gets c's queued sends going. Loop thread, c->mu not held. While the CQ thread is awake, it
+ * gets the call handed over and starts the batch itself before it sleeps: then only that thread
+ * drives the transports, and gRPC neither contends for a transport nor offloads the write to
+ * its executor threads. While it sleeps, the batch starts here at once. */
 static void kick_send(struct gcall *c)
 {
     pthread_mutex_lock(&G.mu);
-    if (G.draining) { /* the loop handles every completion itself now */
+    if (!G.cq_blocked && !G.draining) {
+        if (!c->in_handoff) {
+            if (G.n_hand == G.cap_hand) {
+                G.cap_hand = G.cap_hand ? G.cap_hand * 2 : 64;
+                G.hand = xrealloc(G.hand, G.cap_hand * sizeof(*G.hand));
+            }
+            G.hand[G.n_hand++] = c;
+            c->in_handoff = 1;
+            c->pending++; /* dropped by the CQ thread once the send started */
+        }
         pthread_mutex_unlock(&G.mu);
-        pthread_mutex_lock(&c->mu);
-        pump_send(c);
-        pthread_mutex_unlock(&c->mu);
         return;
     }
-    if (!c->in_handoff) {
-        if (G.n_hand == G.cap_hand) {
-            G.cap_hand = G.cap_hand ? G.cap_hand * 2 : 64;
-            G.hand = xrealloc(G.hand, G.cap_hand * sizeof(*G.hand));
-        }
-        G.hand[G.n_hand++] = c;
-        c->in_handoff = 1;
-        c->pending++; /* dropped by the CQ thread once the send started */
-    }
-    int ring = G.cq_blocked && !G.bell_pending;
-    if (ring)
-        G.bell_pending = 1;
     pthread_mutex_unlock(&G.mu);
-    if (ring)
-        ring_bell();
+    pthread_mutex_lock(&c->mu);
+    pump_send(c);
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* Queues m (NULL: none) and the status (code >= 0, only while the service owns the call), and
@@ -884,8 +834,6 @@ int grpc_servers_start(void)
         LOG_ERROR("gRPC: eventfd: %s", strerror(errno));
         return -1;
     }
-    G.lame = grpc_lame_client_channel_create("doorbell", GRPC_STATUS_UNAVAILABLE, "doorbell");
-    G.bell.tag = (struct gtag){NULL, TAG_BELL};
     G.ev = event_new(srv->base, G.efd, EV_READ | EV_PERSIST, on_mail, NULL);
     event_add(G.ev, NULL);
     G.ev_release = event_new(srv->base, -1, 0, on_release, NULL);
@@ -940,7 +888,6 @@ void grpc_servers_stop(void)
         grpc_server_destroy(G.srv[i].server);
     grpc_completion_queue_shutdown(G.cq);
     pthread_join(G.thread, NULL);
-    grpc_channel_destroy(G.lame);
     grpc_completion_queue_destroy(G.cq);
     event_free(G.ev);
     event_free(G.ev_release);
