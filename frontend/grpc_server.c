@@ -141,14 +141,13 @@ static struct {
     struct gcall *released;   /* let go by their service in this loop turn (loop thread) */
     pthread_mutex_t mu;
     pthread_cond_t cond;
-    struct mail *box, *spare;
-    size_t n_box, cap_box, cap_spare;
+    /* the mailbox (struct mail items) and its spare storage, swapped by drain_mailbox */
+    struct buf box, box_spare;
     int draining;
     int cq_blocked; /* the CQ thread sleeps (or is about to) in grpc_completion_queue_next */
-    /* calls whose next send the CQ thread starts before it sleeps (kick_send), each holding a
-     * reference; hand_spare is the CQ thread's */
-    struct gcall **hand, **hand_spare;
-    size_t n_hand, cap_hand, cap_hand_spare;
+    /* calls (struct gcall * items) whose next send the CQ thread starts before it sleeps
+     * (kick_send), each holding a reference; hand_spare is the CQ thread's */
+    struct buf hand, hand_spare;
     atomic_long live_calls; /* allocated gcalls, armed ones included */
     uint64_t next_id;       /* CQ thread only */
 } G = {.efd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
@@ -162,29 +161,41 @@ static void call_free(struct gcall *c);
 
 static void pump_send(struct gcall *c);
 
+/* Takes the items of a locked queue (G.mu held), leaving the queue empty on the spare's storage;
+ * the caller gives the storage back as the spare once done, so a warm queue never allocates. */
+static struct buf queue_take(struct buf *q, struct buf *spare)
+{
+    struct buf items = *q;
+    *q = *spare;
+    buf_reset(q);
+    return items;
+}
+
+static void pump_send_locked(struct gcall *c)
+{
+    pthread_mutex_lock(&c->mu);
+    pump_send(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Starts the sends the loop handed over (kick_send) while this thread was busy, until none is
  * left; then marks this thread as about to sleep, so the loop starts its sends itself. */
 static void flush_handoff(void)
 {
     for (;;) {
         pthread_mutex_lock(&G.mu);
-        struct gcall **h = G.hand;
-        size_t n = G.n_hand, cap = G.cap_hand;
-        G.hand = G.hand_spare;
-        G.cap_hand = G.cap_hand_spare;
-        G.n_hand = 0;
+        struct buf taken = queue_take(&G.hand, &G.hand_spare);
+        struct gcall **h = (struct gcall **)taken.data;
+        size_t n = taken.len / sizeof(*h);
         for (size_t i = 0; i < n; i++)
             h[i]->in_handoff = 0;
         G.cq_blocked = n == 0;
         pthread_mutex_unlock(&G.mu);
         for (size_t i = 0; i < n; i++) {
-            pthread_mutex_lock(&h[i]->mu);
-            pump_send(h[i]);
-            pthread_mutex_unlock(&h[i]->mu);
+            pump_send_locked(h[i]);
             call_release(h[i]);
         }
-        G.hand_spare = h; /* only this thread swaps the spare */
-        G.cap_hand_spare = cap;
+        G.hand_spare = taken; /* only this thread swaps the spare */
         if (n == 0)
             return;
     }
@@ -234,13 +245,9 @@ static void *cq_thread(void *arg)
             call_release(t->call);
             continue;
         }
-        if (G.n_box == G.cap_box) {
-            G.cap_box = G.cap_box ? G.cap_box * 2 : 256;
-            G.box = xrealloc(G.box, G.cap_box * sizeof(*G.box));
-        }
-        G.box[G.n_box].tag = ev.tag;
-        G.box[G.n_box].success = ev.success;
-        int first = G.n_box++ == 0;
+        struct mail m = {ev.tag, ev.success};
+        int first = G.box.len == 0;
+        buf_put(&G.box, &m, sizeof(m));
         if (G.draining)
             pthread_cond_signal(&G.cond);
         pthread_mutex_unlock(&G.mu);
@@ -554,16 +561,13 @@ static void handle(void *tag, int success)
 static size_t drain_mailbox(void)
 {
     pthread_mutex_lock(&G.mu);
-    struct mail *box = G.box;
-    size_t n = G.n_box, cap = G.cap_box;
-    G.box = G.spare;
-    G.cap_box = G.cap_spare;
-    G.n_box = 0;
+    struct buf taken = queue_take(&G.box, &G.box_spare);
     pthread_mutex_unlock(&G.mu);
+    const struct mail *box = (const struct mail *)taken.data;
+    size_t n = taken.len / sizeof(*box);
     for (size_t i = 0; i < n; i++)
         handle(box[i].tag, box[i].success);
-    G.spare = box;
-    G.cap_spare = cap;
+    G.box_spare = taken;
     return n;
 }
 
@@ -606,11 +610,7 @@ static void kick_send(struct gcall *c)
     pthread_mutex_lock(&G.mu);
     if (!G.cq_blocked && !G.draining) {
         if (!c->in_handoff) {
-            if (G.n_hand == G.cap_hand) {
-                G.cap_hand = G.cap_hand ? G.cap_hand * 2 : 64;
-                G.hand = xrealloc(G.hand, G.cap_hand * sizeof(*G.hand));
-            }
-            G.hand[G.n_hand++] = c;
+            buf_put(&G.hand, &c, sizeof(c));
             c->in_handoff = 1;
             c->pending++; /* dropped by the CQ thread once the send started */
         }
@@ -618,9 +618,7 @@ static void kick_send(struct gcall *c)
         return;
     }
     pthread_mutex_unlock(&G.mu);
-    pthread_mutex_lock(&c->mu);
-    pump_send(c);
-    pthread_mutex_unlock(&c->mu);
+    pump_send_locked(c);
 }
 
 /* Queues m (NULL: none) and the status (code >= 0, only while the service owns the call), and
@@ -879,7 +877,7 @@ void grpc_servers_stop(void)
     while (!stop_done()) {
         flush_released(); /* services may finish calls while the mailbox is drained here */
         pthread_mutex_lock(&G.mu);
-        while (G.n_box == 0 && !stop_done())
+        while (G.box.len == 0 && !stop_done())
             pthread_cond_wait(&G.cond, &G.mu);
         pthread_mutex_unlock(&G.mu);
         drain_mailbox();
@@ -893,13 +891,10 @@ void grpc_servers_stop(void)
     event_free(G.ev_release);
     close(G.efd);
     G.efd = -1;
-    free(G.box);
-    free(G.spare);
-    free(G.hand);
-    free(G.hand_spare);
-    G.box = G.spare = NULL;
-    G.hand = G.hand_spare = NULL;
-    G.cap_hand = G.cap_hand_spare = 0;
+    buf_free(&G.box);
+    buf_free(&G.box_spare);
+    buf_free(&G.hand);
+    buf_free(&G.hand_spare);
     grpc_shutdown();
     LOG_INFO("gRPC servers stopped");
 }

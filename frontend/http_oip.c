@@ -314,6 +314,17 @@ static char *oip_error_body(struct http_call *c, int status, const char *type, c
     return error_json(msg);
 }
 
+/* An OIP call answers JSON through transform(arg), and errors as OIP's {"error": msg}. */
+static void oip_call_setup(struct http_call *c, void *arg, void (*arg_free)(void *),
+                           http_transform_fn *transform)
+{
+    c->arg = arg;
+    c->arg_free = arg_free;
+    c->transform = transform;
+    c->error_body = oip_error_body;
+    c->ctype = "application/json";
+}
+
 /* ---------------------------------------------------------------- request parsing */
 
 struct parsed {
@@ -1142,11 +1153,7 @@ parsed:;
     o->binary_out = ps.binary_out;
     ps.binary_out = NULL;
     buf_init(&o->acc);
-    c->arg = o;
-    c->arg_free = oip_http_free;
-    c->transform = oip_transform;
-    c->error_body = oip_error_body;
-    c->ctype = "application/json";
+    oip_call_setup(c, o, oip_http_free, oip_transform);
     c->sse_bare = 1;
     c->whole = !stream;
 
@@ -1197,11 +1204,7 @@ static void model_metadata(struct evhttp_request *req, const char *rid, struct m
     struct job *j = job_new(rid, &http_call_sink, c);
     c->job = j;
     oip_req_metadata_job(j);
-    c->arg = md;
-    c->arg_free = metadata_free;
-    c->transform = metadata_transform;
-    c->error_body = oip_error_body;
-    c->ctype = "application/json";
+    oip_call_setup(c, md, metadata_free, metadata_transform);
     c->whole = 1;
     struct submit_error e;
     int rc = model_submit_request(m, j, &e);

@@ -178,14 +178,13 @@ static void evict_tombstones(struct seq_table *t)
  * becomes ready (sequence_worker_ready); else its state would stay in the store for good. */
 static void send_event(struct seq *s, int event)
 {
-    struct worker *w = s->worker && worker_takes_jobs(s->worker) ? s->worker : NULL;
-    struct worker *o;
-    TAILQ_FOREACH(o, &s->m->workers, link)
-    {
-        if (w)
-            break;
-        if (worker_takes_jobs(o))
-            w = o;
+    struct worker *w = s->worker;
+    if (!w || !worker_takes_jobs(w)) {
+        TAILQ_FOREACH(w, &s->m->workers, link)
+        {
+            if (worker_takes_jobs(w))
+                break; /* w is NULL when none does */
+        }
     }
     if (w) {
         worker_send_seq_event(w, s->id, event);
