@@ -8,9 +8,9 @@
  * that rotates the others (GET /token?type=management|inference on 8081). Keys are compared
  * in constant time.
  *
- * Thread safety: auth_check may be called from any thread (gRPC completion-queue threads
- * included); the keys are guarded by a mutex. auth_init/auth_rotate/auth_shutdown run on the
- * loop thread. When token authorization is disabled every check passes.
+ * Thread safety: auth_check may be called from any thread; the keys are guarded by a mutex.
+ * auth_init/auth_rotate/auth_shutdown run on the loop thread. When token authorization is disabled
+ * every check passes.
  */
 #ifndef TS_AUTH_H
 #define TS_AUTH_H

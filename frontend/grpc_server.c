@@ -1,41 +1,39 @@
 /*
- * grpc_server: gRPC C core servers, the completion-queue thread, the mailbox to the loop thread,
- * and the per-call state machine.
+ * grpc_server: gRPC C core servers on the loop thread, and the per-call state machine.
  *
- * Design (see reference/c-engineering-notes.md §1.6, "hybrid"): one CQ, registered with both
- * servers, is drained by one thread that moves (tag, success) pairs into a locked mailbox and
- * wakes the loop through an eventfd (a plain read event of the loop, so the two threads never
- * contend for the event base's lock). The loop thread owns models and jobs and runs every service
- * callback, so services never need locks. Three kinds of completion stay on the CQ thread
- * because they need nothing from the loop:
- *   - a new call (its setup batches then need no wake-up of the poller);
- *   - every SEND: the CQ thread starts the call's next queued message (or its status) itself, so
- *     a stream's messages go out back to back without waking the loop once per message; the
- *     loop only appends to the out-queue and starts a send when none is in flight;
- *   - the RECV_CLOSE of a call whose status has been sent.
- * When the loop queues a send while the CQ thread is awake, it hands the call over (kick_send)
- * and the CQ thread starts the batch before it sleeps again; only when it sleeps does the loop
- * start the batch itself. Two threads writing the same transports made gRPC contend for its
- * combiners and offload writes to its executor threads (perf: futex wake-ups on every call).
+ * Threads: none of our own. gRPC's poller (the "epoll1" engine) watches every gRPC socket in
+ * one epoll set. Its fd is not public, but it is the one epoll fd grpc_init creates
+ * (init_grpc_poller finds it in /proc/self/fd), and an epoll fd is itself pollable: the loop
+ * watches it like any socket and, when it is readable, drains the completion queue without
+ * blocking (drain). So gRPC's reads, writes and completions all run on the loop thread, next
+ * to the models and jobs the services touch: no lock, no mailbox, no hand-over. The earlier
+ * design drained the queue on a thread of its own and handed completions to the loop; a call
+ * then crossed threads two to four times (each wake-up costs 15-30 us on this VM), and when
+ * both threads drove the same HTTP/2 connection, gRPC found its combiner contended and moved
+ * work to its executor threads (frontend CPU per call 31 -> 58 us over a long run).
+ * What the epoll fd does not show:
+ *   - a completion made by a gRPC call outside drain (a batch started when a worker answered,
+ *     a call unref'ed): gRPC completes it at once on this thread but only flags it for a
+ *     poller, which is not there. drain_soon drains once the loop turn's callbacks are done;
+ *   - one non-blocking round handles one of the epoll events gRPC fetched (epoll1 fetches up to
+ *     100 at a time), so a round that yields nothing does not mean that nothing is left: drain
+ *     stops after IDLE_ROUNDS empty rounds in a row;
+ *   - a completion made on one of gRPC's own threads (a deadline's timer, work moved to its
+ *     executor). The tick (on_tick) finds these, and whatever a drain left.
  * A call with a single request message sends its initial metadata with its first answer, in
  * one write instead of two.
- * Shared between the threads, hence under the call's mutex `mu`: the out-queue, send_pending,
- * send_bb, the queued status and `closed`. Everything else in a call is touched by one thread at
- * a time, handed over through the mailbox's lock or gRPC's own completion ordering.
  *
- * Lifetime: `pending` is an atomic count of references: one per outstanding batch (taken before
- * the batch starts) and one for the service while it holds the call (`owned`). Whoever drops it
- * to 0, on either thread, frees the call. The loop touches a call only while it holds one of
- * those references (the service's, or the count of the completion it is handling), so the CQ
- * thread can never free a call under it. The service's reference outlives gcall_finish /
- * gcall_send_finish until the loop's current callback has returned (it is dropped from a loop
- * event, `released`): services may still look at the call, e.g. gcall_finish after
- * gcall_send_finish, in the same callback. On on_cancel it is dropped when on_cancel returns.
+ * Lifetime: `pending` counts a call's references: one per outstanding batch (taken before the
+ * batch starts) and one for the service while it holds the call (`owned`). Whoever drops it to
+ * 0 frees the call. The service's reference outlives gcall_finish / gcall_send_finish until the
+ * loop's current callback has returned (it is dropped from a loop event, `released`): services
+ * may still look at the call, e.g. gcall_finish after gcall_send_finish, in the same callback.
+ * On on_cancel it is dropped when on_cancel returns.
  *
  * A call runs these batches, each with its own tag and at most one outstanding per op type:
  *   at T_NEW   {RECV_CLOSE_ON_SERVER} alone: completes when the call is over; cancelled = 1
  *              means the client went away, the deadline passed, or the server is shutting down
- *              {SEND_INITIAL_METADATA, RECV_MESSAGE}: always initial metadata first
+ *              {SEND_INITIAL_METADATA, RECV_MESSAGE} (bidi), {RECV_MESSAGE} (one request)
  *   then       RECV_MESSAGE re-armed after each message for client-streaming methods (a NULL
  *              buffer is the half-close);
  *              {SEND_MESSAGE} one at a time from the call's out-queue, the last one joined by
@@ -51,13 +49,12 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <pthread.h>
-#include <errno.h>
-#include <stdatomic.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/queue.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -67,6 +64,13 @@
 
 /* requests armed per server: new calls wait in gRPC only if this many arrive in one loop turn */
 #define ARMED_CALLS 32
+/* empty non-blocking rounds after which drain stops (see drain) */
+#define IDLE_ROUNDS 8
+/* completions one drain handles at most before it lets the loop's other events in */
+#define DRAIN_MAX 256
+/* the tick's period (on_tick) while calls are under way, and while none is */
+#define TICK_BUSY_MS 10
+#define TICK_IDLE_MS 100
 
 enum tag_kind { TAG_NEW, TAG_CLOSE, TAG_RECV, TAG_SEND, TAG_SHUTDOWN };
 
@@ -103,170 +107,60 @@ struct gcall {
     const struct grpc_method *method;
     char id[24];
     struct gtag t_new, t_close, t_recv, t_send;
-    atomic_int pending; /* references: outstanding batches + 1 while owned (see top) */
-    int owned;          /* the service holds the call (between dispatch and finish/cancel) */
+    int pending; /* references: outstanding batches + 1 while owned (see top) */
+    int owned;   /* the service holds the call (between dispatch and finish/cancel) */
     int close_cancelled;
-    int recv_pending, recv_done, recv_hold; /* loop thread (CQ thread before the first recv) */
+    int recv_pending, recv_done, recv_hold;
     grpc_byte_buffer *recv_bb;
-    pthread_mutex_t mu; /* the send side below, shared by both threads */
-    int closed;         /* RECV_CLOSE_ON_SERVER handled on the loop (before the status went out) */
+    int closed; /* RECV_CLOSE_ON_SERVER completed before the status went out */
     int send_pending;
     grpc_byte_buffer *send_bb;
     int status_queued;
-    int md_sent;            /* initial metadata has gone out (or is in the first send batch) */
-    atomic_int status_sent; /* also read by the CQ thread without mu (RECV_CLOSE shortcut) */
+    int md_sent; /* initial metadata has gone out (or is in the first send batch) */
+    int status_sent;
     grpc_status_code status;
     grpc_slice status_details;
     STAILQ_HEAD(, gmsg) out;
     void *user;
     struct gmd *mdcache;
-    struct gcall *next_released; /* G.released (loop thread) */
-    int in_handoff;              /* in G.hand (under G.mu) */
-};
-
-struct mail {
-    void *tag;
-    int success;
+    struct gcall *next_released; /* G.released */
 };
 
 static struct {
     int started;
     grpc_completion_queue *cq;
-    pthread_t thread;
     struct gsrv srv[2];
     int n_srv;
-    int efd;                  /* eventfd: the CQ thread rings it when the mailbox was empty */
-    struct event *ev;         /* the loop's read event on efd */
+    int poller_fd;           /* gRPC's epoll fd (not ours to close) */
+    struct event *ev_poller; /* the loop's read event on it */
+    struct event *ev_tick;   /* on_tick */
+    struct event *ev_drain;  /* a drain soon, after a batch started outside drain */
+    int in_drain, drain_soon;
     struct event *ev_release; /* drops the service's references of G.released */
-    struct gcall *released;   /* let go by their service in this loop turn (loop thread) */
-    pthread_mutex_t mu;
-    pthread_cond_t cond;
-    /* the mailbox (struct mail items) and its spare storage, swapped by drain_mailbox */
-    struct buf box, box_spare;
-    int draining;
-    int cq_blocked; /* the CQ thread sleeps (or is about to) in grpc_completion_queue_next */
-    /* calls (struct gcall * items) whose next send the CQ thread starts before it sleeps
-     * (kick_send), each holding a reference; hand_spare is the CQ thread's */
-    struct buf hand, hand_spare;
-    atomic_long live_calls; /* allocated gcalls, armed ones included */
-    uint64_t next_id;       /* CQ thread only */
-} G = {.efd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-
-/* ---- CQ thread ---- */
+    struct gcall *released;   /* let go by their service in this loop turn */
+    long live_calls;          /* allocated gcalls, armed ones included */
+    long busy_calls; /* calls between T_NEW and their end: the tick is faster while any is */
+    uint64_t next_id;
+} G = {.poller_fd = -1};
 
 static void on_new(struct gcall *c, int success);
-static void on_send(struct gcall *c, int success);
-static void call_release(struct gcall *c);
 static void call_free(struct gcall *c);
+static void drain(void);
+static void drain_soon(void);
 
-static void pump_send(struct gcall *c);
-
-/* Takes the items of a locked queue (G.mu held), leaving the queue empty on the spare's storage;
- * the caller gives the storage back as the spare once done, so a warm queue never allocates. */
-static struct buf queue_take(struct buf *q, struct buf *spare)
+static void set_tick(int ms)
 {
-    struct buf items = *q;
-    *q = *spare;
-    buf_reset(q);
-    return items;
-}
-
-static void pump_send_locked(struct gcall *c)
-{
-    pthread_mutex_lock(&c->mu);
-    pump_send(c);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Starts the sends the loop handed over (kick_send) while this thread was busy, until none is
- * left; then marks this thread as about to sleep, so the loop starts its sends itself. */
-static void flush_handoff(void)
-{
-    for (;;) {
-        pthread_mutex_lock(&G.mu);
-        struct buf taken = queue_take(&G.hand, &G.hand_spare);
-        struct gcall **h = (struct gcall **)taken.data;
-        size_t n = taken.len / sizeof(*h);
-        for (size_t i = 0; i < n; i++)
-            h[i]->in_handoff = 0;
-        G.cq_blocked = n == 0;
-        pthread_mutex_unlock(&G.mu);
-        for (size_t i = 0; i < n; i++) {
-            pump_send_locked(h[i]);
-            call_release(h[i]);
-        }
-        G.hand_spare = taken; /* only this thread swaps the spare */
-        if (n == 0)
-            return;
-    }
-}
-
-static void *cq_thread(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        flush_handoff();
-        grpc_event ev = grpc_completion_queue_next(G.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        pthread_mutex_lock(&G.mu);
-        G.cq_blocked = 0;
-        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
-            pthread_mutex_unlock(&G.mu);
-            break;
-        }
-        if (ev.type != GRPC_OP_COMPLETE) {
-            pthread_mutex_unlock(&G.mu);
-            continue;
-        }
-        struct gtag *t = ev.tag;
-        if (t->kind == TAG_NEW && ev.success && !G.draining) {
-            /* A new call is set up here, on the poller's own thread: its first batches then
-             * need no wake-up of this thread. The loop sees the call only through the
-             * completions of those batches, which come back through this thread and the
-             * mailbox, so the two threads never touch it at the same time. */
-            pthread_mutex_unlock(&G.mu);
-            struct gcall *c = t->call;
-            on_new(c, 1);
-            call_release(c);
-            continue;
-        }
-        if (t->kind == TAG_SEND && !G.draining) {
-            /* The next message of the call goes out from here (under the call's lock), with
-             * no loop wake-up; a batch started here completes on this thread's next turn. */
-            pthread_mutex_unlock(&G.mu);
-            on_send(t->call, ev.success);
-            call_release(t->call);
-            continue;
-        }
-        if (t->kind == TAG_CLOSE && !G.draining && t->call->status_sent) {
-            /* The call is over after its status went out, so the service had let go of it:
-             * nothing for the loop to do. Whoever drops `pending` to 0 frees the call, and the
-             * loop holds a reference whenever it touches it (see the top of this file). */
-            pthread_mutex_unlock(&G.mu);
-            call_release(t->call);
-            continue;
-        }
-        struct mail m = {ev.tag, ev.success};
-        int first = G.box.len == 0;
-        buf_put(&G.box, &m, sizeof(m));
-        if (G.draining)
-            pthread_cond_signal(&G.cond);
-        pthread_mutex_unlock(&G.mu);
-        /* the loop's own read event on an eventfd, not event_active: no contention on the
-         * event base's lock with the loop thread */
-        uint64_t one = 1;
-        if (first && write(G.efd, &one, sizeof(one)) < 0)
-            LOG_ERROR("grpc: cannot wake the loop: %s", strerror(errno));
-    }
-    return NULL;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(G.ev_tick, &tv);
 }
 
 /* ---- call lifetime ---- */
 
-/* Drops one reference of c (a completed batch, or the service's): frees c with the last one.
- * Called from both threads, hence the atomic decrement; c must not be touched after it. */
+/* Drops one reference of c (a completed batch, or the service's): frees c with the last one;
+ * c must not be touched after it. */
 static void call_release(struct gcall *c)
 {
-    if (atomic_fetch_sub(&c->pending, 1) == 1)
+    if (--c->pending == 0)
         call_free(c);
 }
 
@@ -289,21 +183,31 @@ static void call_free(struct gcall *c)
         grpc_slice_unref(c->status_details);
     grpc_metadata_array_destroy(&c->md);
     grpc_call_details_destroy(&c->details);
-    if (c->call)
+    if (c->call) {
         grpc_call_unref(c->call);
-    pthread_mutex_destroy(&c->mu);
+        drain_soon();
+    }
+    if (c->id[0] && --G.busy_calls == 0)
+        set_tick(TICK_IDLE_MS);
     free(c);
     G.live_calls--;
-    pthread_mutex_lock(&G.mu);
-    if (G.draining) /* grpc_servers_stop waits for the last call */
-        pthread_cond_signal(&G.cond);
-    pthread_mutex_unlock(&G.mu);
+}
+
+/* Called after any use of gRPC outside drain (a batch started when a worker answered, a call
+ * unref'ed): gRPC then often completes batches at once, on this thread, and only flags that for
+ * a poller, which is not there, so it shows on no fd. Drains once this loop turn's callbacks are
+ * done. */
+static void drain_soon(void)
+{
+    if (!G.in_drain && !G.drain_soon) {
+        G.drain_soon = 1;
+        event_active(G.ev_drain, EV_READ, 0);
+    }
 }
 
 static int start_batch(struct gcall *c, const grpc_op *ops, size_t n, struct gtag *tag)
 {
-    /* counted before it starts: its completion may be released on the CQ thread at once */
-    c->pending++;
+    c->pending++; /* counted before it starts */
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
         c->pending--; /* never 0 here: the caller's own completion still holds a count */
@@ -313,6 +217,7 @@ static int start_batch(struct gcall *c, const grpc_op *ops, size_t n, struct gta
         grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "internal error", NULL);
         return -1;
     }
+    drain_soon();
     return 0;
 }
 
@@ -325,7 +230,6 @@ static void arm_new_call(struct gsrv *s)
     c->t_recv = (struct gtag){c, TAG_RECV};
     c->t_send = (struct gtag){c, TAG_SEND};
     STAILQ_INIT(&c->out);
-    pthread_mutex_init(&c->mu, NULL);
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
     G.live_calls++;
@@ -339,8 +243,7 @@ static void arm_new_call(struct gsrv *s)
 }
 
 /* Starts the next send batch if none is in flight: a queued message (with the status when it
- * is the last one and the service has finished), or the status alone. Either thread, with c->mu
- * held (the batch starts under it, so the two threads' sends cannot overtake each other). */
+ * is the last one and the service has finished), or the status alone. */
 static void pump_send(struct gcall *c)
 {
     if (c->send_pending || c->closed || c->status_sent)
@@ -428,6 +331,8 @@ static void on_new(struct gcall *c, int success)
     if (!s->shut_down)
         arm_new_call(s);
     snprintf(c->id, sizeof(c->id), "g%llu", (unsigned long long)++G.next_id);
+    if (G.busy_calls++ == 0)
+        set_tick(TICK_BUSY_MS);
 
     grpc_op close_op;
     memset(&close_op, 0, sizeof(close_op));
@@ -500,25 +405,19 @@ static void on_recv(struct gcall *c, int success)
         arm_recv(c, 0);
 }
 
-/* A send batch completed: the CQ thread normally (the loop while stopping). */
 static void on_send(struct gcall *c, int success)
 {
-    pthread_mutex_lock(&c->mu);
     c->send_pending = 0;
-    grpc_byte_buffer *bb = c->send_bb;
+    if (c->send_bb)
+        grpc_byte_buffer_destroy(c->send_bb);
     c->send_bb = NULL;
     if (success)
         pump_send(c);
-    pthread_mutex_unlock(&c->mu);
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
 }
 
 static void on_close(struct gcall *c)
 {
-    pthread_mutex_lock(&c->mu);
     c->closed = 1;
-    pthread_mutex_unlock(&c->mu);
     if (c->owned) {
         /* over before the service finished: the client, its deadline or our shutdown */
         LOG_INFO("grpc %s call %s: cancelled by the client or deadline", c->srv->name, c->id);
@@ -557,33 +456,59 @@ static void handle(void *tag, int success)
     call_release(c);
 }
 
-/* Takes everything out of the mailbox (under the lock) and handles it (without). */
-static size_t drain_mailbox(void)
+/* Handles every completion gRPC has for us, without blocking. One round (a non-blocking
+ * grpc_completion_queue_next) handles at most one of the epoll events gRPC fetched, so a round
+ * that yields nothing does not mean that nothing is left: drain stops after IDLE_ROUNDS empty
+ * rounds in a row. What it leaves waits for the next event of the poller's fd or the tick. */
+static void drain(void)
 {
-    pthread_mutex_lock(&G.mu);
-    struct buf taken = queue_take(&G.box, &G.box_spare);
-    pthread_mutex_unlock(&G.mu);
-    const struct mail *box = (const struct mail *)taken.data;
-    size_t n = taken.len / sizeof(*box);
-    for (size_t i = 0; i < n; i++)
-        handle(box[i].tag, box[i].success);
-    G.box_spare = taken;
-    return n;
+    G.in_drain = 1;
+    int handled = 0, idle = 0;
+    while (idle < IDLE_ROUNDS && handled < DRAIN_MAX) {
+        grpc_event ev = grpc_completion_queue_next(G.cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type != GRPC_OP_COMPLETE) {
+            idle++;
+            continue;
+        }
+        idle = 0;
+        handled++;
+        handle(ev.tag, ev.success);
+    }
+    G.in_drain = 0;
+    if (handled == DRAIN_MAX) /* let the workers' answers and HTTP in, then go on */
+        drain_soon();
 }
 
-static void on_mail(evutil_socket_t fd, short what, void *arg)
+static void on_drain_soon(evutil_socket_t fd, short what, void *arg)
 {
+    (void)fd;
     (void)what;
     (void)arg;
-    uint64_t rings; /* read before draining: a later ring then finds the mailbox refilled */
-    if (read(fd, &rings, sizeof(rings)) < 0 && errno != EAGAIN)
-        LOG_ERROR("grpc: mailbox eventfd: %s", strerror(errno));
-    drain_mailbox();
+    G.drain_soon = 0;
+    drain();
+}
+
+static void on_poller(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    drain();
+}
+/* Every TICK_BUSY_MS while calls are under way, TICK_IDLE_MS otherwise: catches what does not
+ * show on the poller's fd, completions made on gRPC's own threads (a deadline passing) and
+ * events a drain left. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    drain();
 }
 
 /* ---- the service API ---- */
 
-/* One response message, packed now (outside the call's lock). */
+/* One response message, packed now. */
 static struct gmsg *pack_message(const ProtobufCMessage *msg)
 {
     size_t len = protobuf_c_message_get_packed_size(msg);
@@ -601,51 +526,24 @@ static void drop_message(struct gmsg *m)
     free(m);
 }
 
-/* Gets c's queued sends going. Loop thread, c->mu not held. While the CQ thread is awake, it
- * gets the call handed over and starts the batch itself before it sleeps: then only that thread
- * drives the transports, and gRPC neither contends for a transport nor offloads the write to
- * its executor threads. While it sleeps, the batch starts here at once. */
-static void kick_send(struct gcall *c)
-{
-    pthread_mutex_lock(&G.mu);
-    if (!G.cq_blocked && !G.draining) {
-        if (!c->in_handoff) {
-            buf_put(&G.hand, &c, sizeof(c));
-            c->in_handoff = 1;
-            c->pending++; /* dropped by the CQ thread once the send started */
-        }
-        pthread_mutex_unlock(&G.mu);
-        return;
-    }
-    pthread_mutex_unlock(&G.mu);
-    pump_send_locked(c);
-}
-
 /* Queues m (NULL: none) and the status (code >= 0, only while the service owns the call), and
- * gets them going. Loop thread. 0 if queued; m is freed if it was not. */
+ * gets them going. 0 if queued; m is freed if it was not. */
 static int queue_send(struct gcall *c, struct gmsg *m, int code, const char *text)
 {
-    int ret = 0;
-    pthread_mutex_lock(&c->mu);
     if (c->closed || c->status_queued) {
-        ret = -1;
-    } else {
-        if (m) {
-            STAILQ_INSERT_TAIL(&c->out, m, link);
-            m = NULL;
-        }
-        if (code >= 0) {
-            c->status = (grpc_status_code)code;
-            c->status_details = grpc_slice_from_copied_string(text ? text : "");
-            c->status_queued = 1;
-        }
+        if (m)
+            drop_message(m);
+        return -1;
     }
-    pthread_mutex_unlock(&c->mu);
     if (m)
-        drop_message(m);
-    else if (ret == 0)
-        kick_send(c);
-    return ret;
+        STAILQ_INSERT_TAIL(&c->out, m, link);
+    if (code >= 0) {
+        c->status = (grpc_status_code)code;
+        c->status_details = grpc_slice_from_copied_string(text ? text : "");
+        c->status_queued = 1;
+    }
+    pump_send(c);
+    return 0;
 }
 
 int gcall_send(struct gcall *c, const ProtobufCMessage *msg)
@@ -821,23 +719,78 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     return 0;
 }
 
+/* The epoll instances among this process's fds, appended to *out as ints. */
+static void list_epoll_fds(struct buf *out)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char link[64];
+        ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
+        if (n <= 0)
+            continue;
+        link[n] = 0;
+        if (strcmp(link, "anon_inode:[eventpoll]") == 0) {
+            int fd = atoi(e->d_name);
+            buf_put(out, &fd, sizeof(fd));
+        }
+    }
+    closedir(d);
+}
+
+/* grpc_init with the epoll1 engine, and the epoll fd it created (see the top), or -1. */
+static int init_grpc_poller(void)
+{
+    struct buf before = {0}, after = {0};
+    list_epoll_fds(&before);
+    setenv("GRPC_POLL_STRATEGY", "epoll1", 1);
+    grpc_init();
+    list_epoll_fds(&after);
+    int found = -1, n_new = 0;
+    const int *a = (const int *)after.data, *b = (const int *)before.data;
+    for (size_t i = 0; i < after.len / sizeof(int); i++) {
+        int old = 0;
+        for (size_t j = 0; j < before.len / sizeof(int); j++)
+            old |= a[i] == b[j];
+        if (!old) {
+            found = a[i];
+            n_new++;
+        }
+    }
+    buf_free(&before);
+    buf_free(&after);
+    return n_new == 1 ? found : -1;
+}
+
+/* How many fds the epoll instance fd watches (its fdinfo has a "tfd:" line for each). */
+static int epoll_watch_count(int fd)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        n += strncmp(line, "tfd:", 4) == 0;
+    fclose(f);
+    return n;
+}
+
 int grpc_servers_start(void)
 {
     if (!srv->cfg.enable_grpc)
         return 0;
-    grpc_init();
+    G.poller_fd = init_grpc_poller();
     G.cq = grpc_completion_queue_create_for_next(NULL);
-    G.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (G.efd < 0) {
-        LOG_ERROR("gRPC: eventfd: %s", strerror(errno));
-        return -1;
-    }
-    G.ev = event_new(srv->base, G.efd, EV_READ | EV_PERSIST, on_mail, NULL);
-    event_add(G.ev, NULL);
     G.ev_release = event_new(srv->base, -1, 0, on_release, NULL);
+    G.ev_tick = event_new(srv->base, -1, EV_PERSIST, on_tick, NULL);
+    G.ev_drain = event_new(srv->base, -1, 0, on_drain_soon, NULL);
     G.started = 1;
-    if (pthread_create(&G.thread, NULL, cq_thread, NULL) != 0) {
-        LOG_ERROR("cannot start the gRPC completion-queue thread");
+    if (G.poller_fd < 0) {
+        LOG_ERROR("gRPC: cannot find the epoll fd of gRPC's epoll1 poller");
         return -1;
     }
     G.n_srv = 0;
@@ -849,6 +802,15 @@ int grpc_servers_start(void)
                    srv->cfg.grpc_management_port, grpc_management_methods, AUTH_MANAGEMENT) != 0)
         return -1;
     G.n_srv++;
+    /* the listening sockets must be in it, or no call would ever be seen */
+    if (epoll_watch_count(G.poller_fd) < G.n_srv) {
+        LOG_ERROR("gRPC: epoll fd %d does not watch the gRPC listeners", G.poller_fd);
+        return -1;
+    }
+    G.ev_poller = event_new(srv->base, G.poller_fd, EV_READ | EV_PERSIST, on_poller, NULL);
+    event_add(G.ev_poller, NULL);
+    set_tick(TICK_IDLE_MS);
+    drain(); /* anything that came before the event was added */
     return 0;
 }
 
@@ -865,36 +827,35 @@ void grpc_servers_stop(void)
     if (!G.started)
         return;
     G.started = 0;
-    pthread_mutex_lock(&G.mu);
-    G.draining = 1;
-    pthread_mutex_unlock(&G.mu);
+    if (G.ev_poller)
+        event_free(G.ev_poller);
     for (int i = 0; i < G.n_srv; i++) {
         G.srv[i].shut_down = 1;
         grpc_server_shutdown_and_notify(G.srv[i].server, G.cq, &G.srv[i].shutdown_tag);
         grpc_server_cancel_all_calls(G.srv[i].server);
     }
     /* the loop no longer runs: handle completions here until every call is gone */
-    while (!stop_done()) {
-        flush_released(); /* services may finish calls while the mailbox is drained here */
-        pthread_mutex_lock(&G.mu);
-        while (G.box.len == 0 && !stop_done())
-            pthread_cond_wait(&G.cond, &G.mu);
-        pthread_mutex_unlock(&G.mu);
-        drain_mailbox();
+    for (;;) {
+        flush_released(); /* services may finish calls while they are cancelled */
+        if (stop_done())
+            break;
+        grpc_event ev = grpc_completion_queue_next(
+            G.cq,
+            gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)),
+            NULL);
+        if (ev.type == GRPC_OP_COMPLETE)
+            handle(ev.tag, ev.success);
     }
     for (int i = 0; i < G.n_srv; i++)
         grpc_server_destroy(G.srv[i].server);
     grpc_completion_queue_shutdown(G.cq);
-    pthread_join(G.thread, NULL);
+    while (grpc_completion_queue_next(G.cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN)
+        ;
     grpc_completion_queue_destroy(G.cq);
-    event_free(G.ev);
+    event_free(G.ev_tick);
+    event_free(G.ev_drain);
     event_free(G.ev_release);
-    close(G.efd);
-    G.efd = -1;
-    buf_free(&G.box);
-    buf_free(&G.box_spare);
-    buf_free(&G.hand);
-    buf_free(&G.hand_spare);
     grpc_shutdown();
     LOG_INFO("gRPC servers stopped");
 }

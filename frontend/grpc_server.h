@@ -3,13 +3,9 @@
  * ManagementAPIsService on grpc_management_address:port, 7071) on gRPC C core, and the call
  * machinery the services in grpc_inference.c / grpc_management.c are written against.
  *
- * Threads: one completion-queue thread blocks in grpc_completion_queue_next and hands the
- * completions that concern services (request messages, cancels) to the loop thread through a
- * mailbox (a locked queue + an eventfd). Every service callback and every gcall_* function
- * runs on the loop thread, so services may touch jobs and models freely; the send side of a call
- * (its out-queue, under a per-call lock) is also driven by the completion-queue thread, which
- * starts the next queued message when one is out. grpc_servers_start/stop run on the loop
- * thread.
+ * Threads: gRPC's sockets are polled from the loop thread (see grpc_server.c), so every
+ * service callback and every gcall_* function runs on the loop thread, and services may touch
+ * jobs and models freely. grpc_servers_start/stop run on the loop thread.
  *
  * A service sees a call as a `struct gcall`: it gets each request message (on_message), the
  * client's half-close (client-streaming methods), and on_cancel if the call ends before the
@@ -18,7 +14,7 @@
  * (the status goes out after the queued messages). After gcall_finish or on_cancel the service
  * must forget the call once its current callback returns (until then the gcall stays valid, e.g.
  * for a redundant gcall_finish); the gcall itself is freed by this module once gRPC is done
- * with it, on either thread.
+ * with it.
  */
 #ifndef TS_GRPC_SERVER_H
 #define TS_GRPC_SERVER_H
@@ -70,7 +66,7 @@ enum {
 /* Binds and starts both servers when enable_grpc is true; 0, or -1 after logging why. Must run
  * before any fork (workers are posix_spawn'ed, so that holds). */
 int grpc_servers_start(void);
-/* Cancels every call (services get on_cancel), drains the mailbox, destroys the servers and
+/* Cancels every call (services get on_cancel), waits for them to end, destroys the servers and
  * shuts gRPC down. Call before models and workers go away. No-op if not started. */
 void grpc_servers_stop(void);
 

@@ -3,7 +3,7 @@
  * (http_management.c, port 8081) and gRPC (ManagementAPIsService, port 7071) only decode their
  * arguments into the structs below, call one mgmt_* function and encode what `done` reports.
  *
- * Loop thread only (gRPC hands its calls to the loop through the mailbox first).
+ * Loop thread only (gRPC's calls run on the loop too, see grpc_server.c).
  *
  * Completion: every operation reports exactly once through `done(arg, status, type, msg)`:
  *   - success: status 200 / 202 / 206, type NULL. msg is

@@ -4,7 +4,8 @@ clients built from the build-time stubs in build/py.
 - Ping, Predictions equal to what torch computes from the archive's model.pt (1e-5);
 - 4 client processes x 16 concurrent calls, all answered correctly;
 - StreamPredictions: one message per word at the handler's pace; unary Predictions on the same
-  model gives the whole answer; a cancelled stream cancels the job on the worker;
+  model gives the whole answer; a cancelled stream, or one past its deadline, cancels the job
+  on the worker;
 - StreamPredictions2: each request answered in order, errors as PredictionResponse.status with
   the stream kept open, the half-close ends the call;
 - NOT_FOUND for an unknown model/version, RESOURCE_EXHAUSTED above max_request_size;
@@ -219,6 +220,27 @@ def test_stream_cancel_reaches_worker(isrv):
     msgs = [m.prediction for m in st.StreamPredictions(ipb.PredictionsRequest(
         model_name="identity_text", input={"body": b"again"}), timeout=10)]
     assert msgs == [b"again"]
+
+
+def test_stream_deadline_reaches_worker(isrv):
+    """The client's deadline ends the call on the server too: the job is cancelled on the
+    worker soon after, and the next call is served."""
+    st = inference_stub(isrv)
+    req = ipb.PredictionsRequest(model_name="identity_text",
+                                 input={"body": b" ".join([b"d"] * 50)})  # 5 s of words
+    n0 = isrv.log().count("client went away; cancelled on worker")
+    t0 = time.time()
+    got = []
+    e = rpc_error(lambda: [got.append(m) for m in st.StreamPredictions(req, timeout=0.35)])
+    assert e.code() == C.DEADLINE_EXCEEDED and 1 <= len(got) <= 5, (e, len(got))
+    while time.time() < t0 + 5 and \
+            isrv.log().count("client went away; cancelled on worker") == n0:
+        time.sleep(0.02)
+    assert isrv.log().count("client went away; cancelled on worker") == n0 + 1
+    assert time.time() - t0 < 2, time.time() - t0
+    msgs = [m.prediction for m in st.StreamPredictions(ipb.PredictionsRequest(
+        model_name="identity_text", input={"body": b"next"}), timeout=10)]
+    assert msgs == [b"next"]
 
 
 def test_stream_predictions2_requests_and_errors(isrv, mlp_ref):
