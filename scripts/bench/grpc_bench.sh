@@ -14,7 +14,8 @@
 # and reports each one's ratio to the bare server (target >= 0.5). The machine is shared and its
 # speed drifts, so the bare server runs right before and after each configuration and the ratio is
 # to the mean of those two runs; every server first gets WARMUP seconds of the same load, not
-# counted (the first seconds after a start are the noisiest).
+# counted (the first seconds after a start are the noisiest). "steal" is the share of the
+# machine's CPU time the host took during a run (/proc/stat): every figure drops when it is high.
 # Env: DURATION (seconds per run, default 10), WARMUP (default 2), MACHINE_WARMUP (seconds of
 # load before anything is measured, default 15).
 set -euo pipefail
@@ -50,13 +51,19 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 # warm_up PORT: WARMUP seconds of the same load, not counted
 warm_up() { "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "$WARMUP" > /dev/null 2>&1 || true; }
-# run_load PORT -> "calls_per_s p50_us p99_us errors calls"
+# the machine's CPU time, all cores, in ticks: "total steal" (steal: taken by the host)
+machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $9}' /proc/stat; }
+# run_load PORT -> "calls_per_s p50_us p99_us errors calls steal_percent"
 run_load() {
+    local m0 m1
+    m0=$(machine_ticks)
     "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "$DURATION" > "$WORK/load.last" \
         2> "$WORK/load.err" || true
+    m1=$(machine_ticks)
     local l; l=$(cat "$WORK/load.last")
     val() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-    echo "$(val calls_per_s) $(val p50_us) $(val p99_us) $(val errors) $(val calls)"
+    echo "$(val calls_per_s) $(val p50_us) $(val p99_us) $(val errors) $(val calls)" \
+        "$(echo "$m0 $m1" | awk '{ printf "%.1f", ($3 > $1 ? 100 * ($4 - $2) / ($3 - $1) : 0) }')"
 }
 
 # ---- the ceiling: a bare gRPC C core server, kept running; bare_run measures it once and
@@ -76,9 +83,9 @@ bare_run() {
     local t0 b_rps b_p50 b_p99 b_err b_n b_cpu
     warm_up "$bport"
     t0=$(cpu_ticks "$bpid")
-    read -r b_rps b_p50 b_p99 b_err b_n < <(run_load "$bport")
+    read -r b_rps b_p50 b_p99 b_err b_n b_steal < <(run_load "$bport")
     b_cpu=$(( ($(cpu_ticks "$bpid") - t0) * 10000 / (b_n > 0 ? b_n : 1) ))
-    echo "== bare gRPC C core server: $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call"
+    echo "== bare gRPC C core server: $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call  steal ${b_steal}%"
     BARE+=("$b_rps")
 }
 
@@ -122,17 +129,17 @@ EOF
     local wpid; wpid=$(ps -o pid= --ppid "$spid" | tr -d ' ' | head -1)
     warm_up "$gport"
     local f0 w0; f0=$(cpu_ticks "$spid"); w0=$(cpu_ticks "$wpid")
-    read -r rps p50 p99 err n < <(run_load "$gport")
+    read -r rps p50 p99 err n steal < <(run_load "$gport")
     local fc wc
     fc=$(( ($(cpu_ticks "$spid") - f0) * 10000 / (n > 0 ? n : 1) ))
     wc=$(( ($(cpu_ticks "$wpid") - w0) * 10000 / (n > 0 ? n : 1) ))
-    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us"
+    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us  steal ${steal}%"
     [ -s "$WORK/load.err" ] && head -3 "$WORK/load.err"
     kill "$spid"; wait "$spid" 2>/dev/null || true
     local before=${BARE[-1]}
     bare_run
     local ceil; ceil=$(awk -v a="$before" -v b="${BARE[-1]}" 'BEGIN { printf "%d", (a + b) / 2 }')
-    R[$name]="$rps $p50 $p99 $err $ceil"
+    R[$name]="$rps $p50 $p99 $err $ceil $steal"
 }
 
 echo "== ${DURATION}s per run (after ${WARMUP}s of warm-up), 32 calls in flight over 4 connections"
@@ -144,12 +151,12 @@ bench_config 1w-bs16 16 1
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 echo
 echo "== summary (machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); client on the same cores)"
-printf "%-26s %10s %9s %9s %10s %7s %7s %s\n" server "calls/s" "p50 us" "p99 us" "bare c/s" ratio \
-    target errors
+printf "%-26s %10s %9s %9s %10s %7s %7s %6s %s\n" server "calls/s" "p50 us" "p99 us" "bare c/s" \
+    ratio target errors "steal (host)"
 for name in 1w-bs1 1w-bs32 1w-bs16; do
-    read -r rps p50 p99 err ceil <<< "${R[$name]}"
-    printf "%-26s %10s %9s %9s %10s %7s %7s %s\n" "torchserve-c mlp $name" "$rps" "$p50" "$p99" \
-        "$ceil" "$(ratio "$rps" "$ceil")" 0.50 "$err"
+    read -r rps p50 p99 err ceil steal <<< "${R[$name]}"
+    printf "%-26s %10s %9s %9s %10s %7s %7s %6s %s%%\n" "torchserve-c mlp $name" "$rps" "$p50" \
+        "$p99" "$ceil" "$(ratio "$rps" "$ceil")" 0.50 "$err" "$steal"
 done
 echo "bare gRPC C core runs (calls/s): ${BARE[*]}"
 echo "  (ratio: to the mean of the bare runs just before and after)"
