@@ -9,6 +9,13 @@
  * connection), for SECONDS. Each call is one batch of the six client ops. Prints one line:
  *   calls=N errors=E seconds=S calls_per_s=R p50_us=A p90_us=B p99_us=C
  * One thread drives everything through one completion queue.
+ *
+ *   grpc_load --first HOST:PORT MODEL INPUT_FILE RUNS
+ *
+ * Time to first message instead: RUNS sequential StreamPredictions calls with the same request,
+ * one at a time on one connection, and as many Ping calls for comparison. Prints one line:
+ *   ping_p50_us=P first_p50_us=A first_p90_us=B last_p50_us=C messages=M
+ * (first/last: from the call's start to its first and last response message.)
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
@@ -135,26 +142,164 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The request's input value: the file's bytes (up to 1 MB), or NULL after saying why. */
+static const uint8_t *read_input(const char *path, size_t *len)
+{
+    static uint8_t in[1 << 20];
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        return NULL;
+    }
+    *len = fread(in, 1, sizeof(in), f);
+    fclose(f);
+    return in;
+}
+
+static void close_cq(void)
+{
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
+}
+
+/* Runs one batch on the otherwise idle cq and waits for it; its success flag. */
+static int run_batch(grpc_call *c, const grpc_op *ops, size_t n)
+{
+    if (grpc_call_start_batch(c, ops, n, (void *)c, NULL) != GRPC_CALL_OK) {
+        fprintf(stderr, "grpc_load: start_batch failed\n");
+        exit(1);
+    }
+    return grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).success;
+}
+
+/* One call of `path` with `req`, its responses read one at a time; the times from the start to
+ * the first and the last response message, and their count. Exits on a failed call. */
+static int timed_call(grpc_channel *ch, const char *path, grpc_slice req, int64_t *first,
+                      int64_t *last)
+{
+    int64_t t0 = now_us();
+    grpc_call *c = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                            grpc_slice_from_static_string(path), NULL,
+                                            gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_metadata_array init_md, trail_md;
+    grpc_metadata_array_init(&init_md);
+    grpc_metadata_array_init(&trail_md);
+    grpc_slice r = grpc_slice_ref(req);
+    grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&r, 1), *resp = NULL;
+    grpc_slice_unref(r);
+    grpc_op ops[4];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+    run_batch(c, ops, 4);
+    int n = 0;
+    for (;;) {
+        memset(ops, 0, sizeof(ops));
+        ops[0].op = GRPC_OP_RECV_MESSAGE;
+        ops[0].data.recv_message.recv_message = &resp;
+        run_batch(c, ops, 1);
+        if (!resp)
+            break;
+        *last = now_us() - t0;
+        if (n++ == 0)
+            *first = *last;
+        grpc_byte_buffer_destroy(resp);
+        resp = NULL;
+    }
+    grpc_status_code status;
+    grpc_slice details;
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[0].data.recv_status_on_client.trailing_metadata = &trail_md;
+    ops[0].data.recv_status_on_client.status = &status;
+    ops[0].data.recv_status_on_client.status_details = &details;
+    run_batch(c, ops, 1);
+    if (status != GRPC_STATUS_OK || n == 0) {
+        char *d = grpc_slice_to_c_string(details);
+        fprintf(stderr, "grpc_load: %s failed: status %d %s\n", path, (int)status, d);
+        exit(1);
+    }
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&init_md);
+    grpc_metadata_array_destroy(&trail_md);
+    grpc_byte_buffer_destroy(send);
+    grpc_call_unref(c);
+    return n;
+}
+
+static int first_mode(const char *target, grpc_slice req, int runs)
+{
+    cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create(target, cr, NULL);
+    grpc_channel_credentials_release(cr);
+    const char *svc = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/";
+    char ping[128], stream[128];
+    snprintf(ping, sizeof(ping), "%sPing", svc);
+    snprintf(stream, sizeof(stream), "%sStreamPredictions", svc);
+    int32_t *pings = calloc((size_t)runs, sizeof(int32_t)),
+            *firsts = calloc((size_t)runs, sizeof(int32_t)),
+            *lasts = calloc((size_t)runs, sizeof(int32_t));
+    int msgs = 0;
+    for (int i = -20; i < runs; i++) { /* 20 of each first, not counted */
+        int64_t f, l;
+        timed_call(ch, ping, grpc_empty_slice(), &f, &l);
+        if (i >= 0)
+            pings[i] = (int32_t)l;
+        msgs = timed_call(ch, stream, req, &f, &l);
+        if (i >= 0) {
+            firsts[i] = (int32_t)f;
+            lasts[i] = (int32_t)l;
+        }
+    }
+    qsort(pings, (size_t)runs, sizeof(int32_t), cmp_i32);
+    qsort(firsts, (size_t)runs, sizeof(int32_t), cmp_i32);
+    qsort(lasts, (size_t)runs, sizeof(int32_t), cmp_i32);
+    printf("ping_p50_us=%d first_p50_us=%d first_p90_us=%d last_p50_us=%d messages=%d\n",
+           pings[runs / 2], firsts[runs / 2], firsts[runs * 9 / 10], lasts[runs / 2], msgs);
+    grpc_channel_destroy(ch);
+    close_cq();
+    free(pings);
+    free(firsts);
+    free(lasts);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 6 && !strcmp(argv[1], "--first")) {
+        size_t inlen;
+        const uint8_t *in = read_input(argv[4], &inlen);
+        if (!in)
+            return 2;
+        grpc_init();
+        grpc_slice req = encode_request(argv[3], in, inlen);
+        int rc = first_mode(argv[2], req, atoi(argv[5]));
+        grpc_slice_unref(req);
+        grpc_shutdown();
+        return rc;
+    }
     if (argc != 8) {
         fprintf(stderr,
-                "usage: %s HOST:PORT METHOD MODEL INPUT_FILE CONNECTIONS INFLIGHT "
-                "SECONDS\n",
-                argv[0]);
+                "usage: %s HOST:PORT METHOD MODEL INPUT_FILE CONNECTIONS INFLIGHT SECONDS\n"
+                "       %s --first HOST:PORT MODEL INPUT_FILE RUNS\n",
+                argv[0], argv[0]);
         return 2;
     }
     const char *target = argv[1];
     int nconn = atoi(argv[5]), inflight = atoi(argv[6]);
     double seconds = atof(argv[7]);
-    FILE *f = fopen(argv[4], "rb");
-    if (!f) {
-        perror(argv[4]);
+    size_t inlen;
+    const uint8_t *in = read_input(argv[4], &inlen);
+    if (!in)
         return 2;
-    }
-    static uint8_t in[1 << 20];
-    size_t inlen = fread(in, 1, sizeof(in), f);
-    fclose(f);
 
     grpc_init();
     method = grpc_slice_from_static_string(argv[2]);
@@ -224,11 +369,7 @@ int main(int argc, char **argv)
            n ? lat[n * 99 / 100] : 0);
     for (int i = 0; i < nconn; i++)
         grpc_channel_destroy(chans[i]);
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(cq);
+    close_cq();
     grpc_slice_unref(payload);
     grpc_shutdown();
     free(lat);

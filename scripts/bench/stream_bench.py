@@ -6,7 +6,10 @@
    (raw socket, keep-alive) and over gRPC StreamPredictions. Median time to first token, median
    gap between tokens, and the frontend's CPU per token (utime + stime deltas of
    /proc/<frontend pid>/stat over the run, divided by the tokens streamed); a /ping round trip on
-   the same kind of connection for comparison.
+   the same kind of connection for comparison. The gRPC time to first token is measured twice:
+   with grpcio, and with the C-core client `grpc_load --first` (env GRPC_LOAD, set by
+   stream_bench.sh), which reads each message as it comes: grpcio's own handling of the burst
+   of messages that follows the first one delays the first one by some 300-400 us.
 2. Batching gain: char_lm tokens/s with 1, 8 and 32 concurrent streams on 1 worker with
    batchSize 32 (delay 0, max_new_tokens TOKENS each), and the worker's mean rows per forward.
 
@@ -21,6 +24,7 @@ import selectors
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -150,6 +154,19 @@ def overhead(srv):
     assert all(len(r) == 100 for r in runs)
     summarize("gRPC", runs, 100 * RUNS, cpu, gping_us)
     chan.close()
+    if os.environ.get("GRPC_LOAD"):
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(body)
+            f.flush()
+            out = subprocess.run([os.environ["GRPC_LOAD"], "--first",
+                                  f"127.0.0.1:{srv.ports['grpc']}", "identity_text", f.name,
+                                  str(RUNS)], capture_output=True, text=True, check=True).stdout
+        v = dict(kv.split("=") for kv in out.split())
+        assert v["messages"] == "100", out
+        ping_c, first_c = int(v["ping_p50_us"]), int(v["first_p50_us"])
+        print(f"  gRPC, C-core client: Ping p50 {ping_c} us, time to first token p50 {first_c} us "
+              f"({first_c - ping_c:+d} us vs ping), p90 {v['first_p90_us']} us, "
+              f"last of 100 p50 {v['last_p50_us']} us")
 
 
 def lm_streams(port, prompts, n):
