@@ -19,7 +19,7 @@
  *     100 at a time), so a round that yields nothing does not mean that nothing is left: drain
  *     stops after IDLE_ROUNDS empty rounds in a row;
  *   - a completion made on one of gRPC's own threads (a deadline's timer, work moved to its
- *     executor). The tick (on_tick) finds these, and whatever a drain left.
+ *     executor). The tick (ev_tick) finds these, and whatever a drain left.
  * A call with a single request message sends its initial metadata with its first answer, in
  * one write instead of two.
  *
@@ -68,7 +68,7 @@
 #define IDLE_ROUNDS 8
 /* completions one drain handles at most before it lets the loop's other events in */
 #define DRAIN_MAX 256
-/* the tick's period (on_tick) while calls are under way, and while none is */
+/* the tick's period (ev_tick) while calls are under way, and while none is */
 #define TICK_BUSY_MS 10
 #define TICK_IDLE_MS 100
 
@@ -133,7 +133,7 @@ static struct {
     int n_srv;
     int poller_fd;           /* gRPC's epoll fd (not ours to close) */
     struct event *ev_poller; /* the loop's read event on it */
-    struct event *ev_tick;   /* on_tick */
+    struct event *ev_tick;   /* drains every TICK_BUSY_MS / TICK_IDLE_MS */
     struct event *ev_drain;  /* a drain soon, after a batch started outside drain */
     int in_drain, drain_soon;
     struct event *ev_release; /* drops the service's references of G.released */
@@ -143,9 +143,7 @@ static struct {
     uint64_t next_id;
 } G = {.poller_fd = -1};
 
-static void on_new(struct gcall *c, int success);
 static void call_free(struct gcall *c);
-static void drain(void);
 static void drain_soon(void);
 
 static void set_tick(int ms)
@@ -479,30 +477,16 @@ static void drain(void)
         drain_soon();
 }
 
-static void on_drain_soon(evutil_socket_t fd, short what, void *arg)
+/* The loop's three reasons to drain: the poller's fd is readable (ev_poller), gRPC was used
+ * outside a drain (ev_drain, see drain_soon), and the tick (ev_tick): every TICK_BUSY_MS while
+ * calls are under way, TICK_IDLE_MS otherwise, for what shows on no fd: completions made on
+ * gRPC's own threads (a deadline passing) and events a drain left. */
+static void on_drain_event(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     (void)arg;
     G.drain_soon = 0;
-    drain();
-}
-
-static void on_poller(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-    drain();
-}
-/* Every TICK_BUSY_MS while calls are under way, TICK_IDLE_MS otherwise: catches what does not
- * show on the poller's fd, completions made on gRPC's own threads (a deadline passing) and
- * events a drain left. */
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
     drain();
 }
 
@@ -786,8 +770,8 @@ int grpc_servers_start(void)
     G.poller_fd = init_grpc_poller();
     G.cq = grpc_completion_queue_create_for_next(NULL);
     G.ev_release = event_new(srv->base, -1, 0, on_release, NULL);
-    G.ev_tick = event_new(srv->base, -1, EV_PERSIST, on_tick, NULL);
-    G.ev_drain = event_new(srv->base, -1, 0, on_drain_soon, NULL);
+    G.ev_tick = event_new(srv->base, -1, EV_PERSIST, on_drain_event, NULL);
+    G.ev_drain = event_new(srv->base, -1, 0, on_drain_event, NULL);
     G.started = 1;
     if (G.poller_fd < 0) {
         LOG_ERROR("gRPC: cannot find the epoll fd of gRPC's epoll1 poller");
@@ -807,7 +791,7 @@ int grpc_servers_start(void)
         LOG_ERROR("gRPC: epoll fd %d does not watch the gRPC listeners", G.poller_fd);
         return -1;
     }
-    G.ev_poller = event_new(srv->base, G.poller_fd, EV_READ | EV_PERSIST, on_poller, NULL);
+    G.ev_poller = event_new(srv->base, G.poller_fd, EV_READ | EV_PERSIST, on_drain_event, NULL);
     event_add(G.ev_poller, NULL);
     set_tick(TICK_IDLE_MS);
     drain(); /* anything that came before the event was added */

@@ -49,8 +49,8 @@ gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_bare" "$ROOT/scripts/bench/grpc_bar
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
-# warm_up PORT: WARMUP seconds of the same load, not counted
-warm_up() { "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "$WARMUP" > /dev/null 2>&1 || true; }
+# warm_up PORT [SECONDS]: SECONDS (default WARMUP) of the same load, not counted
+warm_up() { "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "${2:-$WARMUP}" > /dev/null 2>&1 || true; }
 # the machine's CPU time, all cores, in ticks: "total steal" (steal: taken by the host)
 machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $9}' /proc/stat; }
 # run_load PORT -> "calls_per_s p50_us p99_us errors calls steal_percent"
@@ -77,10 +77,9 @@ for _ in $(seq 50); do grep -q listening "$WORK/bare.out" && break; sleep 0.1; d
 BARE=()
 # This VM runs slow for the first tens of seconds of load after an idle spell: MACHINE_WARMUP
 # seconds of load against the bare server first, not counted.
-"$WORK/grpc_load" "127.0.0.1:$bport" "$METHOD" mlp "$BODY" 4 32 "${MACHINE_WARMUP:-15}" \
-    > /dev/null 2>&1 || true
+warm_up "$bport" "${MACHINE_WARMUP:-15}"
 bare_run() {
-    local t0 b_rps b_p50 b_p99 b_err b_n b_cpu
+    local t0 b_rps b_p50 b_p99 b_err b_n b_cpu b_steal
     warm_up "$bport"
     t0=$(cpu_ticks "$bpid")
     read -r b_rps b_p50 b_p99 b_err b_n b_steal < <(run_load "$bport")
