@@ -31,8 +31,9 @@ PROTOS        := $(wildcard proto/*.proto proto/google/rpc/*.proto)
 PROTO_WKT     := empty any
 PROTO_C       := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
 PROTO_C       += $(if $(PROTOS),$(patsubst %,$(BUILD)/gen/google/protobuf/%.pb-c.c,$(PROTO_WKT)))
-FRONTEND_SRCS := $(filter-out frontend/archiver.c,$(wildcard frontend/*.c))
-ARCHIVER_SRCS := frontend/archiver.c frontend/archive.c
+FRONTEND_DIRS := frontend frontend/core frontend/mgmt frontend/oip frontend/http frontend/grpc
+FRONTEND_SRCS := $(filter-out frontend/archiver.c,$(foreach d,$(FRONTEND_DIRS),$(wildcard $(d)/*.c)))
+ARCHIVER_SRCS := frontend/archiver.c frontend/mgmt/archive.c
 BACKEND_SRCS  := $(wildcard backend/*.c) $(wildcard backend/handlers/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "archive.h"
+#include "mgmt/archive.h"
 #include "manifest.h"
 #include "util.h"
 #include "yaml_flat.h"

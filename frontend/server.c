@@ -20,16 +20,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "mgmt/auth.h"
 #include "cli.h"
-#include "grpc_server.h"
-#include "http_server.h"
+#include "grpc/grpc_server.h"
+#include "http/http_server.h"
 #include "log.h"
-#include "management.h"
-#include "model.h"
-#include "worker_pool.h"
+#include "mgmt/management.h"
+#include "core/core.h"
+#include "core/model.h"
+#include "core/worker_pool.h"
 
 struct server *srv;
+static struct event *ev_sigint, *ev_sigterm;
 
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
@@ -216,10 +218,10 @@ int server_main(const struct server_opts *o)
     signal(SIGPIPE, SIG_IGN);
     evthread_use_pthreads();
     srv->base = event_base_new();
-    srv->ev_sigint = evsignal_new(srv->base, SIGINT, on_stop_signal, NULL);
-    srv->ev_sigterm = evsignal_new(srv->base, SIGTERM, on_stop_signal, NULL);
-    evsignal_add(srv->ev_sigint, NULL);
-    evsignal_add(srv->ev_sigterm, NULL);
+    ev_sigint = evsignal_new(srv->base, SIGINT, on_stop_signal, NULL);
+    ev_sigterm = evsignal_new(srv->base, SIGTERM, on_stop_signal, NULL);
+    evsignal_add(ev_sigint, NULL);
+    evsignal_add(ev_sigterm, NULL);
     worker_pool_init();
 
     int rc = 1;
@@ -251,9 +253,8 @@ out:
     mgmt_shutdown();
     model_unregister_all();
     worker_pool_shutdown();
-    event_free(srv->ev_sigint);
-    event_free(srv->ev_sigterm);
-    event_free(srv->ev_sigchld);
+    event_free(ev_sigint);
+    event_free(ev_sigterm);
     auth_shutdown();
     event_base_free(srv->base);
     if (ts_rmtree(srv->run_dir) != 0)

@@ -1,4 +1,4 @@
-#include "../../frontend/archive.c"
+#include "../../frontend/mgmt/archive.c"
 #include "tap.h"
 
 #include <sys/sysmacros.h>

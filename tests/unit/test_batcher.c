@@ -1,5 +1,5 @@
 /* Unit tests for the batching policy (frontend/batcher.c). */
-#include "../../frontend/batcher.c"
+#include "../../frontend/core/batcher.c"
 
 #include "tap.h"
 

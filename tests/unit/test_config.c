@@ -1,4 +1,4 @@
-#include "../../frontend/config.c"
+#include "../../frontend/core/config.c"
 #include "tap.h"
 
 static char path[256];

@@ -1,4 +1,4 @@
-#include "../../frontend/model_config.c"
+#include "../../common/model_config.c"
 #include "tap.h"
 
 static char path[256];

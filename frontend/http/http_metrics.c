@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "http_server.h"
-#include "model.h"
-#include "server.h"
+#include "core/model.h"
+#include "core/core.h"
 
 void http_metrics_handle(struct evhttp_request *req)
 {

@@ -27,15 +27,16 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "management.h"
+#include "mgmt/management.h"
 #include "model.h"
 #include "sequence.h"
-#include "server.h"
+#include "core.h"
 
 extern char **environ;
 
 #define BACKOFF_MAX_MS 30000
 
+static struct event *ev_sigchld;
 static TAILQ_HEAD(, worker) all_workers = TAILQ_HEAD_INITIALIZER(all_workers);
 
 static void worker_spawn(struct worker *w);
@@ -476,8 +477,8 @@ static void on_sigchld(evutil_socket_t fd, short what, void *arg)
 
 int worker_pool_init(void)
 {
-    srv->ev_sigchld = evsignal_new(srv->base, SIGCHLD, on_sigchld, NULL);
-    return evsignal_add(srv->ev_sigchld, NULL);
+    ev_sigchld = evsignal_new(srv->base, SIGCHLD, on_sigchld, NULL);
+    return evsignal_add(ev_sigchld, NULL);
 }
 
 static struct worker *worker_new(struct model *m)
@@ -630,5 +631,9 @@ void worker_pool_shutdown(void)
             deadline = ts_now_us() + 5 * 1000000LL;
         }
         usleep(10000);
+    }
+    if (ev_sigchld) {
+        event_free(ev_sigchld);
+        ev_sigchld = NULL;
     }
 }

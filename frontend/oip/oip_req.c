@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "job.h"
-#include "model.h"
+#include "core/job.h"
+#include "core/model.h"
 #include "otf.h"
-#include "server.h"
-#include "worker_pool.h"
+#include "core/core.h"
+#include "core/worker_pool.h"
 #include "yaml_flat.h"
 
 #define SERVER_NAME "torchserve-c"

@@ -12,7 +12,7 @@
 
 #include "grpc_server.h"
 #include "log.h"
-#include "management.h"
+#include "mgmt/management.h"
 #include "management.pb-c.h"
 #include "util.h"
 

@@ -23,7 +23,7 @@
 #include "log.h"
 #include "model.h"
 #include "otf.h"
-#include "server.h"
+#include "core.h"
 #include "worker_pool.h"
 
 #define SEQ_BUCKETS 1024

@@ -21,11 +21,11 @@
 #include "http_server.h"
 #include "http_stream.h"
 #include "jnum.h"
-#include "job.h"
+#include "core/job.h"
 #include "log.h"
-#include "model.h"
-#include "oip_req.h"
-#include "server.h"
+#include "core/model.h"
+#include "oip/oip_req.h"
+#include "core/core.h"
 
 #define BINARY_HEADER "Inference-Header-Content-Length"
 

@@ -23,12 +23,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "archive.h"
+#include "mgmt/archive.h"
 #include "batcher.h"
 #include "log.h"
-#include "management.h"
+#include "mgmt/management.h"
 #include "sequence.h"
-#include "server.h"
+#include "core.h"
 #include "worker_pool.h"
 
 void model_reg_init(struct model_reg *r)

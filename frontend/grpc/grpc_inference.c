@@ -29,13 +29,13 @@
 
 #include "grpc_server.h"
 #include "inference.pb-c.h"
-#include "job.h"
+#include "core/job.h"
 #include "log.h"
-#include "model.h"
-#include "sequence.h"
-#include "server.h"
+#include "core/model.h"
+#include "core/sequence.h"
+#include "core/core.h"
 #include "util.h"
-#include "worker_pool.h"
+#include "core/worker_pool.h"
 
 typedef Org__Pytorch__Serve__Grpc__Inference__PredictionsRequest PredReq;
 typedef Org__Pytorch__Serve__Grpc__Inference__PredictionResponse PredResp;

@@ -25,14 +25,14 @@
 #include <string.h>
 #include <strings.h>
 
-#include "auth.h"
+#include "mgmt/auth.h"
 #include "http_server.h"
 #include "log.h"
-#include "management.h"
-#include "model.h"
-#include "server.h"
+#include "mgmt/management.h"
+#include "core/model.h"
+#include "core/core.h"
 #include "util.h"
-#include "worker_pool.h"
+#include "core/worker_pool.h"
 
 #define NOT_FOUND_MSG "Requested resource is not found, please refer to API document."
 #define NOT_ALLOWED_MSG "Requested method is not allowed, please refer to API document."

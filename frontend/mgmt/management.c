@@ -31,10 +31,10 @@
 #include <time.h>
 
 #include "log.h"
-#include "model.h"
-#include "sequence.h"
-#include "server.h"
-#include "worker_pool.h"
+#include "core/model.h"
+#include "core/sequence.h"
+#include "core/core.h"
+#include "core/worker_pool.h"
 
 /* A safety cap, not TorchServe's: a typo in min_worker must not fork-bomb the host. */
 #define MGMT_MAX_WORKERS 64

@@ -16,8 +16,8 @@
 
 #include "http_server.h"
 #include "log.h"
-#include "model.h"
-#include "server.h"
+#include "core/model.h"
+#include "core/core.h"
 
 #define SSE_KEEPALIVE_S 15
 #define STREAM_TIMEOUT_S (24 * 3600)

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
+#include "core/job.h"
 
 struct evhttp_request;
 struct evhttp_connection;

@@ -24,15 +24,15 @@
 #include <string.h>
 #include <strings.h>
 
-#include "auth.h"
+#include "mgmt/auth.h"
 #include "http_oip.h"
 #include "http_server.h"
 #include "http_stream.h"
-#include "job.h"
+#include "core/job.h"
 #include "log.h"
-#include "model.h"
-#include "server.h"
-#include "worker_pool.h"
+#include "core/model.h"
+#include "core/core.h"
+#include "core/worker_pool.h"
 
 static void ping(struct evhttp_request *req, const char *rid)
 {

@@ -57,9 +57,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "mgmt/auth.h"
 #include "log.h"
-#include "server.h"
+#include "core/core.h"
 #include "util.h"
 
 /* requests armed per server: new calls wait in gRPC only if this many arrive in one loop turn */

@@ -20,12 +20,12 @@
 #include <string.h>
 
 #include "grpc_server.h"
-#include "job.h"
+#include "core/job.h"
 #include "log.h"
-#include "model.h"
+#include "core/model.h"
 #include "oip_grpc.pb-c.h"
-#include "oip_req.h"
-#include "server.h"
+#include "oip/oip_req.h"
+#include "core/core.h"
 
 #define SVC "/inference.GRPCInferenceService/"
 #define MAX_INFLIGHT 64 /* requests of one stream in flight before reading pauses */

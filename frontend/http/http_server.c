@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "server.h"
+#include "core/core.h"
 #include "util.h"
 
 const char *http_reason(int status)
@@ -194,6 +194,9 @@ void http_send_error(struct evhttp_request *req, const char *req_id, int status,
     free(body);
 }
 
+/* the three listeners (inference, management, metrics) */
+static struct evhttp *http_inference, *http_management, *http_metrics;
+
 static void on_inference(struct evhttp_request *req, void *arg)
 {
     (void)arg;
@@ -244,22 +247,22 @@ static struct evhttp *listen_on(const struct listen_addr *a,
 int http_servers_start(void)
 {
     const struct config *c = &srv->cfg;
-    if (!(srv->http_inference = listen_on(&c->inference_address, on_inference)))
+    if (!(http_inference = listen_on(&c->inference_address, on_inference)))
         return -1;
-    if (!(srv->http_management = listen_on(&c->management_address, on_management)))
+    if (!(http_management = listen_on(&c->management_address, on_management)))
         return -1;
-    if (c->enable_metrics_api && !(srv->http_metrics = listen_on(&c->metrics_address, on_metrics)))
+    if (c->enable_metrics_api && !(http_metrics = listen_on(&c->metrics_address, on_metrics)))
         return -1;
     return 0;
 }
 
 void http_servers_stop(void)
 {
-    if (srv->http_inference)
-        evhttp_free(srv->http_inference);
-    if (srv->http_management)
-        evhttp_free(srv->http_management);
-    if (srv->http_metrics)
-        evhttp_free(srv->http_metrics);
-    srv->http_inference = srv->http_management = srv->http_metrics = NULL;
+    if (http_inference)
+        evhttp_free(http_inference);
+    if (http_management)
+        evhttp_free(http_management);
+    if (http_metrics)
+        evhttp_free(http_metrics);
+    http_inference = http_management = http_metrics = NULL;
 }

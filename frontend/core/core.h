@@ -1,0 +1,39 @@
+/*
+ * core: the frontend's one global, `struct server`: the settings, the event base and the model
+ * registry that every layer reads. It is defined here, in the lowest frontend layer that needs it,
+ * so that nothing in core/ includes a header above it; frontend/server.c fills it in at start-up.
+ *
+ * Loop thread only: everything mutable here is touched on the libevent base's thread (the
+ * registration thread reads the immutable config, model_store and run_dir only).
+ */
+#ifndef TS_CORE_H
+#define TS_CORE_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "config.h"
+
+struct event_base;
+struct model;
+
+struct metrics_counters {
+    uint64_t requests_2xx, requests_4xx, requests_5xx;
+};
+
+struct server {
+    struct event_base *base;
+    struct config cfg;
+    char *worker_bin;  /* torchserve-c-worker next to our own binary */
+    char *model_store; /* absolute */
+    char *run_dir;     /* per-instance scratch dir: extracted archives */
+    int next_worker_id;
+    int stopping;
+    int64_t start_us;
+    struct metrics_counters counters;
+    LIST_HEAD(, model) models;
+};
+
+extern struct server *srv;
+
+#endif
