@@ -20,15 +20,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "mgmt/auth.h"
 #include "cli.h"
-#include "grpc/grpc_server.h"
-#include "http/http_server.h"
-#include "log.h"
-#include "mgmt/management.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "core/worker_pool.h"
+#include "grpc/grpc_server.h"
+#include "http/http_server.h"
+#include "log.h"
+#include "mgmt/auth.h"
+#include "mgmt/management.h"
+#include "mgmt/model_register.h"
 
 struct server *srv;
 static struct event *ev_sigint, *ev_sigterm;
@@ -97,7 +98,7 @@ static void load_one(const char *spec)
     if (model_register(&r, &m, err, sizeof(err)) != 0)
         LOG_ERROR("cannot load startup model %s: %s", spec, err);
     else
-        worker_pool_scale(m, startup_workers(m));
+        worker_pool_scale(&m->pool, startup_workers(m));
     free(copy);
 }
 
@@ -223,6 +224,7 @@ int server_main(const struct server_opts *o)
     evsignal_add(ev_sigint, NULL);
     evsignal_add(ev_sigterm, NULL);
     worker_pool_init();
+    mgmt_init();
 
     int rc = 1;
     if (auth_init(!srv->cfg.disable_token_authorization, srv->cfg.token_expiration_min) != 0) {

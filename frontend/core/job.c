@@ -10,9 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "model.h"
-#include "sequence.h"
-#include "worker_pool.h"
+#include "util.h"
 
 struct job *job_new(const char *id, const struct job_sink *sink, void *sink_arg)
 {
@@ -124,8 +122,8 @@ void job_to_otf(const struct job *j, struct otf_request *r, struct otf_kv **hdrs
 static void job_finish(struct job *j)
 {
     int was_running = j->state == JOB_RUNNING;
-    if (j->seq)
-        sequence_job_done(j, was_running);
+    if (j->owner && j->owner->ended)
+        j->owner->ended(j, was_running);
     j->state = JOB_DONE;
     j->worker = NULL;
     job_unref(j);
@@ -134,8 +132,8 @@ static void job_finish(struct job *j)
 void job_deliver_frame(struct job *j, const struct otf_prediction *p, int final)
 {
     j->frames++;
-    if (j->seq)
-        sequence_frame_seen(j, p);
+    if (j->owner && j->owner->frame)
+        j->owner->frame(j, p);
     job_ref(j); /* the sink may drop the transport's reference */
     if (j->sink)
         j->sink->on_frame(j, p, final);
@@ -157,16 +155,8 @@ void job_cancel(struct job *j)
 {
     j->sink = NULL;
     j->sink_arg = NULL;
-    switch (j->state) {
-    case JOB_QUEUED:
-        model_dequeue(j->model, j);
+    if ((j->state == JOB_QUEUED || j->state == JOB_RUNNING) && j->owner) {
+        j->owner->withdraw(j);
         job_finish(j);
-        break;
-    case JOB_RUNNING:
-        worker_cancel_job(j->worker, j);
-        job_finish(j);
-        break;
-    default:
-        break;
     }
 }

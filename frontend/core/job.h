@@ -6,6 +6,10 @@
  * running. The transport is reached only through the sink, and a transport that goes away calls
  * job_cancel(), which clears the sink first, so the worker side never calls into a freed
  * transport. Request data (headers, parameters) is owned by the job and freed with it.
+ *
+ * job is the bottom of the core: it names no module above it. The queue/worker side is reached
+ * through the owner the dispatcher (model.c) sets when it queues the job, the transport through
+ * the sink.
  */
 #ifndef TS_JOB_H
 #define TS_JOB_H
@@ -20,6 +24,18 @@ struct job;
 struct model;
 struct worker;
 struct seq;
+
+/* The side that holds the job while it is queued or running (set by model.c when it queues it). */
+struct job_owner {
+    /* The client went away while the job was queued or running: take it off its queue or its
+     * worker (the job is then ended with was_running as it was). */
+    void (*withdraw)(struct job *j);
+    /* A frame of the job is about to reach its sink. */
+    void (*frame)(struct job *j, const struct otf_prediction *p);
+    /* The job ended for good (final frame, failure or cancel); was_running: it had reached a
+     * worker. Called before the queue side's reference is dropped. */
+    void (*ended)(struct job *j, int was_running);
+};
 
 struct job_sink {
     /* A response frame for the job. final = 1 for the last one (the job is then done). */
@@ -49,6 +65,7 @@ struct job {
     char id[40];  /* unique: the id on the worker socket */
     char rid[40]; /* the client's request id (x-request-id, OIP id), for logs */
     struct model *model;
+    const struct job_owner *owner; /* while queued or running */
     const struct job_sink *sink;
     void *sink_arg;
     struct job_kv *headers;

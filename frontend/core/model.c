@@ -1,191 +1,139 @@
 /*
- * model: registry, registration from the model store, queueing and dispatch.
- *
- * Registration resolves a url strictly inside the model store (no "..", no absolute path
- * outside it), extracts archives into the server's run directory, and reads MANIFEST.json and
- * model-config.yaml. Settings follow TorchServe's precedence: register arguments >
- * model-config.yaml > config.properties > defaults.
+ * model: the registry, queueing and dispatch; the top of the core.
  *
  * Dispatch asks the batcher (a pure policy) what to send where, repeatedly, until nothing more
- * can go out; a partial batch waiting for maxBatchDelay arms the model's batch timer.
+ * can go out; a partial batch waiting for maxBatchDelay arms the model's batch timer. A model
+ * with sequenceBatching dispatches through its sequence table instead. The registry is the
+ * owner of every job it queues (job_owner) and of every worker group (worker_group_ops): the
+ * events of the layers below come back here and are routed to the sequence table, the
+ * dispatcher, or the layer above (model_events).
  */
 #include "model.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <event2/event.h>
-#include <limits.h>
-#include <regex.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "mgmt/archive.h"
 #include "batcher.h"
-#include "log.h"
-#include "mgmt/management.h"
-#include "sequence.h"
 #include "core.h"
+#include "log.h"
+#include "sequence.h"
 #include "worker_pool.h"
 
-void model_reg_init(struct model_reg *r)
+static const struct model_events *events;
+
+void model_set_events(const struct model_events *ev)
 {
-    memset(r, 0, sizeof(*r));
-    r->batch_size = -1;
-    r->max_batch_delay_ms = -1;
-    r->initial_workers = -1;
-    r->response_timeout_s = -1;
-    r->startup_timeout_s = -1;
+    events = ev;
 }
 
-static int valid_model_name(const char *s)
+/* ---- what the layers below report (job owner, worker group ops) ---- */
+
+static struct model *model_of_group(struct worker_group *g)
 {
-    if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '_' || *s == '-' || *s == '.'))
-            return 0;
-    return 1;
+    return (struct model *)((char *)g - offsetof(struct model, pool));
 }
 
-/* allowed_urls: comma-separated regexes, matched case-insensitively against the whole url (as
- * TorchServe's Pattern.matcher().matches()). A pattern that does not compile matches nothing. */
-static int url_allowed(const char *url)
+/* Removes a queued job (the caller drops the queue reference). */
+static void model_dequeue(struct model *m, struct job *j)
 {
-    const char *list = srv->cfg.allowed_urls ? srv->cfg.allowed_urls : "";
-    char *copy = xstrdup(list), *save = NULL;
-    int ok = 0;
-    for (char *t = strtok_r(copy, ",", &save); t && !ok; t = strtok_r(NULL, ",", &save)) {
-        while (*t == ' ')
-            t++;
-        if (!*t)
-            continue;
-        char *anchored = xasprintf("^(%s)$", t);
-        regex_t re;
-        if (regcomp(&re, anchored, REG_EXTENDED | REG_ICASE | REG_NOSUB) == 0) {
-            ok = regexec(&re, url, 0, NULL, 0) == 0;
-            regfree(&re);
-        } else {
-            LOG_WARN("allowed_urls: cannot compile pattern '%s'", t);
-        }
-        free(anchored);
+    if (j->seq) {
+        sequence_dequeue(j);
+        return;
     }
-    free(copy);
-    return ok;
+    TAILQ_REMOVE(&m->queue, j, link);
+    m->queue_len--;
 }
 
-static int path_in_store(const char *p)
+static void job_withdraw(struct job *j)
 {
-    size_t n = strlen(srv->model_store);
-    return !strncmp(p, srv->model_store, n) && (p[n] == '/' || p[n] == '\0');
+    if (j->state == JOB_QUEUED)
+        model_dequeue(j->model, j);
+    else if (j->state == JOB_RUNNING)
+        worker_cancel_job(j->worker, j);
 }
 
-/* The model store path for url, or an error (TorchServe's ModelArchive.downloadModel rules,
- * stricter where it was lax):
- *   - "" and anything with ".." are refused before the file system is touched;
- *   - a "scheme://" url must match allowed_urls ("Given URL ... does not match any allowed
- *     URL(s)"); an allowed file:// url is a local path; an allowed remote url is never fetched:
- *     there is no download (TS_E_EXISTS-like -EEXIST when the store already has that file name,
- *     as TorchServe's "Model file already exists", else -ENOTSUP);
- *   - a local path must resolve inside the model store: relative names are taken in it, an
- *     absolute path outside it is refused without being opened (TorchServe accepts any
- *     directory), and symlinks leading out of it are refused after realpath. */
-static int resolve_url(const char *url, char **path, char *err, size_t errlen)
+static void job_frame(struct job *j, const struct otf_prediction *p)
 {
-    const char *p = url;
-    if (!*url) {
-        snprintf(err, errlen, "Model url is empty");
-        return TS_E_MODEL_NOT_FOUND;
-    }
-    if (strstr(url, "..")) {
-        snprintf(err, errlen, "Relative path is not allowed in url: %s", url);
-        return TS_E_MODEL_NOT_FOUND;
-    }
-    const char *scheme_end = strstr(url, "://");
-    if (scheme_end) {
-        if (!url_allowed(url)) {
-            snprintf(err, errlen, "Given URL %s does not match any allowed URL(s)", url);
-            return TS_E_MODEL_NOT_FOUND;
-        }
-        if (!strncasecmp(url, "file://", 7)) {
-            p = url + 7;
-        } else {
-            /* the archive name TorchServe would have saved the download under */
-            const char *q = scheme_end + 3;
-            size_t qlen = strcspn(q, "?#");
-            const char *base = q;
-            for (size_t i = 0; i < qlen; i++)
-                if (q[i] == '/')
-                    base = q + i + 1;
-            char *name = xstrndup(base, (size_t)(q + qlen - base));
-            int exists = 0;
-            if (*name && strcmp(name, ".")) {
-                char *fp = xasprintf("%s/%s", srv->model_store, name);
-                struct stat st;
-                exists = lstat(fp, &st) == 0;
-                free(fp);
-            }
-            if (exists) {
-                snprintf(err, errlen, "Model file already exists %s", name);
-                free(name);
-                return -EEXIST;
-            }
-            free(name);
-            snprintf(err, errlen,
-                     "Failed to download archive from: %s: remote model download is not "
-                     "supported; copy the archive into the model store and register it by name",
-                     url);
-            return -ENOTSUP;
+    if (j->seq)
+        sequence_frame_seen(j, p);
+}
+
+static void job_ended(struct job *j, int was_running)
+{
+    if (j->seq)
+        sequence_job_done(j, was_running);
+}
+
+static const struct job_owner model_job_owner = {
+    .withdraw = job_withdraw,
+    .frame = job_frame,
+    .ended = job_ended,
+};
+
+static void group_ready(struct worker_group *g, struct worker *w)
+{
+    struct model *m = model_of_group(g);
+    if (m->seqs)
+        sequence_worker_ready(m->seqs, w);
+    model_dispatch(m);
+    if (events)
+        events->workers_changed(m);
+}
+
+static void group_gone(struct worker_group *g, struct worker *w)
+{
+    struct model *m = model_of_group(g);
+    if (m->seqs)
+        sequence_worker_gone(m->seqs, w);
+}
+
+static void group_slots(struct worker_group *g)
+{
+    model_dispatch(model_of_group(g));
+}
+
+/* Fails the model's queued jobs when no worker can ever serve them. */
+static void group_changed(struct worker_group *g, const char *why)
+{
+    struct model *m = model_of_group(g);
+    if (why && worker_pool_alive(g) == 0) {
+        struct job *j;
+        char msg[512];
+        snprintf(msg, sizeof(msg), "Model \"%s\" has no worker to serve inference request: %s",
+                 m->name, why);
+        while ((j = TAILQ_FIRST(&m->queue))) {
+            model_dequeue(m, j);
+            job_fail(j, 503, "ServiceUnavailableException", msg);
         }
     }
-    if (!*p) {
-        snprintf(err, errlen, "Model url is empty");
-        return TS_E_MODEL_NOT_FOUND;
-    }
-    if (p[0] == '/' && !path_in_store(p)) {
-        snprintf(err, errlen, "Model url %s is outside the model store", url);
-        return TS_E_MODEL_NOT_FOUND;
-    }
-    char *full = p[0] == '/' ? xstrdup(p) : xasprintf("%s/%s", srv->model_store, p);
-    char real[PATH_MAX];
-    if (!realpath(full, real)) {
-        snprintf(err, errlen, "Model not found at: %s", url);
-        free(full);
-        return TS_E_MODEL_NOT_FOUND;
-    }
-    free(full);
-    if (!path_in_store(real)) {
-        snprintf(err, errlen, "Model url %s is outside the model store", url);
-        return TS_E_MODEL_NOT_FOUND;
-    }
-    *path = xstrdup(real);
-    return 0;
+    if (events)
+        events->workers_changed(m);
 }
 
-/* Archive base name without .mar / .tar.gz / .tgz / .zip */
-static char *name_from_path(const char *path)
+static const struct worker_group_ops model_group_ops = {
+    .ready = group_ready,
+    .gone = group_gone,
+    .slots = group_slots,
+    .changed = group_changed,
+};
+
+/* ---- the registry ---- */
+
+struct model *model_new(void)
 {
-    const char *b = strrchr(path, '/');
-    b = b ? b + 1 : path;
-    char *s = xstrdup(b);
-    static const char *const exts[] = {".mar", ".tar.gz", ".tgz", ".zip", ".model"};
-    for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++) {
-        size_t n = strlen(s), e = strlen(exts[i]);
-        if (n > e && !strcmp(s + n - e, exts[i])) {
-            s[n - e] = '\0';
-            break;
-        }
-    }
-    return s;
+    struct model *m = xcalloc(1, sizeof(*m));
+    TAILQ_INIT(&m->queue);
+    worker_group_init(&m->pool, &model_group_ops);
+    return m;
 }
 
-static void model_free(struct model *m)
+void model_free(struct model *m)
 {
-    sequence_model_free(m);
+    if (m->seqs)
+        sequence_table_free(m->seqs);
     if (m->batch_timer)
         event_free(m->batch_timer);
     manifest_free(&m->manifest);
@@ -207,227 +155,45 @@ static void on_batch_timer(evutil_socket_t fd, short what, void *arg)
     model_dispatch(arg);
 }
 
-/* The disk part of a registration: resolve, extract, read the manifest and the yaml, name the
- * model. Touches nothing shared but the immutable config and model store path, so it runs on
- * the registration thread. */
-static int model_prepare(const struct model_reg *r, struct model **out, char *err, size_t errlen)
-{
-    char *path = NULL;
-    int rc = resolve_url(r->url, &path, err, errlen);
-    if (rc)
-        return rc;
-
-    struct model *m = xcalloc(1, sizeof(*m));
-    TAILQ_INIT(&m->queue);
-    TAILQ_INIT(&m->workers);
-    m->url = xstrdup(r->url);
-    m->loaded_at_startup = r->loaded_at_startup;
-
-    enum archive_format fmt;
-    if ((rc = archive_detect(path, &fmt))) {
-        snprintf(err, errlen, "%s is not a model archive (.mar, .tar.gz or directory)", r->url);
-        goto fail;
-    }
-    if (fmt == ARCHIVE_FMT_DIR) {
-        m->dir = xstrdup(path);
-    } else {
-        m->tmp_dir = xasprintf("%s/models/%s.XXXXXX", srv->run_dir, "m");
-        char *models = xasprintf("%s/models", srv->run_dir);
-        mkdir(models, 0700);
-        free(models);
-        if (!mkdtemp(m->tmp_dir)) {
-            snprintf(err, errlen, "cannot create extraction dir: %s", strerror(errno));
-            free(m->tmp_dir);
-            m->tmp_dir = NULL;
-            rc = -errno;
-            goto fail;
-        }
-        struct archive_limits lim;
-        archive_default_limits(&lim);
-        char aerr[512];
-        if ((rc = archive_extract(path, m->tmp_dir, &lim, aerr, sizeof(aerr)))) {
-            snprintf(err, errlen, "%s: %s", r->url, aerr);
-            goto fail;
-        }
-        m->dir = xstrdup(m->tmp_dir);
-    }
-
-    char merr[512];
-    if ((rc = manifest_load(m->dir, &m->manifest, merr, sizeof(merr)))) {
-        snprintf(err, errlen, "%s: %s", r->url, merr);
-        goto fail;
-    }
-    model_config_defaults(&m->mc);
-    if (m->manifest.config_file && *m->manifest.config_file) {
-        char *yp = xasprintf("%s/%s", m->dir, m->manifest.config_file);
-        rc = model_config_load(yp, &m->mc, merr, sizeof(merr));
-        free(yp);
-        if (rc) {
-            snprintf(err, errlen, "%s", merr);
-            rc = TS_E_BAD_CONFIG;
-            goto fail;
-        }
-    }
-
-    if (r->name && *r->name)
-        m->name = xstrdup(r->name);
-    else if (m->manifest.model_name && *m->manifest.model_name)
-        m->name = xstrdup(m->manifest.model_name);
-    else
-        m->name = name_from_path(path);
-    if (!valid_model_name(m->name)) {
-        snprintf(err, errlen,
-                 "Invalid model name '%s': it must start with a letter and contain only letters, "
-                 "digits, '_', '-' and '.'",
-                 m->name);
-        rc = TS_E_BAD_INPUT;
-        goto fail;
-    }
-    m->version =
-        xstrdup(m->manifest.model_version && *m->manifest.model_version ? m->manifest.model_version
-                                                                        : "1.0");
-    m->handler = xstrdup(r->handler && *r->handler ? r->handler : m->manifest.handler);
-    free(path);
-    *out = m;
-    return 0;
-fail:
-    free(path);
-    model_free(m);
-    return rc;
-}
-
-/* The loop-thread part: settings, uniqueness, and entry into the registry. Frees m on error. */
-static int model_commit(struct model *m, const struct model_reg *r, char *err, size_t errlen)
+int model_add(struct model *m, char *err, size_t errlen)
 {
     struct model *dup;
     if (model_find(m->name, m->version, &dup) == 0) {
         snprintf(err, errlen, "Model version %s is already registered for model %s", m->version,
                  m->name);
-        model_free(m);
         return TS_E_EXISTS;
     }
-    const struct config *c = &srv->cfg;
-    m->batch_size = r->batch_size > 0 ? r->batch_size : m->mc.batch_size > 0 ? m->mc.batch_size : 1;
-    m->max_batch_delay_ms = r->max_batch_delay_ms >= 0      ? r->max_batch_delay_ms
-                            : m->mc.max_batch_delay_ms >= 0 ? m->mc.max_batch_delay_ms
-                                                            : 100;
-    m->response_timeout_s = r->response_timeout_s >= 0     ? r->response_timeout_s
-                            : m->mc.response_timeout_s > 0 ? m->mc.response_timeout_s
-                                                           : c->default_response_timeout;
-    m->startup_timeout_s = r->startup_timeout_s >= 0     ? r->startup_timeout_s
-                           : m->mc.startup_timeout_s > 0 ? m->mc.startup_timeout_s
-                                                         : c->default_startup_timeout;
-    m->queue_max = m->mc.job_queue_size > 0 ? m->mc.job_queue_size : c->job_queue_size;
-    m->min_workers = m->mc.min_workers;
-    m->max_workers = m->mc.max_workers;
+    m->pool.name = m->name;
+    m->pool.version = m->version;
+    m->pool.dir = m->dir;
+    m->pool.handler = m->handler;
+    m->pool.envelope = m->manifest.envelope;
     m->batch_timer = evtimer_new(srv->base, on_batch_timer, m);
-
+    if (m->mc.sequence_batching)
+        m->seqs = sequence_table_new(&m->pool, &m->mc, m->max_batch_delay_ms);
     struct model *def;
     m->is_default = model_find(m->name, NULL, &def) != 0;
     LIST_INSERT_HEAD(&srv->models, m, link);
-    LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)", m->name,
-             m->version, r->url, m->batch_size, m->max_batch_delay_ms);
     return 0;
 }
 
-int model_register(const struct model_reg *r, struct model **out, char *err, size_t errlen)
+int model_workers_alive(const struct model *m)
 {
-    int rc = model_prepare(r, out, err, errlen);
-    if (rc == 0 && (rc = model_commit(*out, r, err, errlen)) != 0)
-        *out = NULL;
-    return rc;
-}
-
-/* ---- registration off the loop thread ---- */
-
-struct reg_task {
-    struct model_reg r; /* strings owned (copies) */
-    model_registered_fn *cb;
-    void *arg;
-    struct model *m;
-    int rc;
-    char err[1024];
-    pthread_t thread;
-    struct event *done_ev; /* activated by the thread when the disk work is over */
-    LIST_ENTRY(reg_task) link;
-};
-
-static LIST_HEAD(, reg_task) reg_tasks = LIST_HEAD_INITIALIZER(reg_tasks);
-
-static void reg_task_free(struct reg_task *t)
-{
-    LIST_REMOVE(t, link);
-    event_free(t->done_ev);
-    free((char *)t->r.url);
-    free((char *)t->r.name);
-    free((char *)t->r.handler);
-    free(t);
-}
-
-static void *reg_thread(void *arg)
-{
-    struct reg_task *t = arg;
-    t->rc = model_prepare(&t->r, &t->m, t->err, sizeof(t->err));
-    event_active(t->done_ev, EV_TIMEOUT, 1);
-    return NULL;
-}
-
-static void reg_done(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct reg_task *t = arg;
-    if (!pthread_equal(t->thread, pthread_self()))
-        pthread_join(t->thread, NULL);
-    if (t->rc == 0 && (t->rc = model_commit(t->m, &t->r, t->err, sizeof(t->err))) != 0)
-        t->m = NULL;
-    t->cb(t->arg, t->rc == 0 ? t->m : NULL, t->rc, t->err);
-    reg_task_free(t);
-}
-
-void model_register_async(const struct model_reg *r, model_registered_fn *cb, void *arg)
-{
-    struct reg_task *t = xcalloc(1, sizeof(*t));
-    t->r = *r;
-    t->r.url = r->url ? xstrdup(r->url) : NULL;
-    t->r.name = r->name ? xstrdup(r->name) : NULL;
-    t->r.handler = r->handler ? xstrdup(r->handler) : NULL;
-    t->cb = cb;
-    t->arg = arg;
-    t->done_ev = event_new(srv->base, -1, 0, reg_done, t);
-    LIST_INSERT_HEAD(&reg_tasks, t, link);
-    int rc = pthread_create(&t->thread, NULL, reg_thread, t);
-    if (rc != 0) { /* no thread: do the disk work here rather than fail */
-        LOG_WARN("registration thread: %s; extracting on the loop thread", strerror(rc));
-        t->rc = model_prepare(&t->r, &t->m, t->err, sizeof(t->err));
-        t->thread = pthread_self();
-        event_active(t->done_ev, EV_TIMEOUT, 1);
-        return;
-    }
-}
-
-void model_register_cancel_all(void)
-{
-    struct reg_task *t;
-    while ((t = LIST_FIRST(&reg_tasks))) {
-        if (!pthread_equal(t->thread, pthread_self()))
-            pthread_join(t->thread, NULL);
-        if (t->rc == 0 && t->m)
-            model_free(t->m);
-        reg_task_free(t);
-    }
+    return worker_pool_alive(&m->pool);
 }
 
 void model_unregister(struct model *m)
 {
-    mgmt_model_gone(m);
+    if (events)
+        events->gone(m);
     struct job *j;
     while ((j = TAILQ_FIRST(&m->queue))) {
         model_dequeue(m, j);
         job_fail(j, 503, "ServiceUnavailableException", "Model was unregistered");
     }
-    sequence_model_fail_queued(m);
-    worker_pool_scale(m, 0);
+    if (m->seqs)
+        sequence_fail_queued(m->seqs);
+    worker_pool_scale(&m->pool, 0);
     LIST_REMOVE(m, link);
     if (m->is_default) {
         /* promote another version, as TorchServe keeps one default per name */
@@ -480,10 +246,14 @@ int model_submit_request(struct model *m, struct job *j, struct submit_error *e)
     if (m->mc.sequence_batching) {
         struct seq_request sr;
         sequence_request_from_job(j, &sr);
-        int rc = sequence_submit(m, j, &sr, &e->status, e->msg, sizeof(e->msg));
+        j->model = m;
+        j->owner = &model_job_owner;
+        int rc = sequence_submit(m->seqs, j, &sr, &e->status, e->msg, sizeof(e->msg));
         e->type = rc == 1 ? "" : sequence_error_type(e->status);
         if (rc == 1)
             e->status = 200;
+        if (rc == 0)
+            m->n_requests++;
         return rc;
     }
     int rc = model_submit(m, j);
@@ -506,12 +276,13 @@ int model_submit_request(struct model *m, struct job *j, struct submit_error *e)
 
 int model_submit(struct model *m, struct job *j)
 {
-    if (worker_pool_alive(m) == 0)
+    if (worker_pool_alive(&m->pool) == 0)
         return TS_E_NO_WORKER;
     if (m->queue_len >= m->queue_max)
         return TS_E_QUEUE_FULL;
     job_ref(j);
     j->model = m;
+    j->owner = &model_job_owner;
     j->state = JOB_QUEUED;
     TAILQ_INSERT_TAIL(&m->queue, j, link);
     m->queue_len++;
@@ -520,22 +291,12 @@ int model_submit(struct model *m, struct job *j)
     return 0;
 }
 
-void model_dequeue(struct model *m, struct job *j)
-{
-    if (j->seq) {
-        sequence_dequeue(j);
-        return;
-    }
-    TAILQ_REMOVE(&m->queue, j, link);
-    m->queue_len--;
-}
-
 void model_dispatch(struct model *m)
 {
     struct batcher_worker bw[64];
     struct worker *ws[64];
-    if (m->mc.sequence_batching) {
-        sequence_dispatch(m);
+    if (m->seqs) {
+        sequence_dispatch(m->seqs);
         return;
     }
     for (;;) {
@@ -543,7 +304,7 @@ void model_dispatch(struct model *m)
             return;
         int n = 0;
         struct worker *w;
-        TAILQ_FOREACH(w, &m->workers, link)
+        TAILQ_FOREACH(w, &m->pool.workers, link)
         {
             if (n == 64)
                 break;
@@ -552,9 +313,9 @@ void model_dispatch(struct model *m)
             ws[n++] = w;
         }
         struct batcher_view v = {
-            .batch_size = m->batch_size,
+            .batch_size = m->pool.batch_size,
             .max_batch_delay_ms = m->max_batch_delay_ms,
-            .continuous = m->continuous,
+            .continuous = m->pool.continuous,
             .queue_len = m->queue_len,
             .oldest_us = TAILQ_FIRST(&m->queue)->created_us,
             .now_us = ts_now_us(),
@@ -570,14 +331,13 @@ void model_dispatch(struct model *m)
             }
             return;
         }
-        struct job *batch[plan.count];
+        /* batchSize is a client's number (the register API): the batch is not sized on the stack */
+        struct job **batch = xmalloc(sizeof(*batch) * (size_t)plan.count);
         for (int i = 0; i < plan.count; i++) {
             batch[i] = TAILQ_FIRST(&m->queue);
             model_dequeue(m, batch[i]);
         }
-        m->n_batches++;
-        if ((uint64_t)plan.count > m->max_batch_seen)
-            m->max_batch_seen = (uint64_t)plan.count;
         worker_send_batch(ws[plan.worker], batch, plan.count);
+        free(batch);
     }
 }

@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "job.h"
 #include "log.h"
-#include "model.h"
+#include "model_config.h"
 #include "otf.h"
-#include "core.h"
 #include "worker_pool.h"
 
 #define SEQ_BUCKETS 1024
@@ -33,7 +33,7 @@ enum seq_state { SEQ_OPEN, SEQ_ENDED, SEQ_CANCELLED, SEQ_IDLE, SEQ_TIMEOUT };
 
 struct seq {
     char *id;
-    struct model *m;
+    struct seq_table *t;
     enum seq_state state;
     struct worker *worker; /* pinned */
     struct job_list queue;
@@ -53,6 +53,11 @@ struct seq {
 TAILQ_HEAD(seq_list, seq);
 
 struct seq_table {
+    struct worker_group *g;
+    const struct model_config *mc;
+    int max_batch_delay_ms;
+    struct event *batch_timer; /* a partial batch waits for maxBatchDelay */
+    struct event *redispatch;  /* a dispatch after the current event (see sequence_job_done) */
     struct seq *buckets[SEQ_BUCKETS];
     struct seq_list open;
     int n_open;
@@ -68,14 +73,25 @@ static unsigned hash(const char *s)
     return h % SEQ_BUCKETS;
 }
 
-static struct seq_table *table(struct model *m)
+static void on_dispatch(evutil_socket_t fd, short what, void *arg)
 {
-    if (!m->seqs) {
-        m->seqs = xcalloc(1, sizeof(*m->seqs));
-        TAILQ_INIT(&m->seqs->open);
-        TAILQ_INIT(&m->seqs->closed);
-    }
-    return m->seqs;
+    (void)fd;
+    (void)what;
+    sequence_dispatch(arg);
+}
+
+struct seq_table *sequence_table_new(struct worker_group *g, const struct model_config *mc,
+                                     int max_batch_delay_ms)
+{
+    struct seq_table *t = xcalloc(1, sizeof(*t));
+    t->g = g;
+    t->mc = mc;
+    t->max_batch_delay_ms = max_batch_delay_ms;
+    t->batch_timer = evtimer_new(srv->base, on_dispatch, t);
+    t->redispatch = event_new(srv->base, -1, 0, on_dispatch, t);
+    TAILQ_INIT(&t->open);
+    TAILQ_INIT(&t->closed);
+    return t;
 }
 
 static struct seq *find(struct seq_table *t, const char *id)
@@ -119,19 +135,19 @@ void sequence_request_from_job(const struct job *j, struct seq_request *r)
     r->cancel = v && ts_parse_bool(v, &b) == 0 && b;
 }
 
-int sequence_max_num(const struct model *m)
+int sequence_max_num(const struct model_config *mc, const struct worker_group *g)
 {
-    if (m->mc.max_num_sequence > 0)
-        return m->mc.max_num_sequence;
-    int w = m->max_workers > 0 ? m->max_workers : m->min_workers > 0 ? m->min_workers : 1;
-    if (w < m->n_workers)
-        w = m->n_workers;
-    return (m->batch_size > 0 ? m->batch_size : 1) * w;
+    if (mc->max_num_sequence > 0)
+        return mc->max_num_sequence;
+    int w = mc->max_workers > 0 ? mc->max_workers : mc->min_workers > 0 ? mc->min_workers : 1;
+    if (w < g->n_workers)
+        w = g->n_workers;
+    return (g->batch_size > 0 ? g->batch_size : 1) * w;
 }
 
-int sequence_open_count(const struct model *m)
+int sequence_open_count(const struct seq_table *t)
 {
-    return m->seqs ? m->seqs->n_open : 0;
+    return t ? t->n_open : 0;
 }
 
 static const char *closed_reason(const struct seq *s, char *buf, size_t n)
@@ -144,11 +160,11 @@ static const char *closed_reason(const struct seq *s, char *buf, size_t n)
         snprintf(buf, n, "Sequence %s was cancelled", s->id);
         break;
     case SEQ_IDLE:
-        snprintf(buf, n, "Sequence %s expired (idle %d ms)", s->id, s->m->mc.seq_max_idle_ms);
+        snprintf(buf, n, "Sequence %s expired (idle %d ms)", s->id, s->t->mc->seq_max_idle_ms);
         break;
     case SEQ_TIMEOUT:
         snprintf(buf, n, "Sequence %s expired (session timeout %d ms)", s->id,
-                 s->m->mc.seq_timeout_ms);
+                 s->t->mc->seq_timeout_ms);
         break;
     default:
         snprintf(buf, n, "Sequence %s is open", s->id);
@@ -180,7 +196,7 @@ static void send_event(struct seq *s, int event)
 {
     struct worker *w = s->worker;
     if (!w || !worker_takes_jobs(w)) {
-        TAILQ_FOREACH(w, &s->m->workers, link)
+        TAILQ_FOREACH(w, &s->t->g->workers, link)
         {
             if (worker_takes_jobs(w))
                 break; /* w is NULL when none does */
@@ -197,7 +213,7 @@ static void send_event(struct seq *s, int event)
 /* Ends a sequence for good: queued requests fail with the reason, the worker drops the state. */
 static void seq_close(struct seq *s, enum seq_state why)
 {
-    struct seq_table *t = s->m->seqs;
+    struct seq_table *t = s->t;
     if (s->state != SEQ_OPEN)
         return;
     s->state = why;
@@ -209,7 +225,7 @@ static void seq_close(struct seq *s, enum seq_state why)
     t->n_closed++;
     char msg[512];
     closed_reason(s, msg, sizeof(msg));
-    LOG_INFO("model %s: %s", s->m->name, msg);
+    LOG_INFO("model %s: %s", t->g->name, msg);
     static const int events[] = {0, OTF_SEQ_END, OTF_SEQ_CANCEL, OTF_SEQ_IDLE, OTF_SEQ_TIMEOUT};
     send_event(s, events[why]);
     struct job *j;
@@ -252,17 +268,17 @@ static void arm_ms(struct event *ev, int ms)
     evtimer_add(ev, &tv);
 }
 
-static struct worker *least_loaded(struct model *m)
+static struct worker *least_loaded(struct seq_table *t)
 {
     struct worker *w, *best = NULL;
     int best_n = 0;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &t->g->workers, link)
     {
         if (w->state == WORKER_STOPPING || w->state == WORKER_FAILED)
             continue;
         int n = 0;
         struct seq *s;
-        TAILQ_FOREACH(s, &m->seqs->open, olink)
+        TAILQ_FOREACH(s, &t->open, olink)
         if (s->worker == w)
             n++;
         if (!best || n < best_n) {
@@ -273,12 +289,11 @@ static struct worker *least_loaded(struct model *m)
     return best;
 }
 
-static struct seq *seq_new(struct model *m, const char *id)
+static struct seq *seq_new(struct seq_table *t, const char *id)
 {
-    struct seq_table *t = m->seqs;
     struct seq *s = xcalloc(1, sizeof(*s));
     s->id = xstrdup(id);
-    s->m = m;
+    s->t = t;
     s->state = SEQ_OPEN;
     s->created_us = ts_now_us();
     TAILQ_INIT(&s->queue);
@@ -289,9 +304,9 @@ static struct seq *seq_new(struct model *m, const char *id)
     t->buckets[h] = s;
     TAILQ_INSERT_TAIL(&t->open, s, olink);
     t->n_open++;
-    s->worker = least_loaded(m);
-    if (m->mc.seq_timeout_ms > 0)
-        arm_ms(s->session_timer, m->mc.seq_timeout_ms);
+    s->worker = least_loaded(t);
+    if (t->mc->seq_timeout_ms > 0)
+        arm_ms(s->session_timer, t->mc->seq_timeout_ms);
     return s;
 }
 
@@ -300,10 +315,9 @@ static void set_header(struct job *j, const char *k, const char *v)
     job_add_header(j, k, v, strlen(v));
 }
 
-int sequence_submit(struct model *m, struct job *j, const struct seq_request *r, int *status,
+int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request *r, int *status,
                     char *msg, size_t msglen)
 {
-    struct seq_table *t = table(m);
     char gen[48];
     const char *id = r->id && *r->id ? r->id : NULL;
     struct seq *s = id ? find(t, id) : NULL;
@@ -338,17 +352,17 @@ int sequence_submit(struct model *m, struct job *j, const struct seq_request *r,
             snprintf(msg, msglen, "Sequence %s already started", id);
             return TS_E_EXISTS;
         }
-        if (t->n_open >= sequence_max_num(m)) {
+        if (t->n_open >= sequence_max_num(t->mc, t->g)) {
             *status = 429;
             snprintf(msg, msglen,
                      "Too many open sequences for model %s (maxNumSequence %d); retry later",
-                     m->name, sequence_max_num(m));
+                     t->g->name, sequence_max_num(t->mc, t->g));
             return TS_E_QUEUE_FULL;
         }
-        if (worker_pool_alive(m) == 0) {
+        if (worker_pool_alive(t->g) == 0) {
             *status = 503;
             snprintf(msg, msglen, "Model \"%s\" has no worker to serve inference request.",
-                     m->name);
+                     t->g->name);
             return TS_E_NO_WORKER;
         }
         if (s) { /* an explicit restart of a closed id: forget the tombstone */
@@ -363,7 +377,7 @@ int sequence_submit(struct model *m, struct job *j, const struct seq_request *r,
                 return TS_E_EXISTS;
             }
         }
-        s = seq_new(m, id);
+        s = seq_new(t, id);
     } else {
         if (!s) {
             *status = 404;
@@ -383,7 +397,7 @@ int sequence_submit(struct model *m, struct job *j, const struct seq_request *r,
         snprintf(msg, msglen, "Sequence %s is ending: its end was already requested", s->id);
         return TS_E_BAD_INPUT;
     }
-    int qmax = m->mc.max_seq_job_queue > 0 ? m->mc.max_seq_job_queue : 1;
+    int qmax = t->mc->max_seq_job_queue > 0 ? t->mc->max_seq_job_queue : 1;
     if (s->qlen >= qmax) {
         *status = 429;
         snprintf(msg, msglen, "Sequence %s job queue is full (maxSequenceJobQueueSize %d)", s->id,
@@ -403,15 +417,13 @@ int sequence_submit(struct model *m, struct job *j, const struct seq_request *r,
     free(j->seq_id);
     j->seq_id = xstrdup(s->id);
     job_ref(j);
-    j->model = m;
     j->seq = s;
     j->state = JOB_QUEUED;
     TAILQ_INSERT_TAIL(&s->queue, j, link);
     s->qlen++;
     s->n_jobs++;
-    m->n_requests++;
     evtimer_del(s->idle_timer);
-    sequence_dispatch(m);
+    sequence_dispatch(t);
     return 0;
 }
 
@@ -459,112 +471,125 @@ void sequence_job_done(struct job *j, int was_running)
         s->inflight--;
     if (s->state != SEQ_OPEN) {
         if (s->n_jobs == 0)
-            evict_tombstones(s->m->seqs);
+            evict_tombstones(s->t);
         return;
     }
     if (j->seq_end)
         s->end_pending = 1;
     if (s->end_pending && s->inflight == 0)
         seq_close(s, s->cancel_pending ? SEQ_CANCELLED : SEQ_ENDED);
-    else if (s->qlen == 0 && s->inflight == 0 && s->m->mc.seq_max_idle_ms > 0)
-        arm_ms(s->idle_timer, s->m->mc.seq_max_idle_ms);
+    else if (s->qlen == 0 && s->inflight == 0 && s->t->mc->seq_max_idle_ms > 0)
+        arm_ms(s->idle_timer, s->t->mc->seq_max_idle_ms);
+    else if (was_running && s->qlen > 0)
+        /* Its next request may go now. The worker asked for a dispatch when it freed the slot,
+         * but that was before this job let go of its sequence (a cancelled job's client is gone
+         * and no later frame will come to ask again), so ask once more, after the current event:
+         * we may be inside a worker_pool or dispatch call. */
+        event_active(s->t->redispatch, EV_TIMEOUT, 1);
 }
 
-void sequence_dispatch(struct model *m)
+/* The sequences whose next request may go to w now, at most max, oldest request first in the
+ * round-robin order; *oldest gets the enqueue time of the oldest of them. */
+static int pick_for_worker(struct seq_table *t, struct worker *w, struct seq **pick, int max,
+                           int64_t *oldest)
 {
-    if (!m->seqs)
-        return;
+    int n = 0;
+    struct seq *s;
+    *oldest = INT64_MAX;
+    TAILQ_FOREACH(s, &t->open, olink)
+    {
+        if (n == max)
+            break;
+        if (!s->worker)
+            s->worker = w;
+        if (s->worker != w || s->qlen == 0 || (s->inflight > 0 && !t->mc->continuous_batching))
+            continue;
+        pick[n++] = s;
+        if (TAILQ_FIRST(&s->queue)->created_us < *oldest)
+            *oldest = TAILQ_FIRST(&s->queue)->created_us;
+    }
+    return n;
+}
+
+void sequence_dispatch(struct seq_table *t)
+{
+    struct worker_group *g = t->g;
     struct worker *w;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &g->workers, link)
     {
         if (!worker_takes_jobs(w))
             continue;
-        if (!m->continuous && w->n_inflight > 0)
+        if (!g->continuous && w->n_inflight > 0)
             continue;
-        int free_slots = m->batch_size - w->n_inflight;
-        if (free_slots <= 0)
+        int free_slots = g->batch_size - w->n_inflight;
+        /* at most one request per open sequence: the arrays are sized by that, on the heap, as
+         * batchSize is a client's number (the register API) */
+        int max = free_slots < t->n_open ? free_slots : t->n_open;
+        if (max <= 0)
             continue;
-        struct seq *pick[free_slots];
-        int n = 0;
-        int64_t oldest = INT64_MAX;
-        struct seq *s;
-        TAILQ_FOREACH(s, &m->seqs->open, olink)
-        {
-            if (n == free_slots)
-                break;
-            if (!s->worker)
-                s->worker = w;
-            if (s->worker != w || s->qlen == 0 || (s->inflight > 0 && !m->mc.continuous_batching))
-                continue;
-            pick[n++] = s;
-            if (TAILQ_FIRST(&s->queue)->created_us < oldest)
-                oldest = TAILQ_FIRST(&s->queue)->created_us;
-        }
-        if (n == 0)
-            continue;
-        if (n < free_slots && !m->continuous && m->batch_size > 1 && w->n_inflight == 0) {
-            int64_t due = oldest + (int64_t)m->max_batch_delay_ms * 1000;
-            int64_t now = ts_now_us();
+        struct seq **pick = xmalloc(sizeof(*pick) * (size_t)max);
+        int64_t oldest;
+        int n = pick_for_worker(t, w, pick, max, &oldest);
+        if (n > 0 && n < free_slots && !g->continuous && g->batch_size > 1 && w->n_inflight == 0) {
+            /* a partial batch waits for maxBatchDelay from its oldest request */
+            int64_t due = oldest + (int64_t)t->max_batch_delay_ms * 1000, now = ts_now_us();
             if (now < due) {
-                if (!evtimer_pending(m->batch_timer, NULL)) {
+                if (!evtimer_pending(t->batch_timer, NULL)) {
                     struct timeval tv = {(due - now) / 1000000, (due - now) % 1000000};
-                    evtimer_add(m->batch_timer, &tv);
+                    evtimer_add(t->batch_timer, &tv);
                 }
-                continue;
+                n = 0;
             }
         }
-        struct job *batch[n];
+        if (n == 0) {
+            free(pick);
+            continue;
+        }
+        struct job **batch = xmalloc(sizeof(*batch) * (size_t)n);
         for (int i = 0; i < n; i++) {
-            s = pick[i];
+            struct seq *s = pick[i];
             batch[i] = TAILQ_FIRST(&s->queue);
             TAILQ_REMOVE(&s->queue, batch[i], link);
             s->qlen--;
             s->inflight++;
             /* round robin: the sequence just served goes to the back */
-            TAILQ_REMOVE(&m->seqs->open, s, olink);
-            TAILQ_INSERT_TAIL(&m->seqs->open, s, olink);
+            TAILQ_REMOVE(&t->open, s, olink);
+            TAILQ_INSERT_TAIL(&t->open, s, olink);
         }
-        m->n_batches++;
-        if ((uint64_t)n > m->max_batch_seen)
-            m->max_batch_seen = (uint64_t)n;
         worker_send_batch(w, batch, n);
+        free(batch);
+        free(pick);
     }
 }
 
-void sequence_worker_gone(struct model *m, struct worker *w)
+void sequence_worker_gone(struct seq_table *t, struct worker *w)
 {
-    if (!m || !m->seqs)
-        return;
     struct seq *s;
-    TAILQ_FOREACH(s, &m->seqs->open, olink)
+    TAILQ_FOREACH(s, &t->open, olink)
     if (s->worker == w)
         s->worker = NULL; /* re-pinned at the next dispatch */
-    TAILQ_FOREACH(s, &m->seqs->closed, olink)
+    TAILQ_FOREACH(s, &t->closed, olink)
     if (s->worker == w)
         s->worker = NULL;
 }
 
-void sequence_worker_ready(struct model *m, struct worker *w)
+void sequence_worker_ready(struct seq_table *t, struct worker *w)
 {
-    if (!m || !m->seqs)
-        return;
     struct seq *s;
-    TAILQ_FOREACH(s, &m->seqs->closed, olink)
+    TAILQ_FOREACH(s, &t->closed, olink)
     if (s->event_pending) {
         LOG_INFO("model %s: sequence %s was closed while no worker was up: worker %d drops its "
                  "state",
-                 m->name, s->id, w->id);
+                 t->g->name, s->id, w->id);
         worker_send_seq_event(w, s->id, s->event_pending);
         s->event_pending = 0;
     }
 }
 
-void sequence_model_fail_queued(struct model *m)
+void sequence_fail_queued(struct seq_table *t)
 {
-    if (!m->seqs)
-        return;
     struct seq *s;
-    TAILQ_FOREACH(s, &m->seqs->open, olink)
+    TAILQ_FOREACH(s, &t->open, olink)
     {
         struct job *j;
         while ((j = TAILQ_FIRST(&s->queue))) {
@@ -575,12 +600,9 @@ void sequence_model_fail_queued(struct model *m)
     }
 }
 
-void sequence_model_free(struct model *m)
+void sequence_table_free(struct seq_table *t)
 {
-    struct seq_table *t = m->seqs;
-    if (!t)
-        return;
-    sequence_model_fail_queued(m);
+    sequence_fail_queued(t);
     for (int i = 0; i < SEQ_BUCKETS; i++) {
         struct seq *s = t->buckets[i];
         while (s) {
@@ -589,6 +611,7 @@ void sequence_model_free(struct model *m)
             s = n;
         }
     }
+    event_free(t->batch_timer);
+    event_free(t->redispatch);
     free(t);
-    m->seqs = NULL;
 }

@@ -7,18 +7,21 @@
  * the pinned worker is told with an 'S' frame, and the id is remembered as closed, so a later
  * request gets a distinct error instead of silently starting a new sequence.
  *
- * Loop thread only. A model owns its sequences (struct model.seqs); a sequence holds queue
+ * Loop thread only. A model owns its sequence table (struct model.seqs); a sequence holds queue
  * references on its queued jobs; a job points at its sequence while it is queued or running.
+ * The table sends batches to the model's worker group itself (worker_pool.h); it knows nothing
+ * of the registry above it: the dispatcher (model.c) calls in and routes the group's events here.
  */
 #ifndef TS_SEQUENCE_H
 #define TS_SEQUENCE_H
 
 #include <stddef.h>
 
-struct model;
 struct job;
 struct worker;
+struct worker_group;
 struct seq_table;
+struct model_config;
 struct otf_prediction;
 
 /* What a request says about its sequence (from headers, gRPC fields or OIP parameters). */
@@ -38,10 +41,17 @@ struct seq_request {
 /* Reads the (configurable) sequence headers of a job. */
 void sequence_request_from_job(const struct job *j, struct seq_request *r);
 
+/* The sequences of one model, whose workers are g, with its sequence settings (mc: borrowed, and
+ * outliving the table) and maxBatchDelay. */
+struct seq_table *sequence_table_new(struct worker_group *g, const struct model_config *mc,
+                                     int max_batch_delay_ms);
+/* Fails every queued request (503), then frees every sequence and the table. */
+void sequence_table_free(struct seq_table *t);
+
 /* Attaches the job to its sequence and queues it. Returns 0 when queued; 1 when the request
  * was a cancel that has been carried out (reply 200 with msg, do not expect frames); or a
  * negative code with *status (404, 409, 410, 429, 503) and msg for the client. */
-int sequence_submit(struct model *m, struct job *j, const struct seq_request *r, int *status,
+int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request *r, int *status,
                     char *msg, size_t msglen);
 /* TorchServe-style exception name for a sequence_submit status. */
 const char *sequence_error_type(int status);
@@ -51,22 +61,20 @@ void sequence_job_done(struct job *j, int was_running);
 /* Removes a queued job from its sequence queue (the caller drops the queue reference). */
 void sequence_dequeue(struct job *j);
 /* Fails every queued request of every sequence (the model is going away). */
-void sequence_model_fail_queued(struct model *m);
+void sequence_fail_queued(struct seq_table *t);
 /* A frame of a sequence's job: the handler may end (response header ts_request_sequence_end) or
  * cancel (ts_request_sequence_cancel) the sequence, as TorchServe's stateful handlers do. */
 void sequence_frame_seen(struct job *j, const struct otf_prediction *p);
 /* Sends ready sequence requests to workers with free slots. */
-void sequence_dispatch(struct model *m);
+void sequence_dispatch(struct seq_table *t);
 /* The worker is going away for good: re-pin its sequences elsewhere. */
-void sequence_worker_gone(struct model *m, struct worker *w);
-/* A worker of m became ready: it gets the end events of the sequences closed while no worker
- * was connected (it drops their state). */
-void sequence_worker_ready(struct model *m, struct worker *w);
-/* Number of open sequences, for describe/metrics. */
-int sequence_open_count(const struct model *m);
+void sequence_worker_gone(struct seq_table *t, struct worker *w);
+/* A worker of the model became ready: it gets the end events of the sequences closed while no
+ * worker was connected (it drops their state). */
+void sequence_worker_ready(struct seq_table *t, struct worker *w);
+/* Number of open sequences, for describe/metrics (0 for NULL). */
+int sequence_open_count(const struct seq_table *t);
 /* Effective maxNumSequence (yaml, else batchSize x maxWorkers). */
-int sequence_max_num(const struct model *m);
-/* Frees every sequence of the model, failing queued jobs. */
-void sequence_model_free(struct model *m);
+int sequence_max_num(const struct model_config *mc, const struct worker_group *g);
 
 #endif

@@ -9,7 +9,8 @@
  * then respawned after a bounded exponential back-off, unless it exited with code 2 (fatal:
  * bad model or handler), or it was being stopped.
  *
- * A model being unregistered detaches its workers (model = NULL); they are freed when reaped.
+ * A model being unregistered detaches its workers (group = NULL); they are freed when reaped.
+ * Everything the pool has to say upward goes through the group's ops (worker_pool.h).
  */
 #include "worker_pool.h"
 
@@ -26,11 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "mgmt/management.h"
-#include "model.h"
-#include "sequence.h"
 #include "core.h"
+#include "log.h"
 
 extern char **environ;
 
@@ -75,11 +73,11 @@ static unsigned long oom_kill_count(void)
     return v;
 }
 
-int worker_pool_alive(const struct model *m)
+int worker_pool_alive(const struct worker_group *g)
 {
     int n = 0;
     const struct worker *w;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &g->workers, link)
     if (w->state == WORKER_STARTING || w->state == WORKER_READY || w->state == WORKER_BACKOFF)
         n++;
     return n;
@@ -101,21 +99,6 @@ static void fail_inflight(struct worker *w, int status, const char *type, const 
     }
 }
 
-/* Fails the model's queued jobs when no worker can ever serve them. */
-static void fail_queue_if_orphaned(struct model *m, const char *why)
-{
-    if (!m || worker_pool_alive(m) > 0)
-        return;
-    struct job *j;
-    char msg[512];
-    snprintf(msg, sizeof(msg), "Model \"%s\" has no worker to serve inference request: %s", m->name,
-             why);
-    while ((j = TAILQ_FIRST(&m->queue))) {
-        model_dequeue(m, j);
-        job_fail(j, 503, "ServiceUnavailableException", msg);
-    }
-}
-
 /* The shutdown() makes the worker see EOF now: bufferevent_free() closes the fd from a
  * finalizer on the loop, which never runs once the loop has exited (server shutdown). */
 static void close_conn(struct worker *w)
@@ -129,16 +112,16 @@ static void close_conn(struct worker *w)
     }
 }
 
-/* Takes the worker out of its model for good (its sequences get re-pinned). */
-static void detach_from_model(struct worker *w)
+/* Takes the worker out of its group for good (its owner re-pins its sequences). */
+static void detach_from_group(struct worker *w)
 {
-    struct model *m = w->model;
-    if (!m)
+    struct worker_group *g = w->group;
+    if (!g)
         return;
-    TAILQ_REMOVE(&m->workers, w, link);
-    m->n_workers--;
-    sequence_worker_gone(m, w);
-    w->model = NULL;
+    TAILQ_REMOVE(&g->workers, w, link);
+    g->n_workers--;
+    w->group = NULL;
+    g->ops->gone(g, w);
 }
 
 static void worker_free(struct worker *w)
@@ -180,24 +163,22 @@ static void worker_write(struct worker *w, const void *data, size_t len)
 
 static void handle_load_reply(struct worker *w, const struct otf_response *r)
 {
-    struct model *m = w->model;
+    struct worker_group *g = w->group;
     char *msg = otf_strdup(r->msg);
     if (r->code != 200) {
-        LOG_ERROR("worker %d (model %s) failed to load: %s", w->id, m ? m->name : "-", msg);
+        LOG_ERROR("worker %d (model %s) failed to load: %s", w->id, g ? g->name : "-", msg);
         free(msg);
         return; /* it exits with code 2; the reaper handles it */
     }
     w->state = WORKER_READY;
     w->ready_since_us = ts_now_us();
     evtimer_del(w->timer);
-    if (m) {
-        m->continuous = strstr(msg, "continuous=1") != NULL;
-        LOG_INFO("worker %d (pid %d) loaded model %s %s in %lld ms%s", w->id, (int)w->pid, m->name,
-                 m->version, (long long)(ts_wall_ms() - w->start_wall_ms),
-                 m->continuous ? " (continuous batching)" : "");
-        sequence_worker_ready(m, w);
-        model_dispatch(m);
-        mgmt_worker_changed(m);
+    if (g) {
+        g->continuous = strstr(msg, "continuous=1") != NULL;
+        LOG_INFO("worker %d (pid %d) loaded model %s %s in %lld ms%s", w->id, (int)w->pid, g->name,
+                 g->version, (long long)(ts_wall_ms() - w->start_wall_ms),
+                 g->continuous ? " (continuous batching)" : "");
+        g->ops->ready(g, w);
     }
     free(msg);
 }
@@ -232,10 +213,10 @@ static void handle_response(struct worker *w, const struct otf_response *r)
     }
     if (w->n_inflight == 0)
         evtimer_del(w->timer);
-    else if (w->model)
-        arm_timer(w, (int64_t)w->model->response_timeout_s * 1000);
-    if (w->model)
-        model_dispatch(w->model);
+    else if (w->group)
+        arm_timer(w, (int64_t)w->group->response_timeout_s * 1000);
+    if (w->group)
+        w->group->ops->slots(w->group);
     for (size_t i = 0; i < r->n_preds; i++) {
         if (!jobs[i])
             continue;
@@ -279,8 +260,8 @@ static void on_read(struct bufferevent *bev, void *arg)
         if (w->bev)
             evbuffer_drain(in, (size_t)n);
     }
-    if (w->model)
-        model_dispatch(w->model);
+    if (w->group)
+        w->group->ops->slots(w->group);
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)
@@ -293,20 +274,14 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-static void worker_spawn(struct worker *w)
+/* The default way to start a worker: posix_spawn of torchserve-c-worker with fd on its fd 3. */
+static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *arg)
 {
-    int sv[2];
-    w->kill_reason = NULL;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        LOG_ERROR("socketpair: %s", strerror(errno));
-        w->state = WORKER_BACKOFF;
-        arm_timer(w, 1000);
-        return;
-    }
+    (void)arg;
     char threads[16], maxreq[32];
     snprintf(threads, sizeof(threads), "%d", srv->cfg.worker_threads);
     snprintf(maxreq, sizeof(maxreq), "%ld", srv->cfg.max_request_size);
-    char *state = xasprintf("%s/%s-%s", srv->cfg.state_dir, w->model->name, w->model->version);
+    char *state = xasprintf("%s/%s-%s", srv->cfg.state_dir, w->group->name, w->group->version);
     char *argv[] = {srv->worker_bin,
                     "--threads",
                     threads,
@@ -332,18 +307,42 @@ static void worker_spawn(struct worker *w)
 
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
-    w->oom_kills_at_spawn = oom_kill_count();
-    pid_t pid;
-    int rc = posix_spawn(&pid, srv->worker_bin, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_adddup2(&fa, fd, 3);
+    int rc = posix_spawn(pid, srv->worker_bin, &fa, NULL, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     free(omp);
     free(wid);
     free(envp);
     free(state);
+    if (rc != 0)
+        LOG_ERROR("cannot spawn %s: %s", srv->worker_bin, strerror(rc));
+    return rc;
+}
+
+static worker_exec_fn *exec_fn = exec_worker_binary;
+static void *exec_arg;
+
+void worker_pool_set_exec(worker_exec_fn *fn, void *arg)
+{
+    exec_fn = fn ? fn : exec_worker_binary;
+    exec_arg = arg;
+}
+
+static void worker_spawn(struct worker *w)
+{
+    int sv[2];
+    w->kill_reason = NULL;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        LOG_ERROR("socketpair: %s", strerror(errno));
+        w->state = WORKER_BACKOFF;
+        arm_timer(w, 1000);
+        return;
+    }
+    w->oom_kills_at_spawn = oom_kill_count();
+    pid_t pid;
+    int rc = exec_fn(w, sv[1], &pid, exec_arg);
     close(sv[1]);
     if (rc != 0) {
-        LOG_ERROR("cannot spawn %s: %s", srv->worker_bin, strerror(rc));
         close(sv[0]);
         w->state = WORKER_FAILED;
         return;
@@ -357,21 +356,21 @@ static void worker_spawn(struct worker *w)
     bufferevent_setcb(w->bev, on_read, NULL, on_event, w);
     bufferevent_enable(w->bev, EV_READ);
 
-    struct model *m = w->model;
+    struct worker_group *g = w->group;
     struct otf_load l = {
-        .model_name = otf_s(m->name),
-        .model_path = otf_s(m->dir),
-        .batch_size = m->batch_size,
-        .handler = otf_s(m->handler),
+        .model_name = otf_s(g->name),
+        .model_path = otf_s(g->dir),
+        .batch_size = g->batch_size,
+        .handler = otf_s(g->handler),
         .gpu_id = -1,
-        .envelope = otf_s(m->manifest.envelope),
+        .envelope = otf_s(g->envelope),
         .limit_max_image_pixels = 1,
     };
     buf_reset(&w->out);
     otf_encode_load(&w->out, &l);
     worker_write(w, w->out.data, w->out.len);
-    arm_timer(w, (int64_t)m->startup_timeout_s * 1000);
-    LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, m->name, m->version);
+    arm_timer(w, (int64_t)g->startup_timeout_s * 1000);
+    LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, g->name, g->version);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -391,7 +390,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         }
         break;
     case WORKER_BACKOFF:
-        if (w->model)
+        if (w->group)
             worker_spawn(w);
         break;
     default:
@@ -401,7 +400,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 static void reap(struct worker *w, int status)
 {
-    struct model *m = w->model;
+    struct worker_group *g = w->group;
     TAILQ_REMOVE(&all_workers, w, glink);
     w->pid = 0;
     close_conn(w);
@@ -432,18 +431,17 @@ static void reap(struct worker *w, int status)
         fail_inflight(w, oom ? 507 : 500, "InternalServerException", msg);
     }
 
-    if (!m || w->state == WORKER_STOPPING) {
+    if (!g || w->state == WORKER_STOPPING) {
         LOG_INFO("worker %d stopped (%s)", w->id, how);
-        detach_from_model(w);
+        detach_from_group(w);
         worker_free(w);
         return;
     }
     if (fatal) {
         LOG_ERROR("worker %d of model %s exited with code 2 (fatal); not respawning", w->id,
-                  m->name);
+                  g->name);
         w->state = WORKER_FAILED;
-        fail_queue_if_orphaned(m, "its workers failed to load the model");
-        mgmt_worker_changed(m);
+        g->ops->changed(g, "its workers failed to load the model");
         return;
     }
     if (w->state == WORKER_READY && ts_now_us() - w->ready_since_us > 10 * 1000000LL)
@@ -452,10 +450,10 @@ static void reap(struct worker *w, int status)
     if (delay > BACKOFF_MAX_MS)
         delay = BACKOFF_MAX_MS;
     w->retries++;
-    LOG_WARN("worker %d of model %s died (%s); respawning in %d ms", w->id, m->name, how, delay);
+    LOG_WARN("worker %d of model %s died (%s); respawning in %d ms", w->id, g->name, how, delay);
     w->state = WORKER_BACKOFF;
     arm_timer(w, delay);
-    mgmt_worker_changed(m);
+    g->ops->changed(g, NULL);
 }
 
 static void on_sigchld(evutil_socket_t fd, short what, void *arg)
@@ -481,16 +479,23 @@ int worker_pool_init(void)
     return evsignal_add(ev_sigchld, NULL);
 }
 
-static struct worker *worker_new(struct model *m)
+void worker_group_init(struct worker_group *g, const struct worker_group_ops *ops)
+{
+    memset(g, 0, sizeof(*g));
+    TAILQ_INIT(&g->workers);
+    g->ops = ops;
+}
+
+static struct worker *worker_new(struct worker_group *g)
 {
     struct worker *w = xcalloc(1, sizeof(*w));
     w->id = srv->next_worker_id++;
-    w->model = m;
+    w->group = g;
     TAILQ_INIT(&w->inflight);
     buf_init(&w->out);
     w->timer = evtimer_new(srv->base, on_timer, w);
-    TAILQ_INSERT_TAIL(&m->workers, w, link);
-    m->n_workers++;
+    TAILQ_INSERT_TAIL(&g->workers, w, link);
+    g->n_workers++;
     return w;
 }
 
@@ -498,7 +503,7 @@ static struct worker *worker_new(struct model *m)
 static void worker_stop(struct worker *w)
 {
     if (w->pid <= 0) { /* backoff or failed: nothing running */
-        detach_from_model(w);
+        detach_from_group(w);
         worker_free(w);
         return;
     }
@@ -508,27 +513,27 @@ static void worker_stop(struct worker *w)
     close_conn(w);
 }
 
-int worker_pool_scale(struct model *m, int n)
+int worker_pool_scale(struct worker_group *g, int n)
 {
     int alive = 0;
     struct worker *w, *tmp;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &g->workers, link)
     if (w->state != WORKER_STOPPING)
         alive++;
     /* failed workers stay visible until scaled; scaling clears them */
-    TAILQ_FOREACH_SAFE(w, &m->workers, link, tmp)
+    TAILQ_FOREACH_SAFE(w, &g->workers, link, tmp)
     if (w->state == WORKER_FAILED && n != alive) {
-        detach_from_model(w);
+        detach_from_group(w);
         worker_free(w);
         alive--;
     }
     while (alive < n) {
-        worker_spawn(worker_new(m));
+        worker_spawn(worker_new(g));
         alive++;
     }
     /* stop the newest first, preferring idle ones */
     for (int pass = 0; pass < 2 && alive > n; pass++) {
-        TAILQ_FOREACH_REVERSE_SAFE(w, &m->workers, worker_list, link, tmp)
+        TAILQ_FOREACH_REVERSE_SAFE(w, &g->workers, worker_list, link, tmp)
         {
             if (alive <= n)
                 break;
@@ -540,8 +545,8 @@ int worker_pool_scale(struct model *m, int n)
     }
     if (n == 0) {
         /* the model is going away: stopping workers are reaped without it */
-        TAILQ_FOREACH_SAFE(w, &m->workers, link, tmp)
-        detach_from_model(w);
+        TAILQ_FOREACH_SAFE(w, &g->workers, link, tmp)
+        detach_from_group(w);
     }
     return 0;
 }
@@ -572,8 +577,11 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
     }
     otf_encode_list_end(&w->out);
     worker_write(w, w->out.data, w->out.len);
+    w->group->n_batches++;
+    if ((uint64_t)n > w->group->max_batch_seen)
+        w->group->max_batch_seen = (uint64_t)n;
     if (!evtimer_pending(w->timer, NULL))
-        arm_timer(w, (int64_t)w->model->response_timeout_s * 1000);
+        arm_timer(w, (int64_t)w->group->response_timeout_s * 1000);
 }
 
 void worker_send_seq_event(struct worker *w, const char *seq_id, int event)
@@ -598,8 +606,8 @@ void worker_cancel_job(struct worker *w, struct job *j)
     LOG_REQ(LOG_LEVEL_INFO, j->rid, "client went away; cancelled on worker %d", w->id);
     if (w->n_inflight == 0)
         evtimer_del(w->timer);
-    if (w->model)
-        model_dispatch(w->model);
+    if (w->group)
+        w->group->ops->slots(w->group);
 }
 
 void worker_pool_shutdown(void)

@@ -5,7 +5,10 @@
  * OOM-killed it), respawns with bounded exponential back-off (never after exit code 2), and kills
  * a worker that does not answer within responseTimeout.
  *
- * Loop thread only. A model owns its workers; a worker holds references to its running jobs.
+ * Loop thread only. A worker group (one per model, embedded in struct model) owns its workers; a
+ * worker holds references to its running jobs. The pool knows nothing of models, queues or
+ * sequences: what happens upward (a worker loaded, left, freed a slot, changed state) is told
+ * through the group's ops, which the dispatcher (model.c) sets.
  */
 #ifndef TS_WORKER_POOL_H
 #define TS_WORKER_POOL_H
@@ -17,9 +20,38 @@
 #include "job.h"
 #include "util.h"
 
-struct model;
 struct bufferevent;
 struct event;
+struct worker;
+struct worker_group;
+TAILQ_HEAD(worker_list, worker);
+
+/* What the pool tells the group's owner. Each is called on the loop thread, never from inside a
+ * worker_pool_* call made by the owner except where noted. */
+struct worker_group_ops {
+    /* w loaded the model and takes jobs. */
+    void (*ready)(struct worker_group *g, struct worker *w);
+    /* w leaves the group for good (stopped, or the group is going away). */
+    void (*gone)(struct worker_group *g, struct worker *w);
+    /* A worker may take more jobs (a step answered, a job cancelled): dispatch. */
+    void (*slots)(struct worker_group *g);
+    /* A worker died, failed for good, or is respawning; alive = worker_pool_alive(g). */
+    void (*changed)(struct worker_group *g, const char *why);
+};
+
+/* One model's workers and what they load. The strings are the owner's, immutable while the group
+ * has workers. */
+struct worker_group {
+    const char *name, *version, *dir, *handler, *envelope;
+    int batch_size;
+    int startup_timeout_s, response_timeout_s;
+    int continuous; /* the handler keeps requests across steps (learned at load) */
+    struct worker_list workers;
+    int n_workers;
+    uint64_t n_batches; /* batches sent */
+    uint64_t max_batch_seen;
+    const struct worker_group_ops *ops;
+};
 
 enum worker_state {
     WORKER_STARTING, /* spawned, load frame sent */
@@ -33,7 +65,7 @@ struct worker {
     int id; /* 9000, 9001, ... as TorchServe's port numbers */
     pid_t pid;
     enum worker_state state;
-    struct model *model;
+    struct worker_group *group; /* NULL once detached (its model is going away) */
     struct bufferevent *bev;
     struct job_list inflight;
     int n_inflight;
@@ -46,14 +78,20 @@ struct worker {
     uint64_t steps; /* response frames received */
     int64_t ready_since_us;
     const char *kill_reason;   /* why we killed it, for the in-flight jobs' error */
-    TAILQ_ENTRY(worker) link;  /* model->workers */
+    TAILQ_ENTRY(worker) link;  /* group->workers */
     TAILQ_ENTRY(worker) glink; /* every live process, for reaping */
 };
 
 /* Sets up SIGCHLD handling on the loop. */
 int worker_pool_init(void);
-/* Brings the model's worker count to n (spawning or stopping workers). */
-int worker_pool_scale(struct model *m, int n);
+void worker_group_init(struct worker_group *g, const struct worker_group_ops *ops);
+/* Starts a worker process whose fd 3 is `fd` (the pool keeps the other end); 0 and *pid, or an
+ * errno. The default spawns torchserve-c-worker; tests install a fake worker. NULL restores it. */
+typedef int worker_exec_fn(const struct worker *w, int fd, pid_t *pid, void *arg);
+void worker_pool_set_exec(worker_exec_fn *fn, void *arg);
+/* Brings the group's worker count to n (spawning or stopping workers). n = 0 also detaches the
+ * stopping ones: the group may be freed once this returns. */
+int worker_pool_scale(struct worker_group *g, int n);
 /* The worker may be given jobs: loaded, and its connection still open (between the EOF of a
  * dying worker and its reaping it is still WORKER_READY, with its in-flight jobs). */
 int worker_takes_jobs(const struct worker *w);
@@ -63,8 +101,8 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n);
 void worker_send_seq_event(struct worker *w, const char *seq_id, int event);
 /* A running job's client went away: tell the worker, free the slot. */
 void worker_cancel_job(struct worker *w, struct job *j);
-/* Number of workers in the model that are alive (starting or ready). */
-int worker_pool_alive(const struct model *m);
+/* Number of workers in the group that are alive (starting, ready or respawning). */
+int worker_pool_alive(const struct worker_group *g);
 /* Stops every worker of every model; returns when all have exited (or were killed). */
 void worker_pool_shutdown(void);
 /* Resident set size of a pid in kilobytes, 0 if unknown. */

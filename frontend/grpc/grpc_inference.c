@@ -328,7 +328,7 @@ static void ping_message(struct gcall *g, const uint8_t *data, size_t len)
     /* the rule of GET /ping: unhealthy when a model has fewer live workers than minWorkers */
     int healthy = 1;
     for (struct model *m = model_first(); m; m = model_next(m))
-        if (m->min_workers > 0 && worker_pool_alive(m) < m->min_workers)
+        if (m->min_workers > 0 && model_workers_alive(m) < m->min_workers)
             healthy = 0;
     Org__Pytorch__Serve__Grpc__Inference__TorchServeHealthResponse r =
         ORG__PYTORCH__SERVE__GRPC__INFERENCE__TORCH_SERVE_HEALTH_RESPONSE__INIT;

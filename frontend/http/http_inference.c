@@ -38,7 +38,7 @@ static void ping(struct evhttp_request *req, const char *rid)
 {
     int healthy = 1;
     for (struct model *m = model_first(); m; m = model_next(m))
-        if (m->min_workers > 0 && worker_pool_alive(m) < m->min_workers)
+        if (m->min_workers > 0 && model_workers_alive(m) < m->min_workers)
             healthy = 0;
     json_t *o = json_object();
     json_object_set_new(o, "status", json_string(healthy ? "Healthy" : "Unhealthy"));

@@ -394,7 +394,7 @@ static void kserve_ready(struct evhttp_request *req, const char *rid, const char
     }
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(name));
-    json_object_set_new(o, "ready", json_boolean(worker_pool_alive(m) > 0));
+    json_object_set_new(o, "ready", json_boolean(model_workers_alive(m) > 0));
     http_send_json(req, rid, 200, o);
 }
 

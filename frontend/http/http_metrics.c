@@ -49,12 +49,12 @@ void http_metrics_handle(struct evhttp_request *req)
                    "# TYPE ts_batches_total counter\n");
     for (struct model *m = model_first(); m; m = model_next(m))
         buf_printf(&b, "ts_batches_total{model_name=\"%s\",model_version=\"%s\",} %llu.0\n",
-                   m->name, m->version, (unsigned long long)m->n_batches);
+                   m->name, m->version, (unsigned long long)m->pool.n_batches);
     buf_printf(&b, "# HELP ts_max_batch_size largest batch sent to a worker\n"
                    "# TYPE ts_max_batch_size gauge\n");
     for (struct model *m = model_first(); m; m = model_next(m))
         buf_printf(&b, "ts_max_batch_size{model_name=\"%s\",model_version=\"%s\",} %llu.0\n",
-                   m->name, m->version, (unsigned long long)m->max_batch_seen);
+                   m->name, m->version, (unsigned long long)m->pool.max_batch_seen);
     http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     buf_free(&b);
 }

@@ -7,7 +7,7 @@
  *   - a synchronous register or scale waits until enough workers of its model are READY (done
  *     200), or one of them failed to load or died while starting (done 500; a register is then
  *     undone, as TorchServe unregisters the model again). worker_pool tells us of every worker
- *     state change through mgmt_worker_changed(); a deadline of startupTimeout + 5 s answers 206
+ *     state change through on_workers_changed(); a deadline of startupTimeout + 5 s answers 206
  *     "Workers scaling in progress..." for a scale that is still short of workers.
  *   - an unregister waits until the model's worker processes are gone (polled, the reaper runs
  *     on SIGCHLD; a worker still there after 5 s is killed), up to unregister_model_timeout
@@ -30,11 +30,12 @@
 #include <sys/queue.h>
 #include <time.h>
 
-#include "log.h"
+#include "core/core.h"
 #include "core/model.h"
 #include "core/sequence.h"
-#include "core/core.h"
 #include "core/worker_pool.h"
+#include "log.h"
+#include "model_register.h"
 
 /* A safety cap, not TorchServe's: a typo in min_worker must not fork-bomb the host. */
 #define MGMT_MAX_WORKERS 64
@@ -124,7 +125,7 @@ static int count_ready(const struct model *m)
 {
     int n = 0;
     const struct worker *w;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &m->pool.workers, link)
     if (w->state == WORKER_READY)
         n++;
     return n;
@@ -134,7 +135,7 @@ static int count_live(const struct model *m)
 {
     int n = 0;
     const struct worker *w;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &m->pool.workers, link)
     if (w->state != WORKER_STOPPING)
         n++;
     return n;
@@ -143,7 +144,7 @@ static int count_live(const struct model *m)
 static int any_failed(const struct model *m)
 {
     const struct worker *w;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &m->pool.workers, link)
     if (w->state == WORKER_FAILED || w->state == WORKER_BACKOFF)
         return 1;
     return 0;
@@ -309,7 +310,8 @@ void mgmt_op_cancel(struct mgmt_op *op)
         op_free(op);
 }
 
-void mgmt_worker_changed(struct model *m)
+/* A worker of m changed state: pending synchronous register/scale calls re-check. */
+static void on_workers_changed(struct model *m)
 {
     struct mgmt_op *op, *next;
     for (op = LIST_FIRST(&pending); op; op = next) {
@@ -319,7 +321,8 @@ void mgmt_worker_changed(struct model *m)
     }
 }
 
-void mgmt_model_gone(struct model *m)
+/* m is going away: its pending operations fail. */
+static void on_model_gone(struct model *m)
 {
     struct mgmt_op *op, *next;
     for (op = LIST_FIRST(&pending); op; op = next) {
@@ -332,6 +335,16 @@ void mgmt_model_gone(struct model *m)
         else
             op_finish(op, 500, "InternalServerException", "Failed to start workers");
     }
+}
+
+static const struct model_events mgmt_model_events = {
+    .workers_changed = on_workers_changed,
+    .gone = on_model_gone,
+};
+
+void mgmt_init(void)
+{
+    model_set_events(&mgmt_model_events);
 }
 
 void mgmt_shutdown(void)
@@ -508,7 +521,7 @@ static void register_prepared(void *arg, struct model *m, int rc, const char *er
     }
     m->min_workers = n;
     m->max_workers = max;
-    worker_pool_scale(m, n);
+    worker_pool_scale(&m->pool, n);
     if (!op->synchronous) {
         op_finish(op, 202, NULL, "Processing worker updates...");
         return;
@@ -518,7 +531,7 @@ static void register_prepared(void *arg, struct model *m, int rc, const char *er
     op->target = n;
     op->name = xstrdup(m->name);
     op->version = xstrdup(m->version);
-    op->deadline_us = ts_now_us() + ((int64_t)m->startup_timeout_s * 1000 + 5000) * 1000;
+    op->deadline_us = ts_now_us() + ((int64_t)m->pool.startup_timeout_s * 1000 + 5000) * 1000;
     struct timeval tv = {1, 0};
     evtimer_add(op->timer, &tv);
     op_check_workers(op, 0);
@@ -552,9 +565,9 @@ struct mgmt_op *mgmt_unregister(const char *name, const char *version, mgmt_done
     struct mgmt_op *op =
         op_new(OP_UNREGISTER, done, arg, (int64_t)srv->cfg.unregister_model_timeout * 1000, 5);
     op->name = xstrdup(m->name);
-    op->pids = xcalloc((size_t)m->n_workers + 1, sizeof(pid_t));
+    op->pids = xcalloc((size_t)m->pool.n_workers + 1, sizeof(pid_t));
     struct worker *w;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &m->pool.workers, link)
     if (w->pid > 0)
         op->pids[op->n_pids++] = w->pid;
     LOG_INFO("unregistering model %s version %s", m->name, m->version);
@@ -593,13 +606,13 @@ struct mgmt_op *mgmt_scale(const struct mgmt_scale_args *a, mgmt_done_fn *done, 
     if (n > a->max_worker)
         n = a->max_worker;
     LOG_INFO("scaling model %s version %s from %d to %d workers", m->name, m->version, live, n);
-    worker_pool_scale(m, n);
+    worker_pool_scale(&m->pool, n);
     if (!a->synchronous) {
         ok(done, arg, 202, "Processing worker updates...");
         return NULL;
     }
     struct mgmt_op *op =
-        op_new(OP_SCALE, done, arg, (int64_t)m->startup_timeout_s * 1000 + 5000, 1000);
+        op_new(OP_SCALE, done, arg, (int64_t)m->pool.startup_timeout_s * 1000 + 5000, 1000);
     op->model = m;
     op->target = n;
     op->name = xstrdup(m->name);
@@ -685,17 +698,17 @@ static json_t *describe_one(const struct model *m)
         json_string(m->manifest.runtime && *m->manifest.runtime ? m->manifest.runtime : "python"));
     json_object_set_new(o, "minWorkers", json_integer(m->min_workers > 0 ? m->min_workers : 0));
     json_object_set_new(o, "maxWorkers", json_integer(m->max_workers > 0 ? m->max_workers : 0));
-    json_object_set_new(o, "batchSize", json_integer(m->batch_size));
+    json_object_set_new(o, "batchSize", json_integer(m->pool.batch_size));
     json_object_set_new(o, "maxBatchDelay", json_integer(m->max_batch_delay_ms));
-    json_object_set_new(o, "responseTimeout", json_integer(m->response_timeout_s));
-    json_object_set_new(o, "startupTimeout", json_integer(m->startup_timeout_s));
+    json_object_set_new(o, "responseTimeout", json_integer(m->pool.response_timeout_s));
+    json_object_set_new(o, "startupTimeout", json_integer(m->pool.startup_timeout_s));
     json_object_set_new(o, "maxRetryTimeoutInSec", json_integer(mc->max_retry_timeout_s));
     json_object_set_new(o, "clientTimeoutInMills", json_integer(mc->client_timeout_ms));
     json_object_set_new(o, "parallelType", json_string(""));
     json_object_set_new(o, "parallelLevel", json_integer(0));
     json_object_set_new(o, "deviceType", json_string("cpu"));
     json_object_set_new(o, "continuousBatching",
-                        json_boolean(mc->continuous_batching || m->continuous));
+                        json_boolean(mc->continuous_batching || m->pool.continuous));
     json_object_set_new(o, "useJobTicket", json_false());
     json_object_set_new(o, "useVenv", json_false());
     json_object_set_new(o, "stateful", json_boolean(mc->sequence_batching));
@@ -703,17 +716,17 @@ static json_t *describe_one(const struct model *m)
     json_object_set_new(o, "sequenceMaxIdleMSec", json_integer(mc->seq_max_idle_ms));
     json_object_set_new(o, "sequenceTimeoutMSec", json_integer(mc->seq_timeout_ms));
     /* the effective value: TorchServe's silent default of 1 is what this project fixes */
-    json_object_set_new(o, "maxNumSequence", json_integer(sequence_max_num(m)));
+    json_object_set_new(o, "maxNumSequence", json_integer(sequence_max_num(&m->mc, &m->pool)));
     json_object_set_new(o, "maxSequenceJobQueueSize",
                         json_integer(mc->max_seq_job_queue > 0 ? mc->max_seq_job_queue : 1));
-    json_object_set_new(o, "openSequences", json_integer(sequence_open_count(m)));
+    json_object_set_new(o, "openSequences", json_integer(sequence_open_count(m->seqs)));
     /* handler.cache.capacity; unset means the worker's default (STATE_DEFAULT_CAPACITY) */
     json_object_set_new(o, "cacheCapacity",
                         json_integer(mc->cache_capacity > 0 ? mc->cache_capacity : 1024));
     json_object_set_new(o, "loadedAtStartup", json_boolean(m->loaded_at_startup));
     json_t *ws = json_array();
     const struct worker *w;
-    TAILQ_FOREACH(w, &m->workers, link)
+    TAILQ_FOREACH(w, &m->pool.workers, link)
     {
         if (w->state == WORKER_STOPPING)
             continue;
@@ -792,7 +805,7 @@ static const struct job_sink describe_sink = {describe_frame, describe_error};
 static struct mgmt_op *describe_customized(struct model *m, mgmt_done_fn *done, void *arg)
 {
     struct mgmt_op *op =
-        op_new(OP_DESCRIBE, done, arg, (int64_t)m->response_timeout_s * 1000 + 1000, 1000);
+        op_new(OP_DESCRIBE, done, arg, (int64_t)m->pool.response_timeout_s * 1000 + 1000, 1000);
     op->model = m;
     op->describe = json_array();
     json_array_append_new(op->describe, describe_one(m));

@@ -101,10 +101,9 @@ void mgmt_op_cancel(struct mgmt_op *op);
 int mgmt_grpc_status(int http_status, const char *exception_type, const char *msg,
                      const char **msg_out);
 
-/* Hooks for worker_pool/model: a worker of m changed state (READY, FAILED, died); m is going
- * away (pending synchronous operations on it fail). */
-void mgmt_worker_changed(struct model *m);
-void mgmt_model_gone(struct model *m);
+/* Start-up: subscribes to the registry's events (a worker of a model changed state, a model is
+ * going away), which complete or fail pending synchronous operations. */
+void mgmt_init(void);
 /* Server shutdown: drops pending operations without calling them. */
 void mgmt_shutdown(void);
 

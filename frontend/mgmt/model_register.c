@@ -1,0 +1,385 @@
+/*
+ * model_register: registration from the model store, the management half of a model's life.
+ *
+ * Registration resolves a url strictly inside the model store (no "..", no absolute path
+ * outside it), extracts archives into the server's run directory, and reads MANIFEST.json and
+ * model-config.yaml. Settings follow TorchServe's precedence: register arguments >
+ * model-config.yaml > config.properties > defaults. The disk work runs on a thread of its own
+ * (model_register_async); the result enters the core's registry (model_add) on the loop thread.
+ */
+#include "model_register.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <limits.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "archive.h"
+#include "core/core.h"
+#include "core/model.h"
+#include "log.h"
+
+void model_reg_init(struct model_reg *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->batch_size = -1;
+    r->max_batch_delay_ms = -1;
+    r->initial_workers = -1;
+    r->response_timeout_s = -1;
+    r->startup_timeout_s = -1;
+}
+
+static int valid_model_name(const char *s)
+{
+    if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_' || *s == '-' || *s == '.'))
+            return 0;
+    return 1;
+}
+
+/* allowed_urls: comma-separated regexes, matched case-insensitively against the whole url (as
+ * TorchServe's Pattern.matcher().matches()). A pattern that does not compile matches nothing. */
+static int url_allowed(const char *url)
+{
+    const char *list = srv->cfg.allowed_urls ? srv->cfg.allowed_urls : "";
+    char *copy = xstrdup(list), *save = NULL;
+    int ok = 0;
+    for (char *t = strtok_r(copy, ",", &save); t && !ok; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        if (!*t)
+            continue;
+        char *anchored = xasprintf("^(%s)$", t);
+        regex_t re;
+        if (regcomp(&re, anchored, REG_EXTENDED | REG_ICASE | REG_NOSUB) == 0) {
+            ok = regexec(&re, url, 0, NULL, 0) == 0;
+            regfree(&re);
+        } else {
+            LOG_WARN("allowed_urls: cannot compile pattern '%s'", t);
+        }
+        free(anchored);
+    }
+    free(copy);
+    return ok;
+}
+
+static int path_in_store(const char *p)
+{
+    size_t n = strlen(srv->model_store);
+    return !strncmp(p, srv->model_store, n) && (p[n] == '/' || p[n] == '\0');
+}
+
+/* The model store path for url, or an error (TorchServe's ModelArchive.downloadModel rules,
+ * stricter where it was lax):
+ *   - "" and anything with ".." are refused before the file system is touched;
+ *   - a "scheme://" url must match allowed_urls ("Given URL ... does not match any allowed
+ *     URL(s)"); an allowed file:// url is a local path; an allowed remote url is never fetched:
+ *     there is no download (TS_E_EXISTS-like -EEXIST when the store already has that file name,
+ *     as TorchServe's "Model file already exists", else -ENOTSUP);
+ *   - a local path must resolve inside the model store: relative names are taken in it, an
+ *     absolute path outside it is refused without being opened (TorchServe accepts any
+ *     directory), and symlinks leading out of it are refused after realpath. */
+static int resolve_url(const char *url, char **path, char *err, size_t errlen)
+{
+    const char *p = url;
+    if (!*url) {
+        snprintf(err, errlen, "Model url is empty");
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    if (strstr(url, "..")) {
+        snprintf(err, errlen, "Relative path is not allowed in url: %s", url);
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    const char *scheme_end = strstr(url, "://");
+    if (scheme_end) {
+        if (!url_allowed(url)) {
+            snprintf(err, errlen, "Given URL %s does not match any allowed URL(s)", url);
+            return TS_E_MODEL_NOT_FOUND;
+        }
+        if (!strncasecmp(url, "file://", 7)) {
+            p = url + 7;
+        } else {
+            /* the archive name TorchServe would have saved the download under */
+            const char *q = scheme_end + 3;
+            size_t qlen = strcspn(q, "?#");
+            const char *base = q;
+            for (size_t i = 0; i < qlen; i++)
+                if (q[i] == '/')
+                    base = q + i + 1;
+            char *name = xstrndup(base, (size_t)(q + qlen - base));
+            int exists = 0;
+            if (*name && strcmp(name, ".")) {
+                char *fp = xasprintf("%s/%s", srv->model_store, name);
+                struct stat st;
+                exists = lstat(fp, &st) == 0;
+                free(fp);
+            }
+            if (exists) {
+                snprintf(err, errlen, "Model file already exists %s", name);
+                free(name);
+                return -EEXIST;
+            }
+            free(name);
+            snprintf(err, errlen,
+                     "Failed to download archive from: %s: remote model download is not "
+                     "supported; copy the archive into the model store and register it by name",
+                     url);
+            return -ENOTSUP;
+        }
+    }
+    if (!*p) {
+        snprintf(err, errlen, "Model url is empty");
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    if (p[0] == '/' && !path_in_store(p)) {
+        snprintf(err, errlen, "Model url %s is outside the model store", url);
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    char *full = p[0] == '/' ? xstrdup(p) : xasprintf("%s/%s", srv->model_store, p);
+    char real[PATH_MAX];
+    if (!realpath(full, real)) {
+        snprintf(err, errlen, "Model not found at: %s", url);
+        free(full);
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    free(full);
+    if (!path_in_store(real)) {
+        snprintf(err, errlen, "Model url %s is outside the model store", url);
+        return TS_E_MODEL_NOT_FOUND;
+    }
+    *path = xstrdup(real);
+    return 0;
+}
+
+/* Archive base name without .mar / .tar.gz / .tgz / .zip */
+static char *name_from_path(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    char *s = xstrdup(b);
+    static const char *const exts[] = {".mar", ".tar.gz", ".tgz", ".zip", ".model"};
+    for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++) {
+        size_t n = strlen(s), e = strlen(exts[i]);
+        if (n > e && !strcmp(s + n - e, exts[i])) {
+            s[n - e] = '\0';
+            break;
+        }
+    }
+    return s;
+}
+
+/* The disk part of a registration: resolve, extract, read the manifest and the yaml, name the
+ * model. Touches nothing shared but the immutable config and model store path, so it runs on
+ * the registration thread. */
+static int model_prepare(const struct model_reg *r, struct model **out, char *err, size_t errlen)
+{
+    char *path = NULL;
+    int rc = resolve_url(r->url, &path, err, errlen);
+    if (rc)
+        return rc;
+
+    struct model *m = model_new();
+    m->url = xstrdup(r->url);
+    m->loaded_at_startup = r->loaded_at_startup;
+
+    enum archive_format fmt;
+    if ((rc = archive_detect(path, &fmt))) {
+        snprintf(err, errlen, "%s is not a model archive (.mar, .tar.gz or directory)", r->url);
+        goto fail;
+    }
+    if (fmt == ARCHIVE_FMT_DIR) {
+        m->dir = xstrdup(path);
+    } else {
+        m->tmp_dir = xasprintf("%s/models/%s.XXXXXX", srv->run_dir, "m");
+        char *models = xasprintf("%s/models", srv->run_dir);
+        mkdir(models, 0700);
+        free(models);
+        if (!mkdtemp(m->tmp_dir)) {
+            snprintf(err, errlen, "cannot create extraction dir: %s", strerror(errno));
+            free(m->tmp_dir);
+            m->tmp_dir = NULL;
+            rc = -errno;
+            goto fail;
+        }
+        struct archive_limits lim;
+        archive_default_limits(&lim);
+        char aerr[512];
+        if ((rc = archive_extract(path, m->tmp_dir, &lim, aerr, sizeof(aerr)))) {
+            snprintf(err, errlen, "%s: %s", r->url, aerr);
+            goto fail;
+        }
+        m->dir = xstrdup(m->tmp_dir);
+    }
+
+    char merr[512];
+    if ((rc = manifest_load(m->dir, &m->manifest, merr, sizeof(merr)))) {
+        snprintf(err, errlen, "%s: %s", r->url, merr);
+        goto fail;
+    }
+    model_config_defaults(&m->mc);
+    if (m->manifest.config_file && *m->manifest.config_file) {
+        char *yp = xasprintf("%s/%s", m->dir, m->manifest.config_file);
+        rc = model_config_load(yp, &m->mc, merr, sizeof(merr));
+        free(yp);
+        if (rc) {
+            snprintf(err, errlen, "%s", merr);
+            rc = TS_E_BAD_CONFIG;
+            goto fail;
+        }
+    }
+
+    if (r->name && *r->name)
+        m->name = xstrdup(r->name);
+    else if (m->manifest.model_name && *m->manifest.model_name)
+        m->name = xstrdup(m->manifest.model_name);
+    else
+        m->name = name_from_path(path);
+    if (!valid_model_name(m->name)) {
+        snprintf(err, errlen,
+                 "Invalid model name '%s': it must start with a letter and contain only letters, "
+                 "digits, '_', '-' and '.'",
+                 m->name);
+        rc = TS_E_BAD_INPUT;
+        goto fail;
+    }
+    m->version =
+        xstrdup(m->manifest.model_version && *m->manifest.model_version ? m->manifest.model_version
+                                                                        : "1.0");
+    m->handler = xstrdup(r->handler && *r->handler ? r->handler : m->manifest.handler);
+    free(path);
+    *out = m;
+    return 0;
+fail:
+    free(path);
+    model_free(m);
+    return rc;
+}
+
+/* The loop-thread part: the effective settings (register arguments > model-config.yaml >
+ * config.properties > defaults), then entry into the registry. Frees m on error. */
+static int model_commit(struct model *m, const struct model_reg *r, char *err, size_t errlen)
+{
+    const struct config *c = &srv->cfg;
+    m->pool.batch_size = r->batch_size > 0        ? r->batch_size
+                         : m->mc.batch_size > 0 ? m->mc.batch_size
+                                                : 1;
+    m->max_batch_delay_ms = r->max_batch_delay_ms >= 0      ? r->max_batch_delay_ms
+                            : m->mc.max_batch_delay_ms >= 0 ? m->mc.max_batch_delay_ms
+                                                            : 100;
+    m->pool.response_timeout_s = r->response_timeout_s >= 0     ? r->response_timeout_s
+                                 : m->mc.response_timeout_s > 0 ? m->mc.response_timeout_s
+                                                                : c->default_response_timeout;
+    m->pool.startup_timeout_s = r->startup_timeout_s >= 0     ? r->startup_timeout_s
+                                : m->mc.startup_timeout_s > 0 ? m->mc.startup_timeout_s
+                                                              : c->default_startup_timeout;
+    m->queue_max = m->mc.job_queue_size > 0 ? m->mc.job_queue_size : c->job_queue_size;
+    m->min_workers = m->mc.min_workers;
+    m->max_workers = m->mc.max_workers;
+    int rc = model_add(m, err, errlen);
+    if (rc) {
+        model_free(m);
+        return rc;
+    }
+    LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)", m->name,
+             m->version, r->url, m->pool.batch_size, m->max_batch_delay_ms);
+    return 0;
+}
+
+int model_register(const struct model_reg *r, struct model **out, char *err, size_t errlen)
+{
+    int rc = model_prepare(r, out, err, errlen);
+    if (rc == 0 && (rc = model_commit(*out, r, err, errlen)) != 0)
+        *out = NULL;
+    return rc;
+}
+
+/* ---- registration off the loop thread ---- */
+
+struct reg_task {
+    struct model_reg r; /* strings owned (copies) */
+    model_registered_fn *cb;
+    void *arg;
+    struct model *m;
+    int rc;
+    char err[1024];
+    pthread_t thread;
+    struct event *done_ev; /* activated by the thread when the disk work is over */
+    LIST_ENTRY(reg_task) link;
+};
+
+static LIST_HEAD(, reg_task) reg_tasks = LIST_HEAD_INITIALIZER(reg_tasks);
+
+static void reg_task_free(struct reg_task *t)
+{
+    LIST_REMOVE(t, link);
+    event_free(t->done_ev);
+    free((char *)t->r.url);
+    free((char *)t->r.name);
+    free((char *)t->r.handler);
+    free(t);
+}
+
+static void *reg_thread(void *arg)
+{
+    struct reg_task *t = arg;
+    t->rc = model_prepare(&t->r, &t->m, t->err, sizeof(t->err));
+    event_active(t->done_ev, EV_TIMEOUT, 1);
+    return NULL;
+}
+
+static void reg_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct reg_task *t = arg;
+    if (!pthread_equal(t->thread, pthread_self()))
+        pthread_join(t->thread, NULL);
+    if (t->rc == 0 && (t->rc = model_commit(t->m, &t->r, t->err, sizeof(t->err))) != 0)
+        t->m = NULL;
+    t->cb(t->arg, t->rc == 0 ? t->m : NULL, t->rc, t->err);
+    reg_task_free(t);
+}
+
+void model_register_async(const struct model_reg *r, model_registered_fn *cb, void *arg)
+{
+    struct reg_task *t = xcalloc(1, sizeof(*t));
+    t->r = *r;
+    t->r.url = r->url ? xstrdup(r->url) : NULL;
+    t->r.name = r->name ? xstrdup(r->name) : NULL;
+    t->r.handler = r->handler ? xstrdup(r->handler) : NULL;
+    t->cb = cb;
+    t->arg = arg;
+    t->done_ev = event_new(srv->base, -1, 0, reg_done, t);
+    LIST_INSERT_HEAD(&reg_tasks, t, link);
+    int rc = pthread_create(&t->thread, NULL, reg_thread, t);
+    if (rc != 0) { /* no thread: do the disk work here rather than fail */
+        LOG_WARN("registration thread: %s; extracting on the loop thread", strerror(rc));
+        t->rc = model_prepare(&t->r, &t->m, t->err, sizeof(t->err));
+        t->thread = pthread_self();
+        event_active(t->done_ev, EV_TIMEOUT, 1);
+        return;
+    }
+}
+
+void model_register_cancel_all(void)
+{
+    struct reg_task *t;
+    while ((t = LIST_FIRST(&reg_tasks))) {
+        if (!pthread_equal(t->thread, pthread_self()))
+            pthread_join(t->thread, NULL);
+        if (t->rc == 0 && t->m)
+            model_free(t->m);
+        reg_task_free(t);
+    }
+}
+
