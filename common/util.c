@@ -288,12 +288,9 @@ static uint64_t next_random(void)
     return r;
 }
 
-void ts_uuid(char out[37])
+/* RFC 4122 version 4 text of 16 random bytes */
+static void uuid_format(uint8_t b[16], char out[37])
 {
-    uint8_t b[16];
-    uint64_t hi = next_random(), lo = next_random();
-    memcpy(b, &hi, 8);
-    memcpy(b + 8, &lo, 8);
     b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
     b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
     static const char hex[] = "0123456789abcdef";
@@ -305,4 +302,36 @@ void ts_uuid(char out[37])
         out[k++] = hex[b[i] & 15];
     }
     out[k] = '\0';
+}
+
+void ts_uuid(char out[37])
+{
+    uint8_t b[16];
+    uint64_t hi = next_random(), lo = next_random();
+    memcpy(b, &hi, 8);
+    memcpy(b + 8, &lo, 8);
+    uuid_format(b, out);
+}
+
+/* For ids that are capabilities: whoever knows a sequence id can continue or cancel that
+ * sequence. ts_uuid's generator is fast but not cryptographic, and its outputs are public
+ * (x-request-id on every response), so the next one could be computed from a few of them;
+ * these come from the kernel's CSPRNG instead. */
+void ts_uuid_secure(char out[37])
+{
+    uint8_t b[16];
+    size_t got = 0;
+    while (got < sizeof(b)) {
+        ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            uuid_t u; /* no getrandom(2): libuuid reads /dev/urandom */
+            uuid_generate_random(u);
+            memcpy(b, u, sizeof(b));
+            break;
+        }
+        got += (size_t)n;
+    }
+    uuid_format(b, out);
 }

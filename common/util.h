@@ -83,5 +83,7 @@ int ts_rmtree(const char *path);
 
 /* Writes a random UUID v4 string (37 bytes with NUL). */
 void ts_uuid(char out[37]);
+/* The same from the kernel's CSPRNG (getrandom), for ids that must not be guessed. */
+void ts_uuid_secure(char out[37]);
 
 #endif

@@ -342,7 +342,7 @@ int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request
     int start = r->start || !id;
     if (!id) {
         char u[37];
-        ts_uuid(u);
+        ts_uuid_secure(u);
         snprintf(gen, sizeof(gen), "ts-seq-%s", u);
         id = gen;
     }

@@ -61,6 +61,19 @@ TEST(uuid_is_v4_text)
     CHECK_EQ_INT(uuid_parse(a, u), 0);
 }
 
+TEST(secure_uuid_is_v4_text_and_not_the_fast_stream)
+{
+    char a[37], b[37], f[37];
+    ts_uuid_secure(a);
+    ts_uuid(f);
+    ts_uuid_secure(b);
+    CHECK_EQ_INT(strlen(a), 36);
+    CHECK(a[14] == '4' && strchr("89ab", a[19]) != NULL);
+    CHECK(strcmp(a, b) != 0 && strcmp(a, f) != 0 && strcmp(b, f) != 0);
+    uuid_t u;
+    CHECK_EQ_INT(uuid_parse(b, u), 0);
+}
+
 TEST(rmtree_removes_nested_dirs_but_not_link_targets)
 {
     char dir[] = "/tmp/tsc-util-XXXXXX", keep[] = "/tmp/tsc-keep-XXXXXX";
@@ -95,6 +108,7 @@ int main(void)
     RUN(parse_long_is_strict);
     RUN(parse_bool_takes_true_and_false_only);
     RUN(uuid_is_v4_text);
+    RUN(secure_uuid_is_v4_text_and_not_the_fast_stream);
     RUN(rmtree_removes_nested_dirs_but_not_link_targets);
     RUN(strerror_names_project_codes);
     return tap_done();
