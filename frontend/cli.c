@@ -19,73 +19,56 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/config.h"
+#include "instance.h"
 #include "server.h"
 #include "util.h"
 
 extern char **environ;
 
-static char *pidfile_path(void)
+/* --stop: SIGTERM to the instance of the given config (--ts-config or TS_CONFIG_FILE), or to
+ * the only instance running, then wait until it (and so its workers) has exited. */
+static int do_stop(const char *ts_config)
 {
-    const char *tmp = getenv("TMPDIR");
-    return xasprintf("%s/.torchserve-c.pid", tmp && *tmp ? tmp : "/tmp");
-}
-
-static pid_t pidfile_read(void)
-{
-    char *p = pidfile_path();
-    FILE *f = fopen(p, "r");
-    free(p);
-    if (!f)
-        return 0;
-    long pid = 0;
-    if (fscanf(f, "%ld", &pid) != 1)
-        pid = 0;
-    fclose(f);
-    return (pid_t)pid;
-}
-
-int cli_pidfile_acquire(void)
-{
-    pid_t old = pidfile_read();
-    if (old > 0 && old != getpid() && kill(old, 0) == 0) {
-        fprintf(stderr,
-                "torchserve-c is already running (pid %d). Stop it with `torchserve-c --stop` "
-                "first.\n",
-                (int)old);
-        return -1;
+    const char *env = getenv("TS_CONFIG_FILE");
+    const char *path = env && *env ? env : ts_config;
+    struct config cfg;
+    const struct config *which = NULL;
+    config_defaults(&cfg);
+    if (path) {
+        char err[1024];
+        if (config_load(path, &cfg, NULL, NULL, err, sizeof(err)) != 0) {
+            fprintf(stderr, "torchserve-c: %s\n", err);
+            config_free(&cfg);
+            return 1;
+        }
+        which = &cfg;
     }
-    char *p = pidfile_path();
-    FILE *f = fopen(p, "w");
-    if (!f) {
-        fprintf(stderr, "torchserve-c: cannot write %s: %s\n", p, strerror(errno));
-        free(p);
-        return -1;
-    }
-    fprintf(f, "%d\n", (int)getpid());
-    fclose(f);
-    free(p);
-    return 0;
-}
-
-void cli_pidfile_release(void)
-{
-    if (pidfile_read() != getpid())
-        return;
-    char *p = pidfile_path();
-    unlink(p);
-    free(p);
-}
-
-static int do_stop(void)
-{
-    pid_t pid = pidfile_read();
-    if (pid <= 0 || kill(pid, 0) != 0) {
+    struct instance_info *in = xcalloc(8, sizeof(*in));
+    int n = instance_find(which, in, 8);
+    config_free(&cfg);
+    if (n == 0) {
         printf("TorchServe is not currently running.\n");
+        free(in);
         return 1;
     }
+    if (n > 1) {
+        fprintf(stderr, "torchserve-c: %d instances are running:\n", n);
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, "  pid %d, working directory %s (%s)\n", (int)in[i].pid, in[i].cwd,
+                    in[i].pidfile);
+        fprintf(stderr, "stop one with `torchserve-c --stop --ts-config FILE` (its config file)\n");
+        free(in);
+        return 1;
+    }
+    pid_t pid = in[0].pid;
     kill(pid, SIGTERM);
-    /* as TorchServe's launcher: the keys of the stopped server are removed from the cwd */
-    unlink("key_file.json");
+    /* as TorchServe's launcher: the keys of the stopped server are removed, from its own
+     * working directory (not the caller's) */
+    char *keys = xasprintf("%s/key_file.json", in[0].cwd);
+    unlink(keys);
+    free(keys);
+    free(in);
     for (int i = 0; i < 600; i++) {
         if (kill(pid, 0) != 0) {
             printf("TorchServe has stopped.\n");
@@ -171,7 +154,7 @@ static void usage(FILE *f)
             "| all]\n"
             "                    [--ts-config FILE] [--ncs] [--disable-token-auth] "
             "[--enable-model-api]\n"
-            "       torchserve-c --stop\n");
+            "       torchserve-c --stop [--ts-config FILE]\n");
 }
 
 int cli_main(int argc, char **argv)
@@ -221,7 +204,7 @@ int cli_main(int argc, char **argv)
     }
     int rc;
     if (stop)
-        rc = do_stop();
+        rc = do_stop(o.ts_config);
     else if (!start) {
         usage(stderr);
         rc = 2;
@@ -232,6 +215,10 @@ int cli_main(int argc, char **argv)
         if (fd) {
             o.ready_fd = atoi(fd);
             unsetenv("TS_READY_FD");
+            /* only this process writes it: workers and other children must not hold the
+             * launcher's pipe open */
+            if (o.ready_fd >= 0)
+                fcntl(o.ready_fd, F_SETFD, FD_CLOEXEC);
         }
         rc = server_main(&o);
     }

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "instance.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "core/worker_pool.h"
@@ -201,14 +201,10 @@ int server_main(const struct server_opts *o)
         return 1;
     }
 
-    if (cli_pidfile_acquire() != 0)
+    if (instance_acquire(&srv->cfg) != 0)
         return 1;
-
-    const char *tmp = getenv("TMPDIR");
-    srv->run_dir = xasprintf("%s/torchserve-c.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(srv->run_dir)) {
-        fprintf(stderr, "torchserve-c: cannot create %s: %s\n", srv->run_dir, strerror(errno));
-        cli_pidfile_release();
+    if (instance_make_run_dir(&srv->run_dir) != 0) {
+        instance_release();
         return 1;
     }
 
@@ -265,7 +261,7 @@ out:
     free(srv->worker_bin);
     free(srv->model_store);
     config_free(&srv->cfg);
-    cli_pidfile_release();
+    instance_release();
     LOG_INFO("torchserve-c stopped");
     return rc;
 }

@@ -270,7 +270,7 @@ fail:
 static int model_commit(struct model *m, const struct model_reg *r, char *err, size_t errlen)
 {
     const struct config *c = &srv->cfg;
-    m->pool.batch_size = r->batch_size > 0        ? r->batch_size
+    m->pool.batch_size = r->batch_size > 0      ? r->batch_size
                          : m->mc.batch_size > 0 ? m->mc.batch_size
                                                 : 1;
     m->max_batch_delay_ms = r->max_batch_delay_ms >= 0      ? r->max_batch_delay_ms
@@ -382,4 +382,3 @@ void model_register_cancel_all(void)
         reg_task_free(t);
     }
 }
-

@@ -421,6 +421,142 @@ def _alive(pid):
     return st[0] != "Z"
 
 
+def _pidfile_pid(path):
+    # "pid start-time\ncwd\n" (frontend/instance.c)
+    return int(open(path).read().split()[0])
+
+
+def _instance_config(tmp, name):
+    from conftest import free_port
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    port = free_port()
+    cfg = _write_config(d, [
+        f"inference_address=http://127.0.0.1:{port}",
+        f"management_address=http://127.0.0.1:{free_port()}",
+        f"metrics_address=http://127.0.0.1:{free_port()}",
+        f"grpc_inference_port={free_port()}",
+        f"grpc_management_port={free_port()}",
+    ])
+    return d, cfg, port
+
+
+def test_two_instances_each_stopped_by_its_config(tmp_path):
+    """Pidfiles are per instance (inference address): a second instance on other ports starts,
+    --stop alone refuses to guess between two, --stop --ts-config stops only that instance and
+    removes only its own key_file.json, a pidfile whose pid is not a torchserve-c is never
+    signalled, and a killed instance's scratch directory is removed at the next start."""
+    tmp = str(tmp_path)
+    store = tmp_path / "store"
+    store.mkdir()
+    (tmp_path / "caller").mkdir()
+    caller_keys = tmp_path / "caller" / "key_file.json"
+    caller_keys.write_text("{}")  # --stop must not touch the caller's directory
+    a_dir, a_cfg, a_port = _instance_config(tmp, "a")
+    b_dir, b_cfg, b_port = _instance_config(tmp, "b")
+    pids = []
+    try:
+        for d, cfg in ((a_dir, a_cfg), (b_dir, b_cfg)):
+            p = subprocess.run([FRONTEND, "--start", "--model-store", str(store), "--ts-config",
+                                cfg], cwd=d, env=_env(tmp), capture_output=True, timeout=60)
+            assert p.returncode == 0, p.stderr
+            pids.append(_pidfile_pid(os.path.join(tmp, f".torchserve-c.127.0.0.1_"
+                                                  f"{a_port if d == a_dir else b_port}.pid")))
+        assert all(_alive(p) for p in pids)
+        assert os.path.exists(os.path.join(a_dir, "key_file.json"))
+        assert os.path.exists(os.path.join(b_dir, "key_file.json"))
+
+        # two run: --stop alone names them and stops neither
+        p = subprocess.run([FRONTEND, "--stop"], cwd=str(tmp_path / "caller"), env=_env(tmp),
+                           capture_output=True, timeout=30)
+        assert p.returncode != 0 and b"2 instances are running" in p.stderr, p.stderr
+        assert all(_alive(p) for p in pids)
+
+        # --stop --ts-config A stops A only, from anywhere
+        p = subprocess.run([FRONTEND, "--stop", "--ts-config", a_cfg],
+                           cwd=str(tmp_path / "caller"), env=_env(tmp), capture_output=True,
+                           timeout=90)
+        assert p.returncode == 0, p.stderr
+        assert not _alive(pids[0]) and _alive(pids[1])
+        assert not os.path.exists(os.path.join(a_dir, "key_file.json"))
+        assert os.path.exists(os.path.join(b_dir, "key_file.json"))
+        assert caller_keys.exists()
+        key = json.load(open(os.path.join(b_dir, "key_file.json")))["inference"]["key"]
+        assert requests.get(f"http://127.0.0.1:{b_port}/ping", timeout=10,
+                            headers={"Authorization": f"Bearer {key}"}).status_code == 200
+
+        # B is killed: its pidfile now names a pid that is gone (or, later, someone else's)
+        os.kill(pids[1], signal.SIGKILL)
+        for _ in range(100):
+            if not _alive(pids[1]):
+                break
+            time.sleep(0.05)
+        b_pidfile = os.path.join(tmp, f".torchserve-c.127.0.0.1_{b_port}.pid")
+        stale_dirs = [d for d in os.listdir(tmp) if d.startswith("torchserve-c.")]
+        assert stale_dirs, "the killed instance's scratch directory should still be there"
+        # a pidfile that points at a live process which is not torchserve-c is not a target
+        with open(b_pidfile, "w") as f:
+            f.write(f"{os.getpid()} 1\n{tmp}\n")
+        p = subprocess.run([FRONTEND, "--stop"], cwd=tmp, env=_env(tmp), capture_output=True,
+                           timeout=30)
+        assert p.returncode != 0 and b"not currently running" in p.stdout
+
+        # the next start removes the dead instance's scratch directory
+        p = subprocess.run([FRONTEND, "--start", "--model-store", str(store), "--ts-config",
+                            b_cfg], cwd=b_dir, env=_env(tmp), capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        pids.append(_pidfile_pid(b_pidfile))
+        for d in stale_dirs:
+            assert not os.path.exists(os.path.join(tmp, d)), d
+        p = subprocess.run([FRONTEND, "--stop"], cwd=tmp, env=_env(tmp), capture_output=True,
+                           timeout=90)
+        assert p.returncode == 0, p.stderr
+        assert not _alive(pids[-1])
+    finally:
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_launcher_pipe_not_inherited_by_workers(tmp_path):
+    """The background launcher's readiness pipe is the server's alone: no worker holds it."""
+    tmp = str(tmp_path)
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copy(os.path.join(MODEL_STORE, "mlp.mar"), store)
+    d, cfg, port = _instance_config(tmp, "i")
+    pid = None
+    try:
+        p = subprocess.run([FRONTEND, "--start", "--model-store", str(store), "--models",
+                            "mlp.mar", "--ts-config", cfg, "--disable-token-auth"], cwd=d,
+                           env=_env(tmp), capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        pid = _pidfile_pid(os.path.join(tmp, f".torchserve-c.127.0.0.1_{port}.pid"))
+        deadline = time.time() + 60
+        while not _children(pid) and time.time() < deadline:
+            time.sleep(0.1)
+        workers = _children(pid)
+        assert workers
+        # pipes a worker may hold: only those it inherited from us, through the server
+        ours = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                ours.add(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        for w in workers:
+            for fd in os.listdir(f"/proc/{w}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{w}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith("pipe:"):
+                    assert target in ours, f"worker {w} holds fd {fd} -> {target}"
+    finally:
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+
+
 @pytest.mark.smoke
 def test_cli_start_pidfile_stop(tmp_path):
     tmp = str(tmp_path)
@@ -444,7 +580,8 @@ def test_cli_start_pidfile_stop(tmp_path):
         p = subprocess.run(args, cwd=tmp, env=_env(tmp), capture_output=True, timeout=60)
         assert p.returncode == 0, p.stderr
         assert p.stdout.decode().strip().endswith("Model server started.")
-        pid = int(open(os.path.join(tmp, ".torchserve-c.pid")).read())
+        pidfile = os.path.join(tmp, f".torchserve-c.127.0.0.1_{port}.pid")
+        pid = _pidfile_pid(pidfile)
         assert _alive(pid)
         url = f"http://127.0.0.1:{port}/predictions/mlp"
         deadline = time.time() + 60
@@ -464,7 +601,7 @@ def test_cli_start_pidfile_stop(tmp_path):
         assert "already running" in (p2.stderr + open(os.path.join(tmp, "logs/ts_log.log"),
                                                      "rb").read()).decode(errors="replace")
         assert requests.post(url, json=SAMPLE, timeout=30).status_code == 200
-        assert int(open(os.path.join(tmp, ".torchserve-c.pid")).read()) == pid
+        assert _pidfile_pid(pidfile) == pid
 
         # --stop returns once the server and its workers are gone
         p3 = subprocess.run([FRONTEND, "--stop"], cwd=tmp, env=_env(tmp), capture_output=True,
@@ -472,7 +609,7 @@ def test_cli_start_pidfile_stop(tmp_path):
         assert p3.returncode == 0, p3.stderr
         assert not _alive(pid)
         assert not [w for w in workers if _alive(w)], "workers outlived --stop"
-        assert not os.path.exists(os.path.join(tmp, ".torchserve-c.pid"))
+        assert not os.path.exists(pidfile)
         p4 = subprocess.run([FRONTEND, "--stop"], cwd=tmp, env=_env(tmp), capture_output=True,
                             timeout=30)
         assert p4.returncode != 0 and b"not currently running" in p4.stdout
