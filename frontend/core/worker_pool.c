@@ -215,6 +215,8 @@ static void handle_response(struct worker *w, const struct otf_response *r)
         evtimer_del(w->timer);
     else if (w->group)
         arm_timer(w, (int64_t)w->group->response_timeout_s * 1000);
+    /* a worker scaled down exits once it has answered everything (EOF on its socket) */
+    int done_stopping = w->state == WORKER_STOPPING && w->n_inflight == 0;
     if (w->group)
         w->group->ops->slots(w->group);
     for (size_t i = 0; i < r->n_preds; i++) {
@@ -230,6 +232,8 @@ static void handle_response(struct worker *w, const struct otf_response *r)
     }
     free(jobs);
     free(finals);
+    if (done_stopping && w->state == WORKER_STOPPING)
+        close_conn(w);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -384,6 +388,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         worker_kill(w, "Worker did not load the model in given time");
         break;
     case WORKER_READY:
+    case WORKER_STOPPING:
         if (w->n_inflight > 0) {
             LOG_ERROR("worker %d did not respond within responseTimeout; killing it", w->id);
             worker_kill(w, "Worker did not respond in given time");
@@ -500,7 +505,10 @@ static struct worker *worker_new(struct worker_group *g)
 }
 
 /* Stops one worker: no new work; the process exits when its socket closes. */
-static void worker_stop(struct worker *w)
+/* Stops one worker: no new work; the process exits when its socket closes. A worker scaled
+ * down (graceful) first answers what it holds, within responseTimeout as ever; one whose model
+ * is going away fails it at once. */
+static void worker_stop(struct worker *w, int graceful)
 {
     if (w->pid <= 0) { /* backoff or failed: nothing running */
         detach_from_group(w);
@@ -508,6 +516,11 @@ static void worker_stop(struct worker *w)
         return;
     }
     w->state = WORKER_STOPPING;
+    if (graceful && w->n_inflight > 0 && w->bev) {
+        LOG_INFO("worker %d stops once its %d in-flight request(s) are answered", w->id,
+                 w->n_inflight);
+        return;
+    }
     evtimer_del(w->timer);
     fail_inflight(w, 503, "ServiceUnavailableException", "Worker was stopped (scaled down)");
     close_conn(w);
@@ -539,7 +552,7 @@ int worker_pool_scale(struct worker_group *g, int n)
                 break;
             if (w->state == WORKER_STOPPING || (pass == 0 && w->n_inflight > 0))
                 continue;
-            worker_stop(w);
+            worker_stop(w, n > 0);
             alive--;
         }
     }
@@ -606,6 +619,8 @@ void worker_cancel_job(struct worker *w, struct job *j)
     LOG_REQ(LOG_LEVEL_INFO, j->rid, "client went away; cancelled on worker %d", w->id);
     if (w->n_inflight == 0)
         evtimer_del(w->timer);
+    if (w->state == WORKER_STOPPING && w->n_inflight == 0)
+        close_conn(w); /* scaled down and nothing left to answer */
     if (w->group)
         w->group->ops->slots(w->group);
 }

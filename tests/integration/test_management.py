@@ -303,3 +303,41 @@ def test_model_api_disabled_by_default(server_factory):
     assert s.put("/models/identity_text?min_worker=1").status_code == 202
     assert s.get("/api-description", api="management").json()["openapi"].startswith("3.")
     assert s.get("/nope", api="management").status_code == 404
+
+
+def test_scale_down_lets_in_flight_requests_finish(server_factory):
+    """A worker that is scaled down answers what it holds first (TorchServe fails it with 503
+    "Worker was stopped"); the one left keeps serving."""
+    import threading
+    srv = server_factory(models=["identity_text"], config={"disable_token_authorization": "true"},
+                         yaml={"identity_text": {"minWorkers": 2, "maxWorkers": 2, "batchSize": 1,
+                                                 "maxBatchDelay": 0}})
+    srv.wait_ready("identity_text", body={"data": "warm", "headers": {"x-delay-ms": "0"}})
+    deadline = time.time() + 60
+    while len(srv.worker_pids()) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    assert len(srv.worker_pids()) == 2
+    text = "one two three four five"
+    results = [None, None]
+
+    def call(i):
+        results[i] = srv.post("/predictions/identity_text", data=text,
+                              headers={"x-delay-ms": "250"}, timeout=60)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # both streams are on their workers, a word or two in
+    r = srv.put("/models/identity_text?min_worker=1&max_worker=1&synchronous=false")
+    assert r.status_code == 202, r.text
+    for t in threads:
+        t.join(60)
+    for r in results:
+        assert r is not None and r.status_code == 200, r and r.text
+        assert r.text.split() == text.split(), r.text
+    deadline = time.time() + 30
+    while len(srv.worker_pids()) != 1 and time.time() < deadline:
+        time.sleep(0.1)
+    assert len(srv.worker_pids()) == 1
+    r = srv.post("/predictions/identity_text", data="still here", headers={"x-delay-ms": "0"})
+    assert r.status_code == 200 and r.text.split() == ["still", "here"], r.text
