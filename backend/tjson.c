@@ -101,6 +101,10 @@ static int from_value(const json_t *v, const char *root, int max_dims, struct tj
         p = json_array_get(p, 0);
     }
     int64_t numel = tsh_numel(shape, ndim);
+    if (numel < 0 || numel > (int64_t)(SIZE_MAX / sizeof(float))) {
+        snprintf(err, errlen, "%s: too many elements", root);
+        return -1;
+    }
     if (numel == 0) {
         snprintf(err, errlen, "%s: empty list", root);
         return -1;
@@ -319,6 +323,12 @@ int tjson_parse_raw(const void *body, size_t len, const int64_t *shape, int ndim
     int64_t numel = (int64_t)(len / sizeof(float));
     if (ndim > 0) {
         int64_t want = tsh_numel(shape, ndim);
+        if (want < 0) {
+            char s[128];
+            tjson_format_shape(s, sizeof(s), shape, ndim);
+            snprintf(err, errlen, "shape %s has too many elements", s);
+            return -1;
+        }
         if (want != numel) {
             char s[128];
             tjson_format_shape(s, sizeof(s), shape, ndim);

@@ -157,14 +157,6 @@ const char *tsh_dtype_name(int dtype)
     return dtype >= 0 && dtype < TSH_DTYPE_COUNT ? names[dtype] : "?";
 }
 
-int64_t tsh_numel(const int64_t *shape, int ndim)
-{
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= shape[i];
-    return n;
-}
-
 int tsh_init(int intra_threads, char **err)
 {
     try {

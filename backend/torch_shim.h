@@ -51,8 +51,16 @@ struct tsh_model;
 size_t tsh_dtype_size(int dtype);
 /* "float32", "int64", ... ("?" for an unknown dtype). */
 const char *tsh_dtype_name(int dtype);
-/* Number of elements of a shape (1 for ndim 0). */
-int64_t tsh_numel(const int64_t *shape, int ndim);
+/* Number of elements of a shape (1 for ndim 0); -1 if a size is negative or the product does
+ * not fit in int64_t (shapes come from clients: X-Shape: 4611686018427387905,64 wrapped). */
+static inline int64_t tsh_numel(const int64_t *shape, int ndim)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(n, shape[i], &n))
+            return -1;
+    return n;
+}
 
 /* Thread counts (<= 0 leaves libtorch's default) and the profiling executor off. */
 int tsh_init(int intra_threads, char **err);

@@ -78,7 +78,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 goto bad;
             o->threads = (int)n;
         } else if (OPT("--max-request-size")) {
-            if (ts_parse_long(v, 1024, 0x7fffffffL, &n))
+            if (ts_parse_long(v, 1, 0x7fffffffL, &n))
                 goto bad;
             o->max_request_size = n;
         } else if (OPT("--state-dir")) {

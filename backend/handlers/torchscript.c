@@ -69,6 +69,10 @@ static int read_input_shape(struct ts_ctx *ctx, struct tsc_state *s)
         s->shape[s->ndim++] = n;
     }
     s->has_shape = s->ndim > 0;
+    if (s->has_shape && tsh_numel(s->shape, s->ndim) < 0) {
+        ts_set_load_error(ctx, "model-config.yaml: handler.input_shape has too many elements");
+        return -1;
+    }
     return 0;
 }
 

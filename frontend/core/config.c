@@ -57,8 +57,10 @@ static const struct key keys[] = {
     {"load_models", K_OPT_STR, F(load_models), 0, 0},
     {"default_workers_per_model", K_INT, F(default_workers_per_model), 0, 4096},
     {"job_queue_size", K_INT, F(job_queue_size), 1, INT_MAX},
-    {"max_request_size", K_LONG, F(max_request_size), 1, LONG_MAX},
-    {"max_response_size", K_LONG, F(max_response_size), 1, LONG_MAX},
+    /* the worker takes 1 KiB .. 2^31-1 (frame lengths are 32-bit); beyond that it would refuse
+     * to start and leave every model at 503, so the config is refused here, with file:line */
+    {"max_request_size", K_LONG, F(max_request_size), 1, 2147483647L},
+    {"max_response_size", K_LONG, F(max_response_size), 1, 2147483647L},
     {"default_response_timeout", K_INT, F(default_response_timeout), 0, INT_MAX},
     {"default_startup_timeout", K_INT, F(default_startup_timeout), 0, INT_MAX},
     {"unregister_model_timeout", K_INT, F(unregister_model_timeout), 0, INT_MAX},

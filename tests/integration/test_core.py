@@ -271,6 +271,18 @@ def test_bad_input_400(srv, body, needles):
 
 
 @pytest.mark.smoke
+@pytest.mark.parametrize("shape", ["4611686018427387905,64", "-1,64", "9223372036854775807,2"])
+def test_x_shape_overflow_400(srv, shape):
+    """An X-Shape whose product does not fit in 64 bits is refused; it used to wrap to a size
+    that matched the body (undefined behaviour; a worker abort under UBSan)."""
+    r = requests.post(srv.url("/predictions/mlp"), data=b"\0" * 256, timeout=30,
+                      headers={"Content-Type": "application/octet-stream", "X-Shape": shape})
+    assert r.status_code == 400, r.text
+    assert "shape" in r.text
+    still_answers(srv)
+
+
+@pytest.mark.smoke
 def test_oversized_body_413(srv):
     body = json.dumps({"data": [0.123456789] * 400}).encode()
     assert len(body) > 4096

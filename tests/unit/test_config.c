@@ -241,6 +241,10 @@ TEST(bad_values)
     expect_error("max_request_size=-5\n",
                  "DIR/config.properties:1: max_request_size: must be a positive integer, got "
                  "'-5'");
+    /* the worker cannot take more (32-bit frame lengths): refused at start, not at spawn */
+    expect_error("max_request_size=2147483648\n",
+                 "DIR/config.properties:1: max_request_size: must be between 1 and 2147483647, "
+                 "got '2147483648'");
     expect_error("default_response_timeout=-1\n",
                  "DIR/config.properties:1: default_response_timeout: must not be negative, got "
                  "'-1'");

@@ -9,14 +9,6 @@ size_t tsh_dtype_size(int dtype)
     return dtype == TSH_FLOAT64 || dtype == TSH_INT64 ? 8 : dtype == TSH_FLOAT16 ? 2 : 4;
 }
 
-int64_t tsh_numel(const int64_t *shape, int ndim)
-{
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= shape[i];
-    return n;
-}
-
 static int parse(const char *s, struct tjson_input *in, char *err)
 {
     return tjson_parse_json(s, strlen(s), 7, in, err, 256);
@@ -242,6 +234,25 @@ TEST(format_float9_is_printf)
     CHECK(covered > 200000);
 }
 
+TEST(huge_shape_is_refused_not_wrapped)
+{
+    int64_t shape[TSH_MAX_DIMS];
+    int ndim;
+    char err[256];
+    /* 4611686018427387905 * 64 wraps to 64 in 64 bits: it must not match a 256-byte body */
+    CHECK_EQ_INT(tjson_parse_shape("4611686018427387905,64", shape, &ndim, err, sizeof(err)), 0);
+    CHECK_EQ_INT(tsh_numel(shape, ndim), -1);
+    float v[64] = {0};
+    struct tjson_input in;
+    CHECK_EQ_INT(tjson_parse_raw(v, sizeof(v), shape, ndim, &in, err, sizeof(err)), -1);
+    CHECK(strstr(err, "too many elements") != NULL);
+    int64_t neg[2] = {-1, 64};
+    CHECK_EQ_INT(tsh_numel(neg, 2), -1);
+    int64_t ok[3] = {2, 3, 4};
+    CHECK_EQ_INT(tsh_numel(ok, 3), 24);
+    CHECK_EQ_INT(tsh_numel(ok, 0), 1);
+}
+
 TEST(raw_and_shape)
 {
     int64_t shape[TSH_MAX_DIMS];
@@ -291,6 +302,7 @@ int main(void)
 {
     RUN(nested_list_shape_and_values);
     RUN(errors_name_the_element);
+    RUN(huge_shape_is_refused_not_wrapped);
     RUN(raw_and_shape);
     RUN(write_rows);
     RUN(fast_path_shapes);
