@@ -43,6 +43,7 @@ struct wreq {
     void (*user_free)(void *);
     int is_new;    /* not yet passed to a completed handle call */
     int cancelled; /* a cancel arrived while it was in the current call */
+    int paused;    /* its client reads slower than it streams: held, not stepped ('P'/'R') */
     int streamed;  /* at least one intermediate response was queued */
     int continued; /* ts_continue() called during the current call */
     int64_t delay_us;

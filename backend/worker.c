@@ -4,7 +4,8 @@
  * The frontend spawns us with its end of a SOCK_STREAM socketpair on fd 3. The first frame is
  * 'L' (load); we answer 200 "loaded model <name>" (+ " continuous=1" for continuous handlers)
  * or 500 <reason> and exit(2), which the frontend reads as "fatal, do not respawn". After that:
- * 'I' adds requests, 'C' cancels them, 'S' delivers a sequence event; EOF means exit(0).
+ * 'I' adds requests, 'C' cancels them, 'P'/'R' pause and resume held ones (the frontend's buffer
+ * for a slow client is full), 'S' delivers a sequence event; EOF means exit(0).
  *
  * The loop is single-threaded. Each step takes the held (continuing) requests whose wake-up time
  * has passed, then new ones, at most batch_size, makes one handle() call, and writes the step's
@@ -270,6 +271,25 @@ static void cancel_one(struct ts_ctx *c, const char *id)
     LOG_REQ(LOG_LEVEL_DEBUG, id, "cancel for a request the worker does not hold");
 }
 
+/* A paused request stays held and is left out of steps until it is resumed: its client is not
+ * reading, and the frontend would have to buffer what it streams. The others go on. */
+static void pause_one(struct ts_ctx *c, const char *id, int paused)
+{
+    struct wreq *lists[] = {c->held_head, c->pending_head};
+    for (size_t l = 0; l < 2; l++)
+        for (struct wreq *r = lists[l]; r; r = r->next)
+            if (!strcmp(r->id, id)) {
+                r->paused = paused;
+                LOG_REQ(LOG_LEVEL_DEBUG, id, paused ? "paused" : "resumed");
+                return;
+            }
+    for (size_t i = 0; i < c->ncur; i++)
+        if (!strcmp(c->cur[i]->id, id)) {
+            c->cur[i]->paused = paused;
+            return;
+        }
+}
+
 static void process_command(struct ts_ctx *c, const struct otf_command *cmd)
 {
     switch (cmd->cmd) {
@@ -296,6 +316,14 @@ static void process_command(struct ts_ctx *c, const struct otf_command *cmd)
         for (size_t i = 0; i < cmd->n_ids; i++) {
             char *id = otf_strdup(cmd->ids[i]);
             cancel_one(c, id);
+            free(id);
+        }
+        return;
+    case OTF_CMD_PAUSE:
+    case OTF_CMD_RESUME:
+        for (size_t i = 0; i < cmd->n_ids; i++) {
+            char *id = otf_strdup(cmd->ids[i]);
+            pause_one(c, id, cmd->cmd == OTF_CMD_PAUSE);
             free(id);
         }
         return;
@@ -388,6 +416,8 @@ static int64_t next_step_in(struct ts_ctx *c, int64_t now)
         return 0;
     int64_t best = -1;
     for (struct wreq *r = c->held_head; r; r = r->next) {
+        if (r->paused)
+            continue;
         int64_t d = r->wake_us > now ? r->wake_us - now : 0;
         if (best < 0 || d < best)
             best = d;
@@ -403,7 +433,7 @@ static void run_step(struct ts_ctx *c)
     struct wreq *prev = NULL, *r = c->held_head;
     while (r && c->ncur < bs) {
         struct wreq *next = r->next;
-        if (r->wake_us <= now) {
+        if (r->wake_us <= now && !r->paused) {
             if (prev)
                 prev->next = next;
             else

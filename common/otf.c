@@ -89,12 +89,22 @@ void otf_encode_list_end(struct buf *b)
     buf_put_i32(b, -1);
 }
 
-void otf_encode_cancel(struct buf *b, const struct otf_str *ids, size_t n)
+static void encode_ids(struct buf *b, char cmd, const struct otf_str *ids, size_t n)
 {
-    buf_put_u8(b, OTF_CMD_CANCEL);
+    buf_put_u8(b, (uint8_t)cmd);
     for (size_t i = 0; i < n; i++)
         otf_put_str(b, ids[i]);
     buf_put_i32(b, -1);
+}
+
+void otf_encode_cancel(struct buf *b, const struct otf_str *ids, size_t n)
+{
+    encode_ids(b, OTF_CMD_CANCEL, ids, n);
+}
+
+void otf_encode_pause(struct buf *b, const struct otf_str *ids, size_t n, int paused)
+{
+    encode_ids(b, paused ? OTF_CMD_PAUSE : OTF_CMD_RESUME, ids, n);
 }
 
 void otf_encode_seq_event(struct buf *b, struct otf_str seq_id, int32_t event)
@@ -322,7 +332,9 @@ static int decode_command(struct rd *r, struct otf_command *c)
             TRY(decode_params(r, q));
         }
     }
-    case OTF_CMD_CANCEL: {
+    case OTF_CMD_CANCEL:
+    case OTF_CMD_PAUSE:
+    case OTF_CMD_RESUME: {
         size_t cap = 0;
         for (;;) {
             int32_t idlen;

@@ -7,6 +7,8 @@
  *     'L' name path batch_size handler gpu_id envelope limit_max_image_pixels(u8)     load
  *     'I' { req_id headers{k v}* -1 params{name ctype value}* -1 }* -1                  inference
  *     'C' { req_id }* -1                                             cancel (our extension)
+ *     'P' { req_id }* -1, 'R' { req_id }* -1       pause / resume a held request (ours: its
+ *                                                  client reads slower than it streams)
  *     'S' seq_id event(int32) -1                                     sequence event (ours)
  *   worker -> frontend (no command byte)
  *     code msg { req_id ctype status phrase n_headers {k v}*n body }* -1
@@ -28,6 +30,8 @@
 #define OTF_CMD_LOAD 'L'
 #define OTF_CMD_INFER 'I'
 #define OTF_CMD_CANCEL 'C'
+#define OTF_CMD_PAUSE 'P'
+#define OTF_CMD_RESUME 'R'
 #define OTF_CMD_SEQ_EVENT 'S'
 
 /* Header that marks streaming frames, as TorchServe defines it. */
@@ -99,7 +103,7 @@ struct otf_command {
     struct otf_load load;     /* 'L' */
     struct otf_request *reqs; /* 'I' */
     size_t n_reqs;
-    struct otf_str *ids; /* 'C' */
+    struct otf_str *ids; /* 'C', 'P', 'R' */
     size_t n_ids;
     struct otf_str seq_id; /* 'S' */
     int32_t seq_event;
@@ -129,6 +133,8 @@ void otf_encode_infer_begin(struct buf *b);
 void otf_encode_request(struct buf *b, const struct otf_request *r);
 void otf_encode_list_end(struct buf *b); /* the -1 that closes a batch / prediction list */
 void otf_encode_cancel(struct buf *b, const struct otf_str *ids, size_t n);
+/* 'P' (paused = 1) or 'R' (paused = 0) for the requests ids. */
+void otf_encode_pause(struct buf *b, const struct otf_str *ids, size_t n, int paused);
 void otf_encode_seq_event(struct buf *b, struct otf_str seq_id, int32_t event);
 void otf_encode_response_begin(struct buf *b, int32_t code, struct otf_str msg);
 void otf_encode_prediction(struct buf *b, const struct otf_prediction *p);

@@ -136,7 +136,8 @@ int instance_acquire(const struct config *cfg)
     char *path = pidfile_for(cfg);
     pid_t pid;
     unsigned long long start;
-    if (owner_read(path, &pid, &start, NULL, 0) == 0 && pid != getpid() && owner_alive(pid, start)) {
+    if (owner_read(path, &pid, &start, NULL, 0) == 0 && pid != getpid() &&
+        owner_alive(pid, start)) {
         fprintf(stderr,
                 "torchserve-c is already running on %s://%s:%d (pid %d). Stop it with "
                 "`torchserve-c --stop --ts-config FILE` first.\n",

@@ -61,6 +61,9 @@ static const struct key keys[] = {
      * to start and leave every model at 503, so the config is refused here, with file:line */
     {"max_request_size", K_LONG, F(max_request_size), 1, 2147483647L},
     {"max_response_size", K_LONG, F(max_response_size), 1, 2147483647L},
+    /* ours: per-stream backpressure (a client that stops reading pauses its request) */
+    {"stream_buffer_size", K_LONG, F(stream_buffer_size), 1024, 1L << 30},
+    {"stream_stall_timeout", K_INT, F(stream_stall_timeout), 1, 86400},
     {"default_response_timeout", K_INT, F(default_response_timeout), 0, INT_MAX},
     {"default_startup_timeout", K_INT, F(default_startup_timeout), 0, INT_MAX},
     {"unregister_model_timeout", K_INT, F(unregister_model_timeout), 0, INT_MAX},
@@ -159,6 +162,8 @@ void config_defaults(struct config *c)
     c->job_queue_size = 100;
     c->max_request_size = 6553500;
     c->max_response_size = 6553500;
+    c->stream_buffer_size = 4L << 20;
+    c->stream_stall_timeout = 60;
     c->default_response_timeout = 120;
     c->default_startup_timeout = 120;
     c->unregister_model_timeout = 120;

@@ -30,6 +30,8 @@ struct config {
     int job_queue_size;                    /* 100 */
     long max_request_size;                 /* 6553500 */
     long max_response_size;                /* 6553500 */
+    long stream_buffer_size;               /* 4 MiB: a slow client's stream is paused beyond */
+    int stream_stall_timeout;              /* 60 s: a stream paused that long is cancelled */
     int default_response_timeout;          /* 120 s */
     int default_startup_timeout;           /* 120 s */
     int unregister_model_timeout;          /* 120 s */

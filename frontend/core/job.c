@@ -160,3 +160,9 @@ void job_cancel(struct job *j)
         job_finish(j);
     }
 }
+
+void job_pause(struct job *j, int paused)
+{
+    if (j->state == JOB_RUNNING && j->owner && j->owner->pause && j->paused != !!paused)
+        j->owner->pause(j, !!paused);
+}

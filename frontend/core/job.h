@@ -35,6 +35,8 @@ struct job_owner {
     /* The job ended for good (final frame, failure or cancel); was_running: it had reached a
      * worker. Called before the queue side's reference is dropped. */
     void (*ended)(struct job *j, int was_running);
+    /* The running job's client reads slower than it streams (paused = 1), or caught up. */
+    void (*pause)(struct job *j, int paused);
 };
 
 struct job_sink {
@@ -77,6 +79,7 @@ struct job {
     struct worker *worker; /* while running */
     int frames;            /* frames delivered so far */
     int worker_lost;       /* failed because its worker process died unexpectedly */
+    int paused;            /* running, but its worker holds it until its client catches up */
     struct seq *seq;       /* its sequence while queued or running (sequence.c) */
     int seq_end;           /* the request ends its sequence */
     char *seq_id;          /* echoed to the client in ts_request_sequence_id */
@@ -109,5 +112,9 @@ void job_fail(struct job *j, int status, const char *type, const char *msg);
 
 /* The transport is going away: detach the sink and drop the job wherever it is. */
 void job_cancel(struct job *j);
+/* Backpressure from the transport: its client stopped reading (paused = 1) or caught up
+ * (paused = 0). A running job is paused on its worker, which leaves it out of its steps; other
+ * requests go on. No effect on a job that is not running. */
+void job_pause(struct job *j, int paused);
 
 #endif

@@ -67,10 +67,16 @@ static void job_ended(struct job *j, int was_running)
         sequence_job_done(j, was_running);
 }
 
+static void job_paused(struct job *j, int paused)
+{
+    worker_pause_job(j->worker, j, paused);
+}
+
 static const struct job_owner model_job_owner = {
     .withdraw = job_withdraw,
     .frame = job_frame,
     .ended = job_ended,
+    .pause = job_paused,
 };
 
 static void group_ready(struct worker_group *g, struct worker *w)

@@ -89,12 +89,21 @@ static void arm_timer(struct worker *w, int64_t ms)
     evtimer_add(w->timer, &tv);
 }
 
+static void inflight_remove(struct worker *w, struct job *j)
+{
+    TAILQ_REMOVE(&w->inflight, j, link);
+    w->n_inflight--;
+    if (j->paused) {
+        j->paused = 0;
+        w->n_paused--;
+    }
+}
+
 static void fail_inflight(struct worker *w, int status, const char *type, const char *msg)
 {
     struct job *j;
     while ((j = TAILQ_FIRST(&w->inflight))) {
-        TAILQ_REMOVE(&w->inflight, j, link);
-        w->n_inflight--;
+        inflight_remove(w, j);
         job_fail(j, status, type, msg);
     }
 }
@@ -205,13 +214,11 @@ static void handle_response(struct worker *w, const struct otf_response *r)
             continue; /* cancelled: its frames are dropped */
         const struct otf_kv *sn = otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT);
         finals[i] = r->code != 200 || !(sn && otf_str_eq(sn->val, "true"));
-        if (finals[i]) {
-            TAILQ_REMOVE(&w->inflight, j, link);
-            w->n_inflight--;
-        }
+        if (finals[i])
+            inflight_remove(w, j);
         jobs[i] = j;
     }
-    if (w->n_inflight == 0)
+    if (w->n_inflight == w->n_paused) /* nothing it is expected to answer */
         evtimer_del(w->timer);
     else if (w->group)
         arm_timer(w, (int64_t)w->group->response_timeout_s * 1000);
@@ -389,7 +396,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         break;
     case WORKER_READY:
     case WORKER_STOPPING:
-        if (w->n_inflight > 0) {
+        if (w->n_inflight > w->n_paused) {
             LOG_ERROR("worker %d did not respond within responseTimeout; killing it", w->id);
             worker_kill(w, "Worker did not respond in given time");
         }
@@ -606,10 +613,29 @@ void worker_send_seq_event(struct worker *w, const char *seq_id, int event)
     worker_write(w, w->out.data, w->out.len);
 }
 
+void worker_pause_job(struct worker *w, struct job *j, int paused)
+{
+    j->paused = paused;
+    w->n_paused += paused ? 1 : -1;
+    if (w->bev) {
+        struct otf_str id = otf_s(j->id);
+        buf_reset(&w->out);
+        otf_encode_pause(&w->out, &id, 1, paused);
+        worker_write(w, w->out.data, w->out.len);
+    }
+    LOG_REQ(LOG_LEVEL_INFO, j->rid,
+            paused ? "client reads slower than its stream: paused on worker %d"
+                   : "client caught up: resumed on worker %d",
+            w->id);
+    if (w->n_inflight == w->n_paused)
+        evtimer_del(w->timer);
+    else if (!paused && w->group)
+        arm_timer(w, (int64_t)w->group->response_timeout_s * 1000);
+}
+
 void worker_cancel_job(struct worker *w, struct job *j)
 {
-    TAILQ_REMOVE(&w->inflight, j, link);
-    w->n_inflight--;
+    inflight_remove(w, j);
     if (w->bev) {
         struct otf_str id = otf_s(j->id);
         buf_reset(&w->out);
@@ -617,7 +643,7 @@ void worker_cancel_job(struct worker *w, struct job *j)
         worker_write(w, w->out.data, w->out.len);
     }
     LOG_REQ(LOG_LEVEL_INFO, j->rid, "client went away; cancelled on worker %d", w->id);
-    if (w->n_inflight == 0)
+    if (w->n_inflight == w->n_paused)
         evtimer_del(w->timer);
     if (w->state == WORKER_STOPPING && w->n_inflight == 0)
         close_conn(w); /* scaled down and nothing left to answer */

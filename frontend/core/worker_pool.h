@@ -69,6 +69,7 @@ struct worker {
     struct bufferevent *bev;
     struct job_list inflight;
     int n_inflight;
+    int n_paused;          /* of the in-flight jobs */
     struct event *timer;   /* startup / response timeout, back-off */
     int64_t start_wall_ms; /* for describe */
     int64_t last_io_us;
@@ -99,6 +100,10 @@ int worker_takes_jobs(const struct worker *w);
 void worker_send_batch(struct worker *w, struct job **jobs, int n);
 /* Tells the worker that a sequence ended (OTF 'S' frame, OTF_SEQ_* event). */
 void worker_send_seq_event(struct worker *w, const char *seq_id, int event);
+/* A running job's client stopped reading (paused = 1) or caught up: tell the worker, which
+ * holds it out of its steps meanwhile. A worker whose running jobs are all paused is not
+ * expected to answer, so responseTimeout does not run then. */
+void worker_pause_job(struct worker *w, struct job *j, int paused);
 /* A running job's client went away: tell the worker, free the slot. */
 void worker_cancel_job(struct worker *w, struct job *j);
 /* Number of workers in the group that are alive (starting, ready or respawning). */

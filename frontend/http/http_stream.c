@@ -10,6 +10,7 @@
 #include <event2/keyvalq_struct.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -22,8 +23,17 @@
 #define SSE_KEEPALIVE_S 15
 #define STREAM_TIMEOUT_S (24 * 3600)
 
+static struct evbuffer *conn_output(struct http_call *c)
+{
+    return bufferevent_get_output(evhttp_connection_get_bufferevent(c->evcon));
+}
+
 void http_call_free(struct http_call *c)
 {
+    if (c->drain_cb && c->evcon)
+        evbuffer_remove_cb_entry(conn_output(c), c->drain_cb);
+    if (c->stall)
+        event_free(c->stall);
     if (c->keepalive)
         event_free(c->keepalive);
     if (c->job)
@@ -253,6 +263,63 @@ static void write_chunk(struct http_call *c, const char *data, size_t len)
     evbuffer_free(b);
 }
 
+/* Backpressure. A client that reads slower than its stream is produced would make the
+ * connection's output grow without bound: past stream_buffer_size its job is paused on the
+ * worker (only that request: the others in the worker's batch go on), and resumed once the
+ * client has read half of it. A client that reads nothing for stream_stall_timeout is cut off;
+ * its job is then cancelled like any client that goes away. */
+static void on_stall(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct http_call *c = arg;
+    LOG_REQ(LOG_LEVEL_WARN, c->rid,
+            "client read nothing of its stream for %d s (stream_stall_timeout, %zu bytes "
+            "unread): closing the connection",
+            srv->cfg.stream_stall_timeout, evbuffer_get_length(conn_output(c)));
+    /* the connection fails as if the client had left: on_close cancels the job and frees */
+    evutil_socket_t s = bufferevent_getfd(evhttp_connection_get_bufferevent(c->evcon));
+    if (s >= 0)
+        shutdown(s, SHUT_RDWR);
+}
+
+static void arm_stall(struct http_call *c)
+{
+    struct timeval tv = {srv->cfg.stream_stall_timeout, 0};
+    if (!c->stall)
+        c->stall = evtimer_new(srv->base, on_stall, c);
+    evtimer_add(c->stall, &tv);
+}
+
+static void on_drain(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct http_call *c = arg;
+    if (!c->paused || info->n_deleted == 0)
+        return;
+    if (evbuffer_get_length(b) > (size_t)srv->cfg.stream_buffer_size / 2) {
+        arm_stall(c); /* it reads, slowly: not a stall */
+        return;
+    }
+    c->paused = 0;
+    evtimer_del(c->stall);
+    if (c->job)
+        job_pause(c->job, 0);
+}
+
+static void check_backpressure(struct http_call *c)
+{
+    if (c->paused || !c->evcon || !c->job)
+        return;
+    struct evbuffer *out = conn_output(c);
+    if (evbuffer_get_length(out) <= (size_t)srv->cfg.stream_buffer_size)
+        return;
+    c->paused = 1;
+    if (!c->drain_cb)
+        c->drain_cb = evbuffer_add_cb(out, on_drain, c);
+    arm_stall(c);
+    job_pause(c->job, 1);
+}
+
 static void on_frame(struct job *j, const struct otf_prediction *p, int final)
 {
     struct http_call *c = j->sink_arg;
@@ -310,6 +377,8 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
     if (final) {
         evhttp_send_reply_end(c->req);
         call_done(c);
+    } else {
+        check_backpressure(c);
     }
 }
 

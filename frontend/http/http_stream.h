@@ -14,6 +14,7 @@
 
 struct evhttp_request;
 struct evhttp_connection;
+struct evbuffer_cb_entry;
 struct event;
 struct model;
 
@@ -51,6 +52,10 @@ struct http_call {
     /* answer once, at the final frame: intermediate frames only go through transform, which
      * keeps what it needs (OIP /infer and /generate on a streaming handler) */
     int whole;
+    /* backpressure: the connection's output passed stream_buffer_size, the job is paused */
+    int paused;
+    struct event *stall;                /* stream_stall_timeout without progress */
+    struct evbuffer_cb_entry *drain_cb; /* on the connection's output buffer */
 };
 
 extern const struct job_sink http_call_sink;

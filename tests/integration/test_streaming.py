@@ -571,3 +571,92 @@ def test_two_workers_sixteen_clients(ref):
     finally:
         srv.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- backpressure
+
+def _raw_stream_request(port, body, rcvbuf=4096):
+    """A streaming request from a client with a small receive buffer that reads nothing yet."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.connect(("127.0.0.1", port))
+    s.sendall(b"POST /predictions/identity_text HTTP/1.1\r\nHost: x\r\nx-delay-ms: 0\r\n"
+              b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    return s
+
+
+def _read_all(s, timeout=60):
+    s.settimeout(timeout)
+    out = bytearray()
+    while True:
+        try:
+            b = s.recv(1 << 20)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not b:
+            break
+        out += b
+        if out.endswith(b"\r\n0\r\n\r\n"):
+            break
+    return bytes(out)
+
+
+def _dechunk(raw):
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    out = bytearray()
+    while rest:
+        line, _, rest = rest.partition(b"\r\n")
+        n = int(line, 16)
+        if n == 0:
+            break
+        out += rest[:n]
+        rest = rest[n + 2:]
+    return head, bytes(out)
+
+
+def test_slow_reader_is_paused_then_resumed_and_others_go_on(tmp_path):
+    """A client that stops reading its stream gets its request paused on the worker once
+    stream_buffer_size is buffered (other requests on that worker go on); when it reads again
+    the request resumes and the whole stream arrives in order; one that never reads is cut off
+    after stream_stall_timeout."""
+    srv = start_server(str(tmp_path), models=["identity_text"],
+                       config={"stream_buffer_size": "65536", "stream_stall_timeout": "3",
+                               "disable_token_authorization": "true"},
+                       yaml={"identity_text": {"batchSize": 8, "handler": {"delay_ms": 0}}})
+    try:
+        srv.wait_ready("identity_text", body={"data": "warm", "headers": {"x-delay-ms": "0"}})
+        words = [(b"%05d" % i) * 200 for i in range(4000)]  # 4 MB of output, 1000-byte chunks
+        body = b" ".join(words)
+        slow = _raw_stream_request(srv.ports["inference"], body)
+        deadline = time.time() + 20
+        while "paused on worker" not in srv.log() and time.time() < deadline:
+            time.sleep(0.1)
+        assert "paused on worker" in srv.log()
+        # the worker serves others meanwhile
+        t0 = time.time()
+        r = srv.post("/predictions/identity_text", data="still streaming",
+                     headers={"x-delay-ms": "0"})
+        assert r.status_code == 200 and r.text.split() == ["still", "streaming"]
+        assert time.time() - t0 < 2
+        # the frontend holds about stream_buffer_size, not the whole stream
+        rss = int(open(f"/proc/{srv.pid}/status").read().split("VmRSS:")[1].split()[0])
+        assert rss < 60 * 1024, f"frontend RSS {rss} kB while a stream is paused"
+        # it reads again (before the stall timeout): resumed, everything arrives, in order
+        time.sleep(1)
+        head, data = _dechunk(_read_all(slow))
+        slow.close()
+        assert head.startswith(b"HTTP/1.1 200"), head[:100]
+        assert data.split() == words
+        assert "resumed on worker" in srv.log()
+
+        # a client that never reads again is cut off after stream_stall_timeout
+        dead = _raw_stream_request(srv.ports["inference"], body)
+        deadline = time.time() + 20
+        while "stream_stall_timeout" not in srv.log() and time.time() < deadline:
+            time.sleep(0.2)
+        assert "stream_stall_timeout" in srv.log()
+        dead.close()
+        r = srv.post("/predictions/identity_text", data="after", headers={"x-delay-ms": "0"})
+        assert r.status_code == 200 and r.text.split() == ["after"]
+    finally:
+        srv.stop()

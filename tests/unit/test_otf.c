@@ -118,6 +118,18 @@ TEST(cancel_and_seq_event_round_trip)
     otf_command_free(&c);
     check_prefixes(&b, 1);
 
+    for (int paused = 1; paused >= 0; paused--) {
+        buf_reset(&b);
+        otf_encode_pause(&b, ids + 1, 2, paused);
+        CHECK_EQ_INT(otf_decode_command(b.data, b.len, MAXF, &c), (long)b.len);
+        CHECK_EQ_INT(c.cmd, paused ? 'P' : 'R');
+        CHECK_EQ_INT(c.n_ids, 2);
+        CHECK(str_is(c.ids[0], "bb"));
+        CHECK(str_is(c.ids[1], "ccc"));
+        otf_command_free(&c);
+        check_prefixes(&b, 1);
+    }
+
     buf_reset(&b);
     otf_encode_cancel(&b, NULL, 0);
     CHECK_EQ_INT(otf_decode_command(b.data, b.len, MAXF, &c), 5);
