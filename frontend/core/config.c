@@ -64,6 +64,9 @@ static const struct key keys[] = {
     /* ours: per-stream backpressure (a client that stops reading pauses its request) */
     {"stream_buffer_size", K_LONG, F(stream_buffer_size), 1024, 1L << 30},
     {"stream_stall_timeout", K_INT, F(stream_stall_timeout), 1, 86400},
+    /* ours: a total for the archives extracted into the scratch directory (each one is also
+     * capped on its own, archive.h), so that many registrations cannot fill the disk */
+    {"max_extracted_bytes", K_LONG, F(max_extracted_bytes), 1, LONG_MAX},
     {"default_response_timeout", K_INT, F(default_response_timeout), 0, INT_MAX},
     {"default_startup_timeout", K_INT, F(default_startup_timeout), 0, INT_MAX},
     {"unregister_model_timeout", K_INT, F(unregister_model_timeout), 0, INT_MAX},
@@ -164,6 +167,7 @@ void config_defaults(struct config *c)
     c->max_response_size = 6553500;
     c->stream_buffer_size = 4L << 20;
     c->stream_stall_timeout = 60;
+    c->max_extracted_bytes = 16L << 30;
     c->default_response_timeout = 120;
     c->default_startup_timeout = 120;
     c->unregister_model_timeout = 120;

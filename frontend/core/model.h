@@ -29,6 +29,7 @@ struct model {
     char *dir;     /* extracted model directory */
     char *tmp_dir; /* directory we created for the extraction (removed on unregister), or NULL */
     char *handler;
+    uint64_t extracted_bytes; /* what its extraction holds of max_extracted_bytes */
     int is_default;
     int loaded_at_startup;
     struct manifest manifest;

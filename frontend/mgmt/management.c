@@ -321,9 +321,11 @@ static void on_workers_changed(struct model *m)
     }
 }
 
-/* m is going away: its pending operations fail. */
+/* m is going away: its pending operations fail, its extracted archive's share of
+ * max_extracted_bytes is free again. */
 static void on_model_gone(struct model *m)
 {
+    model_register_forget(m);
     struct mgmt_op *op, *next;
     for (op = LIST_FIRST(&pending); op; op = next) {
         next = LIST_NEXT(op, link);

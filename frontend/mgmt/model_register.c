@@ -10,6 +10,7 @@
 #include "model_register.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <event2/event.h>
 #include <limits.h>
 #include <pthread.h>
@@ -178,6 +179,63 @@ static char *name_from_path(const char *path)
     return s;
 }
 
+/* ---- the budget for extracted archives (max_extracted_bytes), shared by the registration
+ * threads ---- */
+
+static pthread_mutex_t budget_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t budget_used;
+
+/* Reserves up to want bytes; returns how many (0: nothing is left). */
+static uint64_t budget_reserve(uint64_t want)
+{
+    pthread_mutex_lock(&budget_mu);
+    uint64_t cap = (uint64_t)srv->cfg.max_extracted_bytes;
+    uint64_t left = cap > budget_used ? cap - budget_used : 0;
+    uint64_t got = want < left ? want : left;
+    budget_used += got;
+    pthread_mutex_unlock(&budget_mu);
+    return got;
+}
+
+static void budget_release(uint64_t n)
+{
+    pthread_mutex_lock(&budget_mu);
+    budget_used -= n < budget_used ? n : budget_used;
+    pthread_mutex_unlock(&budget_mu);
+}
+
+static __thread uint64_t tree_sum;
+
+static int add_size(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)p;
+    (void)f;
+    if (flag == FTW_F)
+        tree_sum += (uint64_t)st->st_size;
+    return 0;
+}
+
+/* Bytes of the regular files under dir (what an extraction wrote). */
+static uint64_t tree_bytes(const char *dir)
+{
+    tree_sum = 0;
+    nftw(dir, add_size, 16, FTW_PHYS);
+    return tree_sum;
+}
+
+void model_register_forget(struct model *m)
+{
+    budget_release(m->extracted_bytes);
+    m->extracted_bytes = 0;
+}
+
+/* Frees a model that never entered the registry, with what it held of the budget. */
+static void discard(struct model *m)
+{
+    model_register_forget(m);
+    model_free(m);
+}
+
 /* The disk part of a registration: resolve, extract, read the manifest and the yaml, name the
  * model. Touches nothing shared but the immutable config and model store path, so it runs on
  * the registration thread. */
@@ -213,10 +271,30 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
         }
         struct archive_limits lim;
         archive_default_limits(&lim);
+        uint64_t per_archive = lim.max_total_bytes;
+        lim.max_total_bytes = m->extracted_bytes = budget_reserve(per_archive);
+        if (lim.max_total_bytes == 0) {
+            snprintf(err, errlen,
+                     "%s: the extracted archives of the registered models already hold "
+                     "max_extracted_bytes (%ld bytes)",
+                     r->url, srv->cfg.max_extracted_bytes);
+            rc = TS_E_BAD_ARCHIVE;
+            goto fail;
+        }
         char aerr[512];
         if ((rc = archive_extract(path, m->tmp_dir, &lim, aerr, sizeof(aerr)))) {
-            snprintf(err, errlen, "%s: %s", r->url, aerr);
+            if (lim.max_total_bytes < per_archive)
+                snprintf(err, errlen, "%s: %s (what is left of max_extracted_bytes %ld)", r->url,
+                         aerr, srv->cfg.max_extracted_bytes);
+            else
+                snprintf(err, errlen, "%s: %s", r->url, aerr);
             goto fail;
+        }
+        /* hold what it really takes, not the whole reservation */
+        uint64_t used = tree_bytes(m->tmp_dir);
+        if (used < m->extracted_bytes) {
+            budget_release(m->extracted_bytes - used);
+            m->extracted_bytes = used;
         }
         m->dir = xstrdup(m->tmp_dir);
     }
@@ -261,7 +339,7 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
     return 0;
 fail:
     free(path);
-    model_free(m);
+    discard(m);
     return rc;
 }
 
@@ -287,7 +365,7 @@ static int model_commit(struct model *m, const struct model_reg *r, char *err, s
     m->max_workers = m->mc.max_workers;
     int rc = model_add(m, err, errlen);
     if (rc) {
-        model_free(m);
+        discard(m);
         return rc;
     }
     LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)", m->name,
@@ -378,7 +456,7 @@ void model_register_cancel_all(void)
         if (!pthread_equal(t->thread, pthread_self()))
             pthread_join(t->thread, NULL);
         if (t->rc == 0 && t->m)
-            model_free(t->m);
+            discard(t->m);
         reg_task_free(t);
     }
 }

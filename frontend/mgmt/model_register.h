@@ -38,5 +38,7 @@ typedef void model_registered_fn(void *arg, struct model *m, int rc, const char 
 void model_register_async(const struct model_reg *r, model_registered_fn *cb, void *arg);
 /* Shutdown: waits for registrations in progress and drops them without calling back. */
 void model_register_cancel_all(void);
+/* m leaves the registry: what its extracted archive held of max_extracted_bytes is free again. */
+void model_register_forget(struct model *m);
 
 #endif

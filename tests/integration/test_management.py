@@ -341,3 +341,22 @@ def test_scale_down_lets_in_flight_requests_finish(server_factory):
     assert len(srv.worker_pids()) == 1
     r = srv.post("/predictions/identity_text", data="still here", headers={"x-delay-ms": "0"})
     assert r.status_code == 200 and r.text.split() == ["still", "here"], r.text
+
+
+def test_extracted_archives_have_a_total_cap(server_factory, tmp_path):
+    """max_extracted_bytes caps all extracted archives together (each is also capped on its
+    own): a registration past it is refused with 400 naming the key, and unregistering frees
+    its share."""
+    size = sum(i.file_size for i in zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")).infolist())
+    s = server_factory(config={"enable_model_api": "true", "default_workers_per_model": 0,
+                               "max_extracted_bytes": str(size + size // 2)},
+                       store=make_store(str(tmp_path)))
+    r = s.post("/models?url=mlp.mar&model_name=first", api="management")
+    assert r.status_code == 200, r.text
+    r = s.post("/models?url=mlp.mar&model_name=second", api="management")
+    assert r.status_code == 400, r.text
+    assert r.json()["type"] == "InvalidModelException"
+    assert "max_extracted_bytes" in r.json()["message"], r.text
+    assert s.delete("/models/first", api="management").status_code == 200
+    r = s.post("/models?url=mlp.mar&model_name=second", api="management")
+    assert r.status_code == 200, r.text
