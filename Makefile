@@ -46,7 +46,7 @@ ARCHIVER_LIBS := -larchive -ljansson -lyaml -luuid
 BINS := $(BUILD)/bin/torchserve-c $(BUILD)/bin/torchserve-c-worker $(BUILD)/bin/torchserve-c-archiver
 
 .PHONY: all deps models run test test-unit test-integration test-smoke bench clean format \
-        format-check pystubs
+        format-check pystubs check-layers
 all: $(BINS) pystubs
 
 deps:
@@ -132,7 +132,12 @@ test-integration: all models
 test-smoke: all models
 	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider -m smoke tests/integration
 
-test: deps all models test-unit test-integration
+# dependencies point one way (DESIGN.md): includes and the link map, plus the check's self-test
+check-layers: all
+	$(PYTHON) scripts/check_layers.py --self-test
+	$(PYTHON) scripts/check_layers.py $(BUILD)
+
+test: deps all models check-layers test-unit test-integration
 
 bench: all models
 	scripts/bench/run_all.sh $(BUILD)

@@ -31,7 +31,6 @@
 #include "mgmt/management.h"
 #include "mgmt/model_register.h"
 
-struct server *srv;
 static struct event *ev_sigint, *ev_sigterm;
 
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
