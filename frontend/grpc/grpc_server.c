@@ -1,25 +1,10 @@
 /*
  * grpc_server: gRPC C core servers on the loop thread, and the per-call state machine.
  *
- * Threads: none of our own. gRPC's poller (the "epoll1" engine) watches every gRPC socket in
- * one epoll set. Its fd is not public, but it is the one epoll fd grpc_init creates
- * (init_grpc_poller finds it in /proc/self/fd), and an epoll fd is itself pollable: the loop
- * watches it like any socket and, when it is readable, drains the completion queue without
- * blocking (drain). So gRPC's reads, writes and completions all run on the loop thread, next
- * to the models and jobs the services touch: no lock, no mailbox, no hand-over. The earlier
- * design drained the queue on a thread of its own and handed completions to the loop; a call
- * then crossed threads two to four times (each wake-up costs 15-30 us on this VM), and when
- * both threads drove the same HTTP/2 connection, gRPC found its combiner contended and moved
- * work to its executor threads (frontend CPU per call 31 -> 58 us over a long run).
- * What the epoll fd does not show:
- *   - a completion made by a gRPC call outside drain (a batch started when a worker answered,
- *     a call unref'ed): gRPC completes it at once on this thread but only flags it for a
- *     poller, which is not there. drain_soon drains once the loop turn's callbacks are done;
- *   - one non-blocking round handles one of the epoll events gRPC fetched (epoll1 fetches up to
- *     100 at a time), so a round that yields nothing does not mean that nothing is left: drain
- *     stops after IDLE_ROUNDS empty rounds in a row;
- *   - a completion made on one of gRPC's own threads (a deadline's timer, work moved to its
- *     executor). The tick (ev_tick) finds these, and whatever a drain left.
+ * Threads: gRPC's completion queue is driven by grpc_drive.c, from the loop thread where gRPC's
+ * poller can be watched, else by a completion-queue thread that hands completions over; either
+ * way every completion is handled here on the loop thread (handle), next to the models and jobs
+ * the services touch: the call state machine takes no lock.
  * A call with a single request message sends its initial metadata with its first answer, in
  * one write instead of two.
  *
@@ -49,7 +34,6 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,20 +41,14 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "mgmt/auth.h"
-#include "log.h"
 #include "core/core.h"
+#include "grpc_drive.h"
+#include "log.h"
+#include "mgmt/auth.h"
 #include "util.h"
 
 /* requests armed per server: new calls wait in gRPC only if this many arrive in one loop turn */
 #define ARMED_CALLS 32
-/* empty non-blocking rounds after which drain stops (see drain) */
-#define IDLE_ROUNDS 8
-/* completions one drain handles at most before it lets the loop's other events in */
-#define DRAIN_MAX 256
-/* the tick's period (ev_tick) while calls are under way, and while none is */
-#define TICK_BUSY_MS 10
-#define TICK_IDLE_MS 100
 
 enum tag_kind { TAG_NEW, TAG_CLOSE, TAG_RECV, TAG_SEND, TAG_SHUTDOWN };
 
@@ -131,26 +109,14 @@ static struct {
     grpc_completion_queue *cq;
     struct gsrv srv[2];
     int n_srv;
-    int poller_fd;           /* gRPC's epoll fd (not ours to close) */
-    struct event *ev_poller; /* the loop's read event on it */
-    struct event *ev_tick;   /* drains every TICK_BUSY_MS / TICK_IDLE_MS */
-    struct event *ev_drain;  /* a drain soon, after a batch started outside drain */
-    int in_drain, drain_soon;
     struct event *ev_release; /* drops the service's references of G.released */
     struct gcall *released;   /* let go by their service in this loop turn */
     long live_calls;          /* allocated gcalls, armed ones included */
-    long busy_calls; /* calls between T_NEW and their end: the tick is faster while any is */
+    long busy_calls;          /* calls between T_NEW and their end (grpc_drive_busy) */
     uint64_t next_id;
-} G = {.poller_fd = -1};
+} G;
 
 static void call_free(struct gcall *c);
-static void drain_soon(void);
-
-static void set_tick(int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    evtimer_add(G.ev_tick, &tv);
-}
 
 /* ---- call lifetime ---- */
 
@@ -183,24 +149,12 @@ static void call_free(struct gcall *c)
     grpc_call_details_destroy(&c->details);
     if (c->call) {
         grpc_call_unref(c->call);
-        drain_soon();
+        grpc_drive_soon();
     }
     if (c->id[0] && --G.busy_calls == 0)
-        set_tick(TICK_IDLE_MS);
+        grpc_drive_busy(0);
     free(c);
     G.live_calls--;
-}
-
-/* Called after any use of gRPC outside drain (a batch started when a worker answered, a call
- * unref'ed): gRPC then often completes batches at once, on this thread, and only flags that for
- * a poller, which is not there, so it shows on no fd. Drains once this loop turn's callbacks are
- * done. */
-static void drain_soon(void)
-{
-    if (!G.in_drain && !G.drain_soon) {
-        G.drain_soon = 1;
-        event_active(G.ev_drain, EV_READ, 0);
-    }
 }
 
 static int start_batch(struct gcall *c, const grpc_op *ops, size_t n, struct gtag *tag)
@@ -215,7 +169,7 @@ static int start_batch(struct gcall *c, const grpc_op *ops, size_t n, struct gta
         grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "internal error", NULL);
         return -1;
     }
-    drain_soon();
+    grpc_drive_soon();
     return 0;
 }
 
@@ -330,7 +284,7 @@ static void on_new(struct gcall *c, int success)
         arm_new_call(s);
     snprintf(c->id, sizeof(c->id), "g%llu", (unsigned long long)++G.next_id);
     if (G.busy_calls++ == 0)
-        set_tick(TICK_BUSY_MS);
+        grpc_drive_busy(1);
 
     grpc_op close_op;
     memset(&close_op, 0, sizeof(close_op));
@@ -452,42 +406,6 @@ static void handle(void *tag, int success)
         break;
     }
     call_release(c);
-}
-
-/* Handles every completion gRPC has for us, without blocking. One round (a non-blocking
- * grpc_completion_queue_next) handles at most one of the epoll events gRPC fetched, so a round
- * that yields nothing does not mean that nothing is left: drain stops after IDLE_ROUNDS empty
- * rounds in a row. What it leaves waits for the next event of the poller's fd or the tick. */
-static void drain(void)
-{
-    G.in_drain = 1;
-    int handled = 0, idle = 0;
-    while (idle < IDLE_ROUNDS && handled < DRAIN_MAX) {
-        grpc_event ev = grpc_completion_queue_next(G.cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
-        if (ev.type != GRPC_OP_COMPLETE) {
-            idle++;
-            continue;
-        }
-        idle = 0;
-        handled++;
-        handle(ev.tag, ev.success);
-    }
-    G.in_drain = 0;
-    if (handled == DRAIN_MAX) /* let the workers' answers and HTTP in, then go on */
-        drain_soon();
-}
-
-/* The loop's three reasons to drain: the poller's fd is readable (ev_poller), gRPC was used
- * outside a drain (ev_drain, see drain_soon), and the tick (ev_tick): every TICK_BUSY_MS while
- * calls are under way, TICK_IDLE_MS otherwise, for what shows on no fd: completions made on
- * gRPC's own threads (a deadline passing) and events a drain left. */
-static void on_drain_event(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-    G.drain_soon = 0;
-    drain();
 }
 
 /* ---- the service API ---- */
@@ -703,80 +621,14 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     return 0;
 }
 
-/* The epoll instances among this process's fds, appended to *out as ints. */
-static void list_epoll_fds(struct buf *out)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char link[64];
-        ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
-        if (n <= 0)
-            continue;
-        link[n] = 0;
-        if (strcmp(link, "anon_inode:[eventpoll]") == 0) {
-            int fd = atoi(e->d_name);
-            buf_put(out, &fd, sizeof(fd));
-        }
-    }
-    closedir(d);
-}
-
-/* grpc_init with the epoll1 engine, and the epoll fd it created (see the top), or -1. */
-static int init_grpc_poller(void)
-{
-    struct buf before = {0}, after = {0};
-    list_epoll_fds(&before);
-    setenv("GRPC_POLL_STRATEGY", "epoll1", 1);
-    grpc_init();
-    list_epoll_fds(&after);
-    int found = -1, n_new = 0;
-    const int *a = (const int *)after.data, *b = (const int *)before.data;
-    for (size_t i = 0; i < after.len / sizeof(int); i++) {
-        int old = 0;
-        for (size_t j = 0; j < before.len / sizeof(int); j++)
-            old |= a[i] == b[j];
-        if (!old) {
-            found = a[i];
-            n_new++;
-        }
-    }
-    buf_free(&before);
-    buf_free(&after);
-    return n_new == 1 ? found : -1;
-}
-
-/* How many fds the epoll instance fd watches (its fdinfo has a "tfd:" line for each). */
-static int epoll_watch_count(int fd)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int n = 0;
-    while (fgets(line, sizeof(line), f))
-        n += strncmp(line, "tfd:", 4) == 0;
-    fclose(f);
-    return n;
-}
-
 int grpc_servers_start(void)
 {
     if (!srv->cfg.enable_grpc)
         return 0;
-    G.poller_fd = init_grpc_poller();
+    grpc_drive_init();
     G.cq = grpc_completion_queue_create_for_next(NULL);
     G.ev_release = event_new(srv->base, -1, 0, on_release, NULL);
-    G.ev_tick = event_new(srv->base, -1, EV_PERSIST, on_drain_event, NULL);
-    G.ev_drain = event_new(srv->base, -1, 0, on_drain_event, NULL);
     G.started = 1;
-    if (G.poller_fd < 0) {
-        LOG_ERROR("gRPC: cannot find the epoll fd of gRPC's epoll1 poller");
-        return -1;
-    }
     G.n_srv = 0;
     if (add_server(&G.srv[G.n_srv], "inference", srv->cfg.grpc_inference_address,
                    srv->cfg.grpc_inference_port, grpc_inference_methods, AUTH_INFERENCE) != 0)
@@ -786,16 +638,7 @@ int grpc_servers_start(void)
                    srv->cfg.grpc_management_port, grpc_management_methods, AUTH_MANAGEMENT) != 0)
         return -1;
     G.n_srv++;
-    /* the listening sockets must be in it, or no call would ever be seen */
-    if (epoll_watch_count(G.poller_fd) < G.n_srv) {
-        LOG_ERROR("gRPC: epoll fd %d does not watch the gRPC listeners", G.poller_fd);
-        return -1;
-    }
-    G.ev_poller = event_new(srv->base, G.poller_fd, EV_READ | EV_PERSIST, on_drain_event, NULL);
-    event_add(G.ev_poller, NULL);
-    set_tick(TICK_IDLE_MS);
-    drain(); /* anything that came before the event was added */
-    return 0;
+    return grpc_drive_start(G.cq, G.n_srv, handle);
 }
 
 static int stop_done(void)
@@ -811,8 +654,7 @@ void grpc_servers_stop(void)
     if (!G.started)
         return;
     G.started = 0;
-    if (G.ev_poller)
-        event_free(G.ev_poller);
+    grpc_drive_stop();
     for (int i = 0; i < G.n_srv; i++) {
         G.srv[i].shut_down = 1;
         grpc_server_shutdown_and_notify(G.srv[i].server, G.cq, &G.srv[i].shutdown_tag);
@@ -837,8 +679,6 @@ void grpc_servers_stop(void)
            GRPC_QUEUE_SHUTDOWN)
         ;
     grpc_completion_queue_destroy(G.cq);
-    event_free(G.ev_tick);
-    event_free(G.ev_drain);
     event_free(G.ev_release);
     grpc_shutdown();
     LOG_INFO("gRPC servers stopped");
