@@ -57,13 +57,21 @@ int64_t oip_numel(const int64_t *shape, int ndim)
     return n;
 }
 
-static void shape_str(char *out, size_t n, const int64_t *shape, int ndim)
+void oip_shape_str(char *out, size_t n, const int64_t *shape, int ndim)
 {
     size_t k = (size_t)snprintf(out, n, "[");
     for (int i = 0; i < ndim && k < n; i++)
         k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? "," : "", (long long)shape[i]);
     if (k < n)
         snprintf(out + k, n - k, "]");
+}
+
+uint64_t oip_rd_le(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
 }
 
 int oip_bytes_next(const uint8_t **p, const uint8_t *end, const uint8_t **s, uint32_t *n)
@@ -88,14 +96,14 @@ int oip_check_data(int dtype, const int64_t *shape, int ndim, const uint8_t *dat
     char sh[128];
     int64_t numel = oip_numel(shape, ndim);
     if (numel < 0) {
-        shape_str(sh, sizeof(sh), shape, ndim);
+        oip_shape_str(sh, sizeof(sh), shape, ndim);
         snprintf(err, errlen, "shape %s is not a valid shape", sh);
         return -1;
     }
     if (dtype != OIP_BYTES) {
         size_t es = oip_dtype_size(dtype);
         if (!es || (uint64_t)numel > SIZE_MAX / es || (size_t)numel * es != nbytes) {
-            shape_str(sh, sizeof(sh), shape, ndim);
+            oip_shape_str(sh, sizeof(sh), shape, ndim);
             snprintf(err, errlen, "expected %lld bytes for %s %s, got %zu",
                      (long long)numel * (long long)es, oip_dtype_name(dtype), sh, nbytes);
             return -1;
@@ -113,7 +121,7 @@ int oip_check_data(int dtype, const int64_t *shape, int ndim, const uint8_t *dat
         return -1;
     }
     if (count != numel) {
-        shape_str(sh, sizeof(sh), shape, ndim);
+        oip_shape_str(sh, sizeof(sh), shape, ndim);
         snprintf(err, errlen, "BYTES shape %s needs %lld element(s), got %lld", sh,
                  (long long)numel, (long long)count);
         return -1;

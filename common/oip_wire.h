@@ -77,6 +77,10 @@ size_t oip_dtype_size(int dtype);
 /* Number of elements of a shape (1 for ndim 0); -1 if a dimension is negative or the product
  * overflows. */
 int64_t oip_numel(const int64_t *shape, int ndim);
+/* "[2,64]": a shape as error messages print it (truncated to n). */
+void oip_shape_str(char *out, size_t n, const int64_t *shape, int ndim);
+/* The n-byte (n <= 8) little-endian unsigned integer at p. */
+uint64_t oip_rd_le(const uint8_t *p, size_t n);
 
 /* Checks that nbytes is what a tensor of this dtype and shape holds (for BYTES: that the
  * length-prefixed elements are exactly numel and fill nbytes). 0, or -1 with err set

@@ -83,15 +83,6 @@ static int from_tsh(int dtype)
     return -1;
 }
 
-static void shape_str(char *out, size_t n, const int64_t *shape, int ndim)
-{
-    size_t k = (size_t)snprintf(out, n, "[");
-    for (int i = 0; i < ndim && k < n; i++)
-        k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? "," : "", (long long)shape[i]);
-    if (k < n)
-        snprintf(out + k, n - k, "]");
-}
-
 /* ---------------------------------------------------------------- declared tensors */
 
 static int read_decl(struct ts_ctx *ctx, const char *key, struct decl **out, size_t *n)
@@ -302,8 +293,8 @@ static int check_inputs(const struct oip_model *om, struct oreq *r, char *err, s
                 ok = d->shape[i] < 0 || d->shape[i] == t->shape[i];
             if (!ok) {
                 char got[128], want[128];
-                shape_str(got, sizeof(got), t->shape, t->ndim);
-                shape_str(want, sizeof(want), d->shape, d->ndim);
+                oip_shape_str(got, sizeof(got), t->shape, t->ndim);
+                oip_shape_str(want, sizeof(want), d->shape, d->ndim);
                 snprintf(err, errlen, "inputs[%zu].shape %s does not match the model input %s %s",
                          k, got, d->name, want);
                 return -1;

@@ -67,7 +67,7 @@ json_t *describe_list(int limit, int next_page_token)
     }
     json_object_set_new(o, "models", arr);
     free(names);
-        return o;
+    return o;
 }
 
 /* Gson's date format for startTime: local time with a literal 'Z', as TorchServe prints it. */

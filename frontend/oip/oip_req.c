@@ -425,3 +425,23 @@ void oip_req_metadata_merge(json_t *md, const struct otf_prediction *p)
         json_object_set(md, "outputs", outs);
     json_decref(o);
 }
+
+int oip_req_check_shape(const struct oip_tensor *t, size_t i, int64_t *numel, char *sh,
+                        size_t shlen, char *err, size_t errlen)
+{
+    oip_shape_str(sh, shlen, t->shape, t->ndim);
+    *numel = oip_numel(t->shape, t->ndim);
+    if (*numel < 0 || *numel > srv->cfg.max_request_size) {
+        snprintf(err, errlen, "inputs[%zu].shape %s is too large", i, sh);
+        return -1;
+    }
+    return 0;
+}
+
+void oip_req_point_inputs(struct oip_request *r, const struct buf *raw, const size_t *off,
+                          const int *from_raw)
+{
+    for (size_t i = 0; i < r->n_inputs; i++)
+        if (from_raw[i])
+            r->inputs[i].data = raw->data ? raw->data + off[i] : (const uint8_t *)"";
+}

@@ -41,6 +41,17 @@ struct oip_request {
     size_t text_len;
 };
 
+/* The checks every transport makes of input i once it has read its datatype and shape:
+ * the element count exists and fits max_request_size. *numel gets it and sh the shape's text
+ * for later messages. 0, or -1 with err naming inputs[i]. */
+int oip_req_check_shape(const struct oip_tensor *t, size_t i, int64_t *numel, char *sh,
+                        size_t shlen, char *err, size_t errlen);
+/* The data of input i was converted from the transport's encoding (JSON numbers, protobuf
+ * contents) into raw at off[i] when from_raw[i]: points those inputs into raw, once it has
+ * stopped growing (it may have moved). */
+void oip_req_point_inputs(struct oip_request *r, const struct buf *raw, const size_t *off,
+                          const int *from_raw);
+
 /* Checks r against the model and adds the job's body parameter and its sequence headers.
  * *text = 1 when the request went out as text. 0, or -1 with err = a client-facing message
  * naming the field (HTTP 400 / INVALID_ARGUMENT). */
