@@ -94,6 +94,11 @@ TEST(rmtree_removes_nested_dirs_but_not_link_targets)
     CHECK(stat(dir, &st) != 0);
     CHECK(stat(kf, &st) == 0); /* the link was removed, not followed */
     CHECK_EQ_INT(ts_rmtree(keep), 0);
+    free(sub);
+    free(a);
+    free(f);
+    free(kf);
+    free(ln);
 }
 
 TEST(strerror_names_project_codes)

@@ -1,0 +1,165 @@
+/* A job on its own (frontend/core/job.c): references, the three ways it ends, and that it reaches
+ * the queue side only through its owner and the transport only through its sink. No loop, no
+ * worker: a stub owner records what the job asks of it. */
+#include "../../frontend/core/job.c"
+#include "tap.h"
+
+static struct {
+    int withdrawn, frames, ended, was_running, paused;
+} own;
+
+static void o_withdraw(struct job *j)
+{
+    (void)j;
+    own.withdrawn++;
+}
+static void o_frame(struct job *j, const struct otf_prediction *p)
+{
+    (void)j;
+    (void)p;
+    own.frames++;
+}
+static void o_ended(struct job *j, int was_running)
+{
+    (void)j;
+    own.ended++;
+    own.was_running = was_running;
+}
+static void o_pause(struct job *j, int paused)
+{
+    j->paused = paused;
+    own.paused = paused ? own.paused + 1 : own.paused - 1;
+}
+static const struct job_owner owner = {o_withdraw, o_frame, o_ended, o_pause};
+
+static struct {
+    int frames, finals, errors, status;
+} sink_seen;
+
+static void s_frame(struct job *j, const struct otf_prediction *p, int final)
+{
+    (void)p;
+    sink_seen.frames++;
+    sink_seen.finals += final;
+    if (final)
+        job_unref(j);
+}
+static void s_error(struct job *j, int status, const char *type, const char *msg)
+{
+    (void)type;
+    (void)msg;
+    sink_seen.errors++;
+    sink_seen.status = status;
+    job_unref(j);
+}
+static const struct job_sink sink = {s_frame, s_error};
+
+/* A job as the dispatcher holds it: the transport's reference plus the queue's. */
+static struct job *held(enum job_state st)
+{
+    memset(&own, 0, sizeof(own));
+    memset(&sink_seen, 0, sizeof(sink_seen));
+    struct job *j = job_new("client-id", &sink, NULL);
+    job_ref(j);
+    j->owner = &owner;
+    j->state = st;
+    return j;
+}
+
+TEST(ids_and_headers)
+{
+    struct job *a = job_new("same", &sink, NULL), *b = job_new("same", &sink, NULL);
+    CHECK(strcmp(a->id, b->id) != 0); /* two clients may send the same x-request-id */
+    CHECK_STR(a->rid, "same");
+    CHECK_STR(job_header(a, "X-Request-ID"), "same");
+    job_add_header(a, "Accept", "text/plain", 10);
+    job_add_header(a, "accept", "text/event-stream", 17);
+    CHECK_STR(job_header(a, "ACCEPT"), "text/event-stream"); /* the last one wins */
+    struct otf_request r;
+    struct otf_kv *h;
+    struct otf_param *p;
+    job_add_param_owned(a, "body", "application/json", xstrdup("{}"), 2);
+    job_to_otf(a, &r, &h, &p);
+    CHECK(otf_str_eq(r.id, a->id));
+    CHECK_EQ_INT(r.n_headers, 3);
+    CHECK_EQ_INT(r.n_params, 1);
+    CHECK(otf_str_eq(r.params[0].value, "{}"));
+    free(h);
+    free(p);
+    job_unref(a);
+    job_unref(b);
+}
+
+TEST(final_frame_ends_the_job_once)
+{
+    struct job *j = held(JOB_RUNNING);
+    struct otf_prediction pr = {.status = 200};
+    job_deliver_frame(j, &pr, 0);
+    CHECK_EQ_INT(own.frames, 1);
+    CHECK_EQ_INT(own.ended, 0);
+    job_deliver_frame(j, &pr, 1);
+    CHECK_EQ_INT(own.frames, 2);
+    CHECK_EQ_INT(own.ended, 1);
+    CHECK_EQ_INT(own.was_running, 1);
+    CHECK_EQ_INT(sink_seen.frames, 2);
+    CHECK_EQ_INT(sink_seen.finals, 1);
+    /* both references are gone: nothing left to check without a use-after-free (ASan) */
+}
+
+TEST(failure_ends_the_job_and_tells_the_transport)
+{
+    struct job *j = held(JOB_QUEUED);
+    job_ref(j); /* to look at it afterwards */
+    job_fail(j, 503, "ServiceUnavailableException", "no");
+    CHECK_EQ_INT(sink_seen.errors, 1);
+    CHECK_EQ_INT(sink_seen.status, 503);
+    CHECK_EQ_INT(own.ended, 1);
+    CHECK_EQ_INT(own.was_running, 0);
+    CHECK_EQ_INT(j->state, JOB_DONE);
+    CHECK_EQ_INT(j->refs, 1);
+    job_unref(j);
+}
+
+TEST(cancel_withdraws_a_queued_or_running_job_and_never_calls_the_sink)
+{
+    for (int running = 0; running < 2; running++) {
+        struct job *j = held(running ? JOB_RUNNING : JOB_QUEUED);
+        job_cancel(j); /* the transport goes away... */
+        CHECK_EQ_INT(own.withdrawn, 1);
+        CHECK_EQ_INT(own.ended, 1);
+        CHECK_EQ_INT(own.was_running, running);
+        CHECK(j->sink == NULL);
+        CHECK_EQ_INT(j->refs, 1); /* ...and drops its own reference after */
+        struct otf_prediction pr = {.status = 200};
+        job_deliver_frame(j, &pr, 0); /* a late frame reaches no transport */
+        CHECK_EQ_INT(sink_seen.frames, 0);
+        job_cancel(j); /* twice is harmless */
+        CHECK_EQ_INT(own.withdrawn, 1);
+        job_unref(j);
+    }
+}
+
+TEST(pause_reaches_the_owner_only_while_running_and_once_per_change)
+{
+    struct job *j = held(JOB_QUEUED);
+    job_pause(j, 1);
+    CHECK_EQ_INT(own.paused, 0);
+    j->state = JOB_RUNNING;
+    job_pause(j, 1);
+    job_pause(j, 1);
+    CHECK_EQ_INT(own.paused, 1);
+    job_pause(j, 0);
+    CHECK_EQ_INT(own.paused, 0);
+    job_cancel(j);
+    job_unref(j);
+}
+
+int main(void)
+{
+    RUN(ids_and_headers);
+    RUN(final_frame_ends_the_job_once);
+    RUN(failure_ends_the_job_and_tells_the_transport);
+    RUN(cancel_withdraws_a_queued_or_running_job_and_never_calls_the_sink);
+    RUN(pause_reaches_the_owner_only_while_running_and_once_per_change);
+    return tap_done();
+}

@@ -1,0 +1,162 @@
+/* Stateful sequences (frontend/core/sequence.c) against fake workers: order within a sequence,
+ * at most one request per sequence in a batch, idle and session expiry with the worker told, and
+ * the next request of a sequence whose running request's client went away. */
+#include "core_fake.h"
+
+static struct model *seq_model(int batch_size, int idle_ms, int session_ms)
+{
+    struct model *m = fake_model(&(struct fake_model_opts){.batch_size = batch_size,
+                                                            .max_batch_delay_ms = 20,
+                                                            .sequences = 1});
+    m->mc.max_seq_job_queue = 8;
+    m->mc.max_num_sequence = 16;
+    m->mc.seq_max_idle_ms = idle_ms;
+    m->mc.seq_timeout_ms = session_ms;
+    return m;
+}
+
+/* Submits one request of sequence id (start: its first), as a transport would. */
+static int seq_submit(struct model *m, struct rec *r, const char *t, const char *how,
+                      const char *id, int start, struct submit_error *e)
+{
+    struct job *j = rec_job(r, t, how);
+    job_add_header(j, SEQ_HDR_ID, id, strlen(id));
+    if (start)
+        job_add_header(j, SEQ_HDR_START, "true", 4);
+    int rc = model_submit_request(m, j, e);
+    if (rc != 0)
+        job_unref(j);
+    return rc;
+}
+
+static int all_done(void *arg)
+{
+    struct rec *r = arg;
+    for (int i = 0; i < 5; i++)
+        if (!rec_done(&r[i]))
+            return 0;
+    return 1;
+}
+
+TEST(order_within_a_sequence_one_request_per_sequence_in_a_batch)
+{
+    core_setup();
+    struct model *m = seq_model(4, 0, 0);
+    struct rec r[5];
+    struct submit_error e;
+    CHECK_EQ_INT(seq_submit(m, &r[0], "A1", "wait:50", "A", 1, &e), 0);
+    CHECK_EQ_INT(seq_submit(m, &r[1], "A2", "wait:50", "A", 0, &e), 0);
+    CHECK_EQ_INT(seq_submit(m, &r[2], "A3", "wait:50", "A", 0, &e), 0);
+    CHECK_EQ_INT(seq_submit(m, &r[3], "B1", "wait:50", "B", 1, &e), 0);
+    CHECK_EQ_INT(seq_submit(m, &r[4], "B2", "wait:50", "B", 0, &e), 0);
+    CHECK(run_until(all_done, r, 5000));
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ_INT(r[i].status, 200);
+    /* three steps: each sequence's requests in order, never two of one sequence together */
+    char *log = fake_log_text();
+    char *a1 = strstr(log, "A1"), *a2 = strstr(log, "A2"), *a3 = strstr(log, "A3");
+    char *b1 = strstr(log, "B1"), *b2 = strstr(log, "B2");
+    CHECK(a1 && a2 && a3 && b1 && b2);
+    CHECK(a1 < a2 && a2 < a3 && b1 < b2);
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, " I "))
+            continue;
+        int na = 0, nb = 0;
+        for (char *p = line; (p = strchr(p, ' ')); p++)
+            na += p[1] == 'A', nb += p[1] == 'B';
+        CHECK(na <= 1 && nb <= 1);
+    }
+    free(log);
+    core_teardown();
+}
+
+TEST(idle_sequence_expires_worker_is_told_late_request_gets_410)
+{
+    core_setup();
+    struct model *m = seq_model(2, 200, 0);
+    struct rec r[2];
+    struct submit_error e;
+    CHECK_EQ_INT(seq_submit(m, &r[0], "A1", NULL, "idle-seq", 1, &e), 0);
+    CHECK(run_until(rec_done, &r[0], 2000));
+    CHECK(run_until(log_has_cond, "S idle-seq 3", 2000)); /* OTF_SEQ_IDLE */
+    CHECK(seq_submit(m, &r[1], "A2", NULL, "idle-seq", 0, &e) < 0);
+    CHECK_EQ_INT(e.status, 410);
+    CHECK(strstr(e.msg, "expired (idle 200 ms)") != NULL);
+    CHECK_EQ_INT(sequence_open_count(m->seqs), 0);
+    core_teardown();
+}
+
+TEST(session_timeout_closes_a_busy_sequence)
+{
+    core_setup();
+    struct model *m = seq_model(2, 0, 300);
+    struct rec r[3];
+    struct submit_error e;
+    CHECK_EQ_INT(seq_submit(m, &r[0], "A1", NULL, "s", 1, &e), 0);
+    CHECK(run_until(rec_done, &r[0], 2000));
+    CHECK_EQ_INT(seq_submit(m, &r[1], "A2", NULL, "s", 0, &e), 0);
+    CHECK(run_until(rec_done, &r[1], 2000));
+    CHECK(run_until(log_has_cond, "S s 4", 2000)); /* OTF_SEQ_TIMEOUT */
+    CHECK(seq_submit(m, &r[2], "A3", NULL, "s", 0, &e) < 0);
+    CHECK_EQ_INT(e.status, 410);
+    CHECK(strstr(e.msg, "session timeout 300 ms") != NULL);
+    core_teardown();
+}
+
+TEST(next_request_goes_when_the_running_ones_client_leaves)
+{
+    /* A1 runs, A2 waits behind it; A1's client goes away. A2 used to stay queued until its own
+     * client gave up (the dispatch ran before A1 let go of its sequence). */
+    core_setup();
+    struct model *m = seq_model(4, 0, 0);
+    struct rec r[2];
+    struct submit_error e;
+    struct job *a1 = rec_job(&r[0], "A1", "hang");
+    job_add_header(a1, SEQ_HDR_ID, "str", 3);
+    job_add_header(a1, SEQ_HDR_START, "true", 4);
+    CHECK_EQ_INT(model_submit_request(m, a1, &e), 0);
+    CHECK_EQ_INT(seq_submit(m, &r[1], "A2", NULL, "str", 0, &e), 0);
+    CHECK(run_until(log_has_cond, "I A1", 2000));
+    run_for(50);
+    CHECK(!log_has("A2"));
+    job_cancel(a1);
+    job_unref(a1);
+    CHECK(run_until(rec_done, &r[1], 1000));
+    CHECK_STR(r[1].body, "ok:A2");
+    CHECK(log_has("C A1"));
+    core_teardown();
+}
+
+TEST(a_sequence_cancel_fails_its_queued_requests_and_tells_the_worker)
+{
+    core_setup();
+    struct model *m = seq_model(4, 0, 0);
+    struct rec r[3];
+    struct submit_error e;
+    CHECK_EQ_INT(seq_submit(m, &r[0], "A1", "hang", "c", 1, &e), 0);
+    CHECK_EQ_INT(seq_submit(m, &r[1], "A2", NULL, "c", 0, &e), 0);
+    CHECK(run_until(log_has_cond, "I A1", 2000));
+    struct job *j = rec_job(&r[2], "X", NULL);
+    job_add_header(j, SEQ_HDR_ID, "c", 1);
+    job_add_header(j, SEQ_HDR_CANCEL, "true", 4);
+    CHECK_EQ_INT(model_submit_request(m, j, &e), 1); /* carried out by the frontend */
+    job_unref(j);
+    CHECK_EQ_INT(r[0].status, 410); /* the running one */
+    CHECK_EQ_INT(r[1].status, 410); /* the queued one */
+    CHECK(strstr(r[1].err, "was cancelled") != NULL);
+    CHECK(run_until(log_has_cond, "S c 2", 2000)); /* OTF_SEQ_CANCEL */
+    CHECK(log_has("C A1"));
+    core_teardown();
+}
+
+int main(void)
+{
+    tbase_make("test_sequence");
+    RUN(order_within_a_sequence_one_request_per_sequence_in_a_batch);
+    RUN(idle_sequence_expires_worker_is_told_late_request_gets_410);
+    RUN(session_timeout_closes_a_busy_sequence);
+    RUN(next_request_goes_when_the_running_ones_client_leaves);
+    RUN(a_sequence_cancel_fails_its_queued_requests_and_tells_the_worker);
+    tbase_remove();
+    return tap_done();
+}

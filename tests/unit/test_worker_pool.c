@@ -1,0 +1,142 @@
+/* The worker processes and their connections (frontend/core/worker_pool.c) against fake
+ * workers: death mid-stream, a worker that stops answering, one that cannot load, a scale-down
+ * under load, and a paused stream. */
+#include "core_fake.h"
+
+TEST(death_mid_stream_fails_the_stream_after_its_frames)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){.handler = "fake-continuous",
+                                                            .batch_size = 2});
+    struct rec r;
+    CHECK_EQ_INT(model_submit(m, rec_job(&r, "s", "die-after:3")), 0);
+    CHECK(run_until(rec_done, &r, 3000));
+    CHECK_EQ_INT(r.frames, 3); /* what came before the death reached the client */
+    CHECK_STR(r.body, "s:1|s:2|s:3");
+    CHECK_EQ_INT(r.errors, 1);
+    CHECK_EQ_INT(r.status, 500);
+    CHECK(strstr(r.err, "Worker died") != NULL);
+    CHECK(run_until(workers_ready, m, 5000)); /* respawned */
+    core_teardown();
+}
+
+TEST(a_worker_that_stops_answering_is_killed_after_response_timeout)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){.response_timeout_s = 1});
+    struct rec r;
+    int64_t t0 = ts_now_us();
+    CHECK_EQ_INT(model_submit(m, rec_job(&r, "h", "hang")), 0);
+    CHECK(run_until(rec_done, &r, 4000));
+    CHECK(ts_now_us() - t0 >= 900000);
+    CHECK_EQ_INT(r.status, 500);
+    CHECK_STR(r.err, "Worker did not respond in given time");
+    CHECK(run_until(workers_ready, m, 5000));
+    struct rec r2;
+    CHECK_EQ_INT(model_submit(m, rec_job(&r2, "n", NULL)), 0);
+    CHECK(run_until(rec_done, &r2, 2000));
+    CHECK_STR(r2.body, "ok:n");
+    core_teardown();
+}
+
+static int all_failed(void *arg)
+{
+    struct model *m = arg;
+    struct worker *w;
+    int n = 0;
+    TAILQ_FOREACH(w, &m->pool.workers, link)
+    n += w->state == WORKER_FAILED;
+    return n == m->pool.n_workers && n > 0;
+}
+
+TEST(a_worker_that_cannot_load_is_not_respawned)
+{
+    core_setup();
+    struct model *m = model_new();
+    m->name = xstrdup("bad");
+    m->version = xstrdup("1.0");
+    m->url = xstrdup("bad.mar");
+    m->dir = xstrdup("/nonexistent");
+    m->handler = xstrdup("fake-fail");
+    model_config_defaults(&m->mc);
+    m->pool.batch_size = 1;
+    m->pool.response_timeout_s = m->pool.startup_timeout_s = 30;
+    m->queue_max = 10;
+    char err[128];
+    CHECK_EQ_INT(model_add(m, err, sizeof(err)), 0);
+    worker_pool_scale(&m->pool, 1);
+    CHECK(run_until(all_failed, m, 5000));
+    CHECK_EQ_INT(model_workers_alive(m), 0);
+    run_for(300);
+    char *log = fake_log_text();
+    CHECK(strstr(log, "w9000 L fake-fail") && !strstr(log, "w9001"));
+    free(log);
+    struct rec r;
+    struct job *j = rec_job(&r, "x", NULL);
+    CHECK_EQ_INT(model_submit(m, j), TS_E_NO_WORKER);
+    job_unref(j);
+    core_teardown();
+}
+
+static int two_done(void *arg)
+{
+    struct rec *r = arg;
+    return rec_done(&r[0]) && rec_done(&r[1]);
+}
+
+TEST(scale_down_lets_the_worker_answer_what_it_holds)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){.workers = 2});
+    struct rec r[2];
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "wait:300")), 0);
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", "wait:300")), 0);
+    CHECK(run_until(log_has_cond, "w9001 I b", 2000));
+    worker_pool_scale(&m->pool, 1);
+    CHECK(run_until(two_done, r, 3000));
+    CHECK_STR(r[0].body, "ok:a");
+    CHECK_STR(r[1].body, "ok:b");
+    CHECK_EQ_INT(r[0].errors + r[1].errors, 0);
+    run_for(200);
+    CHECK_EQ_INT(m->pool.n_workers, 1);
+    core_teardown();
+}
+
+TEST(a_worker_whose_streams_are_all_paused_is_not_timed_out)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){.handler = "fake-continuous",
+                                                            .batch_size = 2,
+                                                            .response_timeout_s = 1});
+    struct rec r;
+    struct job *slow = rec_job(&r, "slow", "stream:20:20");
+    job_ref(slow); /* kept to pause it */
+    CHECK_EQ_INT(model_submit(m, slow), 0);
+    CHECK(run_until(log_has_cond, "I slow", 2000));
+    run_for(70);
+    job_pause(slow, 1);
+    CHECK(run_until(log_has_cond, "P slow", 1000));
+    int frames = r.frames;
+    run_for(1600); /* longer than responseTimeout: it owes no answer while paused */
+    CHECK(r.frames <= frames + 1); /* at most one frame was already on its way */
+    CHECK_EQ_INT(r.errors, 0);
+    job_pause(slow, 0);
+    CHECK(run_until(rec_done, &r, 3000));
+    CHECK_EQ_INT(r.errors, 0);
+    CHECK_EQ_INT(r.frames, 20);
+    CHECK(!log_has("w9001")); /* never killed and respawned */
+    job_unref(slow);
+    core_teardown();
+}
+
+int main(void)
+{
+    tbase_make("test_worker_pool");
+    RUN(death_mid_stream_fails_the_stream_after_its_frames);
+    RUN(a_worker_that_stops_answering_is_killed_after_response_timeout);
+    RUN(a_worker_that_cannot_load_is_not_respawned);
+    RUN(scale_down_lets_the_worker_answer_what_it_holds);
+    RUN(a_worker_whose_streams_are_all_paused_is_not_timed_out);
+    tbase_remove();
+    return tap_done();
+}
