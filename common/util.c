@@ -335,3 +335,36 @@ void ts_uuid_secure(char out[37])
     }
     uuid_format(b, out);
 }
+
+static int check_name(const char *what, const char *s, int letter_first, char *why, size_t n)
+{
+    size_t len = s ? strlen(s) : 0;
+    const char *bad = NULL;
+    if (len == 0)
+        bad = "is empty";
+    else if (len > TS_NAME_MAX)
+        bad = "is longer than 128 bytes";
+    else if (letter_first && !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+        bad = "must start with a letter";
+    else if (strstr(s, ".."))
+        bad = "must not contain \"..\"";
+    for (const char *p = s; !bad && *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '-' || *p == '.'))
+            bad = "may contain only letters, digits, '_', '-' and '.'";
+    if (!bad)
+        return 0;
+    snprintf(why, n, "Invalid model %s '%.64s%s': it %s", what, s ? s : "", len > 64 ? "..." : "",
+             bad);
+    return -1;
+}
+
+int ts_check_model_name(const char *s, char *why, size_t n)
+{
+    return check_name("name", s, 1, why, n);
+}
+
+int ts_check_model_version(const char *s, char *why, size_t n)
+{
+    return check_name("version", s, 0, why, n);
+}

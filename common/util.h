@@ -81,6 +81,14 @@ int ts_parse_bool(const char *s, int *out);
 /* Removes a directory tree (no symlinks followed). 0 or -errno of the first failure. */
 int ts_rmtree(const char *path);
 
+/* Model names and versions follow one rule on every path (REST, gRPC, MANIFEST.json,
+ * --models), since both become parts of file paths (the worker's state directory): letters,
+ * digits, '-', '_' and '.', never "..", 1 to TS_NAME_MAX bytes; a name starts with a letter, as
+ * TorchServe requires. 0, or -1 with why (a client-facing sentence, the value quoted and cut). */
+#define TS_NAME_MAX 128
+int ts_check_model_name(const char *s, char *why, size_t n);
+int ts_check_model_version(const char *s, char *why, size_t n);
+
 /* Writes a random UUID v4 string (37 bytes with NUL). */
 void ts_uuid(char out[37]);
 /* The same from the kernel's CSPRNG (getrandom), for ids that must not be guessed. */

@@ -62,18 +62,6 @@ static int fail(const char *fmt, ...)
     return 1;
 }
 
-/* TorchServe's rule: a letter, then letters, digits, '_', '-' or '.'. */
-static int valid_model_name(const char *s)
-{
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
-        return 0;
-    for (s++; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '_' || *s == '-' || *s == '.'))
-            return 0;
-    return 1;
-}
-
 static const char *base_name(const char *path)
 {
     size_t n = strlen(path);
@@ -272,12 +260,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!valid_model_name(model_name))
-        return fail("invalid model name '%s': it must start with a letter and contain only "
-                    "letters, digits, '_', '-' and '.'",
-                    model_name);
-    if (!*version || strpbrk(version, "/ \t\n"))
-        return fail("invalid version '%s'", version);
+    char why[256];
+    if (ts_check_model_name(model_name, why, sizeof(why)) ||
+        ts_check_model_version(version, why, sizeof(why)))
+        return fail("%s", why);
     if (!*runtime)
         return fail("--runtime must not be empty");
 

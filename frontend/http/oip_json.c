@@ -285,8 +285,8 @@ static int parse_outputs(struct oip_json_req *ps, json_t *outs, char *err, size_
 }
 
 /* 0, or -1 with err (400). */
-static int parse_request(struct oip_json_req *ps, json_t *root, int generate_route, const uint8_t *bin,
-                         size_t binlen, char *err, size_t errlen)
+static int parse_request(struct oip_json_req *ps, json_t *root, int generate_route,
+                         const uint8_t *bin, size_t binlen, char *err, size_t errlen)
 {
     struct oip_request *r = &ps->r;
     if (!json_is_object(root)) {

@@ -19,7 +19,7 @@ struct oip_json_req {
     /* the parser's state */
     struct buf raw; /* JSON data converted to raw tensors */
     size_t off[OIP_MAX_TENSORS];
-    int from_raw[OIP_MAX_TENSORS]; /* data is in raw (else in the binary section) */
+    int from_raw[OIP_MAX_TENSORS];    /* data is in raw (else in the binary section) */
     json_t *own[OIP_MAX_TENSORS + 2]; /* fast path: parameters / outputs parsed by jansson */
     int n_own;
     json_t *root;
@@ -30,8 +30,8 @@ struct oip_json_req {
  * the request said so in Inference-Header-Content-Length). generate_route: /generate accepts
  * {"text_input"}. 0, or -1 with err naming the field (answer 400). Free with oip_json_free
  * either way. */
-int oip_json_parse(struct oip_json_req *q, const uint8_t *body, size_t len, size_t jlen,
-                   int binary, int generate_route, char *err, size_t errlen);
+int oip_json_parse(struct oip_json_req *q, const uint8_t *body, size_t len, size_t jlen, int binary,
+                   int generate_route, char *err, size_t errlen);
 void oip_json_free(struct oip_json_req *q);
 
 #endif

@@ -37,17 +37,6 @@ void model_reg_init(struct model_reg *r)
     r->startup_timeout_s = -1;
 }
 
-static int valid_model_name(const char *s)
-{
-    if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '_' || *s == '-' || *s == '.'))
-            return 0;
-    return 1;
-}
-
 /* allowed_urls: comma-separated regexes, matched case-insensitively against the whole url (as
  * TorchServe's Pattern.matcher().matches()). A pattern that does not compile matches nothing. */
 static int url_allowed(const char *url)
@@ -322,17 +311,18 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
         m->name = xstrdup(m->manifest.model_name);
     else
         m->name = name_from_path(path);
-    if (!valid_model_name(m->name)) {
-        snprintf(err, errlen,
-                 "Invalid model name '%s': it must start with a letter and contain only letters, "
-                 "digits, '_', '-' and '.'",
-                 m->name);
+    if (ts_check_model_name(m->name, err, errlen)) {
         rc = TS_E_BAD_INPUT;
         goto fail;
     }
+    /* the version names the worker's state directory: a manifest's "1/../../x" must not */
     m->version =
         xstrdup(m->manifest.model_version && *m->manifest.model_version ? m->manifest.model_version
                                                                         : "1.0");
+    if (ts_check_model_version(m->version, err, errlen)) {
+        rc = TS_E_BAD_INPUT;
+        goto fail;
+    }
     m->handler = xstrdup(r->handler && *r->handler ? r->handler : m->manifest.handler);
     free(path);
     *out = m;

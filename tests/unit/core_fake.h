@@ -311,7 +311,7 @@ static int fake_exec(const struct worker *w, int fd, pid_t *pid, void *arg)
 struct rec {
     int frames, final, errors;
     int status;
-    char body[256];  /* the frames' bodies, joined with '|' */
+    char body[256]; /* the frames' bodies, joined with '|' */
     char err[256];
 };
 
@@ -322,8 +322,7 @@ static void rec_frame(struct job *j, const struct otf_prediction *p, int final)
     r->final = final;
     r->status = p->status;
     size_t k = strlen(r->body);
-    snprintf(r->body + k, sizeof(r->body) - k, "%s%.*s", k ? "|" : "", (int)p->body.len,
-             p->body.p);
+    snprintf(r->body + k, sizeof(r->body) - k, "%s%.*s", k ? "|" : "", (int)p->body.len, p->body.p);
     if (final)
         job_unref(j); /* the transport's reference */
 }

@@ -31,8 +31,8 @@ TEST(dispatch_goes_to_the_first_idle_worker)
 TEST(partial_batch_waits_for_max_batch_delay_full_one_goes_at_once)
 {
     core_setup();
-    struct model *m = fake_model(&(struct fake_model_opts){.batch_size = 4,
-                                                            .max_batch_delay_ms = 300});
+    struct model *m =
+        fake_model(&(struct fake_model_opts){.batch_size = 4, .max_batch_delay_ms = 300});
     struct rec r[4];
     int64_t t0 = ts_now_us();
     struct job *a = rec_job(&r[0], "a", NULL);
@@ -131,8 +131,8 @@ TEST(cancel_while_running_tells_the_worker_and_frees_the_slot)
 TEST(worker_death_mid_batch_fails_the_batch_and_respawns)
 {
     core_setup();
-    struct model *m = fake_model(&(struct fake_model_opts){.batch_size = 2,
-                                                            .max_batch_delay_ms = 200});
+    struct model *m =
+        fake_model(&(struct fake_model_opts){.batch_size = 2, .max_batch_delay_ms = 200});
     struct rec r[2];
     CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "hang")), 0);
     CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", "die")), 0);
@@ -154,8 +154,8 @@ TEST(worker_death_mid_batch_fails_the_batch_and_respawns)
 TEST(continuous_worker_gets_new_requests_while_others_stream)
 {
     core_setup();
-    struct model *m = fake_model(&(struct fake_model_opts){.handler = "fake-continuous",
-                                                            .batch_size = 4});
+    struct model *m =
+        fake_model(&(struct fake_model_opts){.handler = "fake-continuous", .batch_size = 4});
     CHECK(m->pool.continuous);
     struct rec r[2];
     CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "long", "stream:10:50")), 0);

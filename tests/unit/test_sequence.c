@@ -5,9 +5,8 @@
 
 static struct model *seq_model(int batch_size, int idle_ms, int session_ms)
 {
-    struct model *m = fake_model(&(struct fake_model_opts){.batch_size = batch_size,
-                                                            .max_batch_delay_ms = 20,
-                                                            .sequences = 1});
+    struct model *m = fake_model(&(struct fake_model_opts){
+        .batch_size = batch_size, .max_batch_delay_ms = 20, .sequences = 1});
     m->mc.max_seq_job_queue = 8;
     m->mc.max_num_sequence = 16;
     m->mc.seq_max_idle_ms = idle_ms;

@@ -6,8 +6,8 @@
 TEST(death_mid_stream_fails_the_stream_after_its_frames)
 {
     core_setup();
-    struct model *m = fake_model(&(struct fake_model_opts){.handler = "fake-continuous",
-                                                            .batch_size = 2});
+    struct model *m =
+        fake_model(&(struct fake_model_opts){.handler = "fake-continuous", .batch_size = 2});
     struct rec r;
     CHECK_EQ_INT(model_submit(m, rec_job(&r, "s", "die-after:3")), 0);
     CHECK(run_until(rec_done, &r, 3000));
@@ -105,9 +105,8 @@ TEST(scale_down_lets_the_worker_answer_what_it_holds)
 TEST(a_worker_whose_streams_are_all_paused_is_not_timed_out)
 {
     core_setup();
-    struct model *m = fake_model(&(struct fake_model_opts){.handler = "fake-continuous",
-                                                            .batch_size = 2,
-                                                            .response_timeout_s = 1});
+    struct model *m = fake_model(&(struct fake_model_opts){
+        .handler = "fake-continuous", .batch_size = 2, .response_timeout_s = 1});
     struct rec r;
     struct job *slow = rec_job(&r, "slow", "stream:20:20");
     job_ref(slow); /* kept to pause it */
@@ -117,7 +116,7 @@ TEST(a_worker_whose_streams_are_all_paused_is_not_timed_out)
     job_pause(slow, 1);
     CHECK(run_until(log_has_cond, "P slow", 1000));
     int frames = r.frames;
-    run_for(1600); /* longer than responseTimeout: it owes no answer while paused */
+    run_for(1600);                 /* longer than responseTimeout: it owes no answer while paused */
     CHECK(r.frames <= frames + 1); /* at most one frame was already on its way */
     CHECK_EQ_INT(r.errors, 0);
     job_pause(slow, 0);
