@@ -25,28 +25,28 @@ struct mc_key {
     const char *name;
     enum mc_kind kind;
     size_t off;
-    long min;
+    long min, max;
 };
 
 #define F(field) offsetof(struct model_config, field)
 
 static const struct mc_key mc_keys[] = {
-    {"minWorkers", MC_INT, F(min_workers), 0},
-    {"maxWorkers", MC_INT, F(max_workers), 0},
-    {"batchSize", MC_INT, F(batch_size), 1},
-    {"maxBatchDelay", MC_INT, F(max_batch_delay_ms), 0},
-    {"responseTimeout", MC_INT, F(response_timeout_s), 1},
-    {"startupTimeout", MC_INT, F(startup_timeout_s), 1},
-    {"jobQueueSize", MC_INT, F(job_queue_size), 1},
-    {"maxRetryTimeoutInSec", MC_INT, F(max_retry_timeout_s), 0},
-    {"clientTimeoutInMills", MC_INT, F(client_timeout_ms), 0},
-    {"sequenceBatching", MC_BOOL, F(sequence_batching), 0},
-    {"continuousBatching", MC_BOOL, F(continuous_batching), 0},
-    {"sequenceMaxIdleMSec", MC_INT, F(seq_max_idle_ms), 0},
-    {"sequenceTimeoutMSec", MC_INT, F(seq_timeout_ms), 0},
-    {"maxSequenceJobQueueSize", MC_INT, F(max_seq_job_queue), 1},
-    {"maxNumSequence", MC_INT, F(max_num_sequence), 1},
-    {"handler.cache.capacity", MC_INT, F(cache_capacity), 0},
+    {"minWorkers", MC_INT, F(min_workers), 0, MC_MAX_WORKERS},
+    {"maxWorkers", MC_INT, F(max_workers), 0, MC_MAX_WORKERS},
+    {"batchSize", MC_INT, F(batch_size), 1, MC_MAX_BATCH_SIZE},
+    {"maxBatchDelay", MC_INT, F(max_batch_delay_ms), 0, MC_MAX_DELAY_MS},
+    {"responseTimeout", MC_INT, F(response_timeout_s), 1, MC_MAX_TIMEOUT_S},
+    {"startupTimeout", MC_INT, F(startup_timeout_s), 1, MC_MAX_TIMEOUT_S},
+    {"jobQueueSize", MC_INT, F(job_queue_size), 1, MC_MAX_QUEUE},
+    {"maxRetryTimeoutInSec", MC_INT, F(max_retry_timeout_s), 0, MC_MAX_TIMEOUT_S},
+    {"clientTimeoutInMills", MC_INT, F(client_timeout_ms), 0, INT_MAX},
+    {"sequenceBatching", MC_BOOL, F(sequence_batching), 0, 1},
+    {"continuousBatching", MC_BOOL, F(continuous_batching), 0, 1},
+    {"sequenceMaxIdleMSec", MC_INT, F(seq_max_idle_ms), 0, INT_MAX},
+    {"sequenceTimeoutMSec", MC_INT, F(seq_timeout_ms), 0, INT_MAX},
+    {"maxSequenceJobQueueSize", MC_INT, F(max_seq_job_queue), 1, MC_MAX_QUEUE},
+    {"maxNumSequence", MC_INT, F(max_num_sequence), 1, MC_MAX_QUEUE},
+    {"handler.cache.capacity", MC_INT, F(cache_capacity), 0, MC_MAX_QUEUE},
 };
 
 void model_config_defaults(struct model_config *mc)
@@ -108,6 +108,7 @@ int model_config_load(const char *path, struct model_config *mc, char *err, size
             continue;
         int *field = (int *)((char *)mc + k->off);
         const char *reason = NULL;
+        char why[48];
         if (k->kind == MC_BOOL) {
             if (parse_yaml_bool(e->value, field))
                 reason = "expected true or false";
@@ -120,7 +121,10 @@ int model_config_load(const char *path, struct model_config *mc, char *err, size
                 reason = "expected an integer";
             else if (v < k->min)
                 reason = k->min ? "must be at least 1" : "must not be negative";
-            else
+            else if (v > k->max) {
+                snprintf(why, sizeof(why), "must be at most %ld", k->max);
+                reason = why;
+            } else
                 *field = (int)v;
         }
         if (reason) {

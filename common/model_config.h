@@ -6,6 +6,15 @@
 #ifndef TS_MODEL_CONFIG_H
 #define TS_MODEL_CONFIG_H
 
+/* Upper bounds on the numbers a model's config or a management call may set (model-config.yaml,
+ * REST and gRPC alike): a typo or a hostile call must not fork-bomb the host, make one batch
+ * allocate gigabytes, or park a timer for years. TorchServe has none of them. */
+#define MC_MAX_WORKERS 64
+#define MC_MAX_BATCH_SIZE 1024
+#define MC_MAX_DELAY_MS 600000  /* 10 minutes */
+#define MC_MAX_TIMEOUT_S 604800 /* a week */
+#define MC_MAX_QUEUE (1 << 20)
+
 #include <stddef.h>
 
 struct model_config {

@@ -64,6 +64,9 @@ static const struct key keys[] = {
     /* ours: per-stream backpressure (a client that stops reading pauses its request) */
     {"stream_buffer_size", K_LONG, F(stream_buffer_size), 1024, 1L << 30},
     {"stream_stall_timeout", K_INT, F(stream_stall_timeout), 1, 86400},
+    /* ours: open HTTP connections on the three listeners together; 0 derives it from the fd
+     * limit, keeping fds for workers, LMDB and gRPC */
+    {"max_connections", K_INT, F(max_connections), 0, 1 << 24},
     /* ours: a total for the archives extracted into the scratch directory (each one is also
      * capped on its own, archive.h), so that many registrations cannot fill the disk */
     {"max_extracted_bytes", K_LONG, F(max_extracted_bytes), 1, LONG_MAX},

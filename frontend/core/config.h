@@ -32,6 +32,7 @@ struct config {
     long max_response_size;                /* 6553500 */
     long stream_buffer_size;               /* 4 MiB: a slow client's stream is paused beyond */
     int stream_stall_timeout;              /* 60 s: a stream paused that long is cancelled */
+    int max_connections;                   /* 0: derived from RLIMIT_NOFILE (http_guard.h) */
     long max_extracted_bytes;              /* 16 GiB: all extracted archives together */
     int default_response_timeout;          /* 120 s */
     int default_startup_timeout;           /* 120 s */

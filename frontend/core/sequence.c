@@ -315,11 +315,31 @@ static void set_header(struct job *j, const char *k, const char *v)
     job_add_header(j, k, v, strlen(v));
 }
 
+int sequence_id_check(const char *id, char *msg, size_t msglen)
+{
+    size_t n = strlen(id);
+    if (n > SEQ_ID_MAX) {
+        snprintf(msg, msglen, "Sequence id of %zu bytes is longer than %d bytes", n, SEQ_ID_MAX);
+        return -1;
+    }
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f) {
+            snprintf(msg, msglen,
+                     "Sequence id may contain only printable ASCII characters without spaces");
+            return -1;
+        }
+    return 0;
+}
+
 int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request *r, int *status,
                     char *msg, size_t msglen)
 {
     char gen[48];
     const char *id = r->id && *r->id ? r->id : NULL;
+    if (id && sequence_id_check(id, msg, msglen) != 0) {
+        *status = 400;
+        return TS_E_BAD_INPUT;
+    }
     struct seq *s = id ? find(t, id) : NULL;
 
     if (r->cancel) {

@@ -48,9 +48,14 @@ struct seq_table *sequence_table_new(struct worker_group *g, const struct model_
 /* Fails every queued request (503), then frees every sequence and the table. */
 void sequence_table_free(struct seq_table *t);
 
+/* Sequence ids (client-given or ours) are at most SEQ_ID_MAX bytes of printable ASCII without
+ * spaces: they become LMDB keys (511 bytes at most) and header values. 0, or -1 with msg (400). */
+#define SEQ_ID_MAX 256
+int sequence_id_check(const char *id, char *msg, size_t msglen);
+
 /* Attaches the job to its sequence and queues it. Returns 0 when queued; 1 when the request
  * was a cancel that has been carried out (reply 200 with msg, do not expect frames); or a
- * negative code with *status (404, 409, 410, 429, 503) and msg for the client. */
+ * negative code with *status (400, 404, 409, 410, 429, 503) and msg for the client. */
 int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request *r, int *status,
                     char *msg, size_t msglen);
 /* TorchServe-style exception name for a sequence_submit status. */

@@ -437,10 +437,12 @@ static void stream2_half_close(struct gcall *g)
 
 #define INFERENCE_SVC "/org.pytorch.serve.grpc.inference.InferenceAPIsService/"
 
+#define PRED_REQ org__pytorch__serve__grpc__inference__predictions_request__descriptor
 const struct grpc_method grpc_inference_methods[] = {
-    {INFERENCE_SVC "Ping", 0, ping_message, NULL, NULL},
-    {INFERENCE_SVC "Predictions", 0, predictions_message, NULL, predict_cancel},
-    {INFERENCE_SVC "StreamPredictions", 0, stream_message, NULL, predict_cancel},
-    {INFERENCE_SVC "StreamPredictions2", 1, stream2_message, stream2_half_close, predict_cancel},
-    {NULL, 0, NULL, NULL, NULL},
+    {INFERENCE_SVC "Ping", 0, ping_message, NULL, NULL, NULL},
+    {INFERENCE_SVC "Predictions", 0, predictions_message, NULL, predict_cancel, &PRED_REQ},
+    {INFERENCE_SVC "StreamPredictions", 0, stream_message, NULL, predict_cancel, &PRED_REQ},
+    {INFERENCE_SVC "StreamPredictions2", 1, stream2_message, stream2_half_close, predict_cancel,
+     &PRED_REQ},
+    {NULL, 0, NULL, NULL, NULL, NULL},
 };

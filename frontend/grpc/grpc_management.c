@@ -168,11 +168,17 @@ static void unregister_message(struct gcall *g, const uint8_t *data, size_t len)
 #define MANAGEMENT_SVC "/org.pytorch.serve.grpc.management.ManagementAPIsService/"
 
 const struct grpc_method grpc_management_methods[] = {
-    {MANAGEMENT_SVC "DescribeModel", 0, describe_message, NULL, mgmt_cancel},
-    {MANAGEMENT_SVC "ListModels", 0, list_message, NULL, mgmt_cancel},
-    {MANAGEMENT_SVC "RegisterModel", 0, register_message, NULL, mgmt_cancel},
-    {MANAGEMENT_SVC "ScaleWorker", 0, scale_message, NULL, mgmt_cancel},
-    {MANAGEMENT_SVC "SetDefault", 0, set_default_message, NULL, mgmt_cancel},
-    {MANAGEMENT_SVC "UnregisterModel", 0, unregister_message, NULL, mgmt_cancel},
-    {NULL, 0, NULL, NULL, NULL},
+    {MANAGEMENT_SVC "DescribeModel", 0, describe_message, NULL, mgmt_cancel,
+     &org__pytorch__serve__grpc__management__describe_model_request__descriptor},
+    {MANAGEMENT_SVC "ListModels", 0, list_message, NULL, mgmt_cancel,
+     &org__pytorch__serve__grpc__management__list_models_request__descriptor},
+    {MANAGEMENT_SVC "RegisterModel", 0, register_message, NULL, mgmt_cancel,
+     &org__pytorch__serve__grpc__management__register_model_request__descriptor},
+    {MANAGEMENT_SVC "ScaleWorker", 0, scale_message, NULL, mgmt_cancel,
+     &org__pytorch__serve__grpc__management__scale_worker_request__descriptor},
+    {MANAGEMENT_SVC "SetDefault", 0, set_default_message, NULL, mgmt_cancel,
+     &org__pytorch__serve__grpc__management__set_default_request__descriptor},
+    {MANAGEMENT_SVC "UnregisterModel", 0, unregister_message, NULL, mgmt_cancel,
+     &org__pytorch__serve__grpc__management__unregister_model_request__descriptor},
+    {NULL, 0, NULL, NULL, NULL, NULL},
 };

@@ -593,12 +593,15 @@ static void model_metadata(struct gcall *c, const uint8_t *data, size_t len)
 }
 
 const struct grpc_method grpc_oip_methods[] = {
-    {SVC "ServerLive", 0, server_live, NULL, NULL},
-    {SVC "ServerReady", 0, server_ready, NULL, NULL},
-    {SVC "ModelReady", 0, model_ready, NULL, NULL},
-    {SVC "ServerMetadata", 0, server_metadata, NULL, NULL},
-    {SVC "ModelMetadata", 0, model_metadata, NULL, NULL},
-    {SVC "ModelInfer", 0, model_infer_message, NULL, model_infer_cancel},
-    {SVC "ModelStreamInfer", 1, stream_message, stream_half_close, stream_cancel},
-    {NULL, 0, NULL, NULL, NULL},
+    {SVC "ServerLive", 0, server_live, NULL, NULL, NULL},
+    {SVC "ServerReady", 0, server_ready, NULL, NULL, NULL},
+    {SVC "ModelReady", 0, model_ready, NULL, NULL, &inference__model_ready_request__descriptor},
+    {SVC "ServerMetadata", 0, server_metadata, NULL, NULL, NULL},
+    {SVC "ModelMetadata", 0, model_metadata, NULL, NULL,
+     &inference__model_metadata_request__descriptor},
+    {SVC "ModelInfer", 0, model_infer_message, NULL, model_infer_cancel,
+     &inference__model_infer_request__descriptor},
+    {SVC "ModelStreamInfer", 1, stream_message, stream_half_close, stream_cancel,
+     &inference__model_infer_request__descriptor},
+    {NULL, 0, NULL, NULL, NULL, NULL},
 };

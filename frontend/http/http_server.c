@@ -1,9 +1,7 @@
 /*
  * http_server: listeners and reply helpers (see http_server.h).
  *
- * evhttp refuses bodies over its own limit with an HTML page, so its limit is set well above
- * max_request_size (a memory guard only) and the inference and management handlers enforce
- * max_request_size themselves with TorchServe's JSON error.
+ * The limits every request and connection meets are http_guard's.
  */
 #include "http_server.h"
 
@@ -17,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_guard.h"
 #include "log.h"
 #include "core/core.h"
 #include "util.h"
@@ -48,6 +47,10 @@ const char *http_reason(int status)
         return "Gone";
     case 413:
         return "Request Entity Too Large";
+    case 414:
+        return "URI Too Long";
+    case 431:
+        return "Request Header Fields Too Large";
     case 429:
         return "Too Many Requests";
     case 500:
@@ -58,6 +61,8 @@ const char *http_reason(int status)
         return "Service Unavailable";
     case 504:
         return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
     case 507:
         return "Insufficient Storage";
     default:
@@ -200,19 +205,22 @@ static struct evhttp *http_inference, *http_management, *http_metrics;
 static void on_inference(struct evhttp_request *req, void *arg)
 {
     (void)arg;
-    http_inference_handle(req);
+    if (http_guard_check(req) == 0)
+        http_inference_handle(req);
 }
 
 static void on_management(struct evhttp_request *req, void *arg)
 {
     (void)arg;
-    http_management_handle(req);
+    if (http_guard_check(req) == 0)
+        http_management_handle(req);
 }
 
 static void on_metrics(struct evhttp_request *req, void *arg)
 {
     (void)arg;
-    http_metrics_handle(req);
+    if (http_guard_check(req) == 0)
+        http_metrics_handle(req);
 }
 
 static struct evhttp *listen_on(const struct listen_addr *a,
@@ -229,17 +237,16 @@ static struct evhttp *listen_on(const struct listen_addr *a,
     evhttp_set_allowed_methods(h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                       EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_HEAD |
                                       EVHTTP_REQ_PATCH);
-    long cap = srv->cfg.max_request_size * 4;
-    if (cap < 64L << 20)
-        cap = 64L << 20;
-    evhttp_set_max_body_size(h, cap);
     evhttp_set_timeout(h, srv->cfg.default_response_timeout + 10);
     evhttp_set_gencb(h, cb, NULL);
-    if (!evhttp_bind_socket_with_handle(h, a->host, (ev_uint16_t)a->port)) {
+    struct evhttp_bound_socket *bound =
+        evhttp_bind_socket_with_handle(h, a->host, (ev_uint16_t)a->port);
+    if (!bound) {
         LOG_ERROR("cannot listen on %s:%d", a->host, a->port);
         evhttp_free(h);
         return NULL;
     }
+    http_guard_attach(h, bound);
     LOG_INFO("listening on http://%s:%d", a->host, a->port);
     return h;
 }
@@ -247,6 +254,7 @@ static struct evhttp *listen_on(const struct listen_addr *a,
 int http_servers_start(void)
 {
     const struct config *c = &srv->cfg;
+    http_guard_init();
     if (!(http_inference = listen_on(&c->inference_address, on_inference)))
         return -1;
     if (!(http_management = listen_on(&c->management_address, on_management)))
@@ -258,6 +266,7 @@ int http_servers_start(void)
 
 void http_servers_stop(void)
 {
+    http_guard_shutdown();
     if (http_inference)
         evhttp_free(http_inference);
     if (http_management)

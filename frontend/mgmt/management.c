@@ -38,8 +38,6 @@
 #include "describe.h"
 #include "model_register.h"
 
-/* A safety cap, not TorchServe's: a typo in min_worker must not fork-bomb the host. */
-#define MGMT_MAX_WORKERS 64
 /* How long an unregister lets workers exit on their own before killing them. */
 #define MGMT_KILL_GRACE_MS 5000
 
@@ -464,12 +462,22 @@ struct mgmt_op *mgmt_register(const struct mgmt_register_args *a, mgmt_done_fn *
         fail(done, arg, 400, "BadRequestException", "Invalid RuntimeType value: %s", a->runtime);
         return NULL;
     }
-    if (a->initial_workers > MGMT_MAX_WORKERS) {
-        fail(done, arg, 400, "BadRequestException",
-             "initial_workers %d exceeds the limit of %d workers per model", a->initial_workers,
-             MGMT_MAX_WORKERS);
-        return NULL;
-    }
+    const struct {
+        const char *name;
+        int value, max;
+    } bounds[] = {
+        {"initial_workers", a->initial_workers, MC_MAX_WORKERS},
+        {"batch_size", a->batch_size, MC_MAX_BATCH_SIZE},
+        {"max_batch_delay", a->max_batch_delay, MC_MAX_DELAY_MS},
+        {"response_timeout", a->response_timeout, MC_MAX_TIMEOUT_S},
+        {"startup_timeout", a->startup_timeout, MC_MAX_TIMEOUT_S},
+    };
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
+        if (bounds[i].value > bounds[i].max) {
+            fail(done, arg, 400, "BadRequestException", "%s %d exceeds the limit of %d",
+                 bounds[i].name, bounds[i].value, bounds[i].max);
+            return NULL;
+        }
     struct model_reg r;
     model_reg_init(&r);
     r.url = a->url;
@@ -509,7 +517,7 @@ static void register_prepared(void *arg, struct model *m, int rc, const char *er
     }
     int n = op->target, max = n;
     if (m->mc.min_workers > 0 && m->mc.max_workers >= m->mc.min_workers &&
-        m->mc.max_workers <= MGMT_MAX_WORKERS) {
+        m->mc.max_workers <= MC_MAX_WORKERS) {
         n = m->mc.min_workers;
         max = m->mc.max_workers;
     }
@@ -585,10 +593,10 @@ struct mgmt_op *mgmt_scale(const struct mgmt_scale_args *a, mgmt_done_fn *done, 
              "Error while creating workers: min_worker cannot be negative.");
         return NULL;
     }
-    if (a->max_worker > MGMT_MAX_WORKERS) {
+    if (a->max_worker > MC_MAX_WORKERS) {
         fail(done, arg, 400, "BadRequestException",
              "max_worker %d exceeds the limit of %d workers per model", a->max_worker,
-             MGMT_MAX_WORKERS);
+             MC_MAX_WORKERS);
         return NULL;
     }
     m->min_workers = a->min_worker;

@@ -538,3 +538,24 @@ def test_shutdown_during_synchronous_register():
             s.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.smoke
+def test_nul_in_names_invalid_argument(isrv):
+    """protobuf-c hands strings over as C strings: "mlp\\0x" would serve mlp, and
+    UnregisterModel("mlp\\0junk") would unregister mlp. A string field with a NUL is refused."""
+    st = inference_stub(isrv)
+    e = rpc_error(st.Predictions, data_request("mlp\0x", mlp_input(0)), timeout=10)
+    assert e.code() == C.INVALID_ARGUMENT and "model_name" in e.details(), e
+    e = rpc_error(lambda: list(st.StreamPredictions2(iter([data_request("mlp\0x", mlp_input(0))]),
+                                                     timeout=10)))
+    assert e.code() == C.INVALID_ARGUMENT, e
+    ms = management_stub(isrv)
+    e = rpc_error(ms.UnregisterModel, mpb.UnregisterModelRequest(model_name="mlp\0junk"),
+                  timeout=10)
+    assert e.code() == C.INVALID_ARGUMENT and "model_name" in e.details(), e
+    e = rpc_error(ms.DescribeModel, mpb.DescribeModelRequest(model_name="mlp", model_version="1\0"),
+                  timeout=10)
+    assert e.code() == C.INVALID_ARGUMENT and "model_version" in e.details(), e
+    r = st.Predictions(data_request("mlp", mlp_input(0)), timeout=10)
+    assert len(json.loads(r.prediction)) == 10

@@ -360,3 +360,30 @@ def test_extracted_archives_have_a_total_cap(server_factory, tmp_path):
     assert s.delete("/models/first", api="management").status_code == 200
     r = s.post("/models?url=mlp.mar&model_name=second", api="management")
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("param,value,limit", [("batch_size", 10000000, 1024),
+                                               ("max_batch_delay", 2000000000, 600000),
+                                               ("initial_workers", 1000, 64),
+                                               ("response_timeout", 999999999, 604800)])
+def test_register_numbers_bounded(srv, param, value, limit):
+    """Registering a sequence model with batch_size=10000000 and sending one prediction used to
+    overflow the loop thread's stack and take every model down: client-given numbers are bounded,
+    with 400 naming the limit, and nothing is registered."""
+    r = call(srv, "POST", f"models?url=stateful.mar&model_name=big&{param}={value}")
+    assert r.status_code == 400, r.text
+    assert param in r.json()["message"] and str(limit) in r.json()["message"]
+    assert status(srv, "GET", "models/big") == 404
+    r = call(srv, "PUT", "models/mlp?min_worker=1&max_worker=100")
+    assert r.status_code in (400, 404), r.text
+
+
+def test_model_config_yaml_numbers_bounded(server_factory):
+    """The same bounds hold for model-config.yaml: a batchSize over the limit fails the load with
+    the file's line."""
+    srv = server_factory(models=["mlp"], yaml={"mlp": {"batchSize": 5000}}, load=False,
+                         config={"enable_model_api": "true"})
+    r = call(srv, "POST", "models?url=mlp&initial_workers=1&synchronous=true")
+    assert r.status_code == 400, r.text
+    assert "batchSize" in r.json()["message"] and "1024" in r.json()["message"]

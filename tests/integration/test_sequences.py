@@ -393,3 +393,34 @@ def test_describe_shows_sequence_keys(server_factory):
     assert d["sequenceBatching"] is True
     assert d["maxNumSequence"] == 8  # batchSize 4 x maxWorkers 2
     assert d["cacheCapacity"] > 0
+
+
+@pytest.mark.smoke
+def test_bad_sequence_ids_400_and_no_slot_leaked(server_factory):
+    """A client-given id over 256 bytes (LMDB keys stop at 511) or with control characters is
+    refused with 400 before it takes a sequence slot: with maxNumSequence 2, two good sequences
+    still open after a hundred refusals."""
+    yaml = dict(PLAIN, batchSize=1, minWorkers=1, maxWorkers=1, maxNumSequence=2)
+    srv = server_factory(models=["stateful"], yaml={"stateful": yaml})
+    wait_ready(srv)
+    for i in range(50):
+        r = step(srv, "x" * (512 + i), 1, headers={START: "true"})
+        assert r.status_code == 400, r.text
+        assert "longer than 256 bytes" in r.json()["message"]
+        r = step(srv, f"bad id {i}", 1, headers={START: "true"})
+        assert r.status_code == 400 and "printable" in r.json()["message"], r.text
+    time.sleep(0.2)
+    ids = []
+    for _ in range(2):
+        r = srv.post("/predictions/stateful", data="1", timeout=30)
+        if r.status_code == 429:  # the readiness probe's sequence has not idled out yet
+            time.sleep(1)
+            r = srv.post("/predictions/stateful", data="1", timeout=30)
+        assert r.status_code == 200, r.text
+        ids.append(r.headers[SEQ])
+    good = "y" * 256
+    for sid in ids:
+        assert step(srv, sid, 0).status_code == 200
+    r = step(srv, good, 3, headers={START: "true"})
+    assert r.status_code == 200 and r.headers[SEQ] == good, r.text
+    assert step(srv, good, 0).status_code == 200

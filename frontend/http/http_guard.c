@@ -1,0 +1,349 @@
+/*
+ * http_guard: request and connection limits (see http_guard.h).
+ */
+#include "http_guard.h"
+
+#include <errno.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "http_server.h"
+#include "log.h"
+#include "util.h"
+
+#define MAX_LISTENERS 3
+#define PAUSE_MS 100
+
+static struct evconnlistener *listeners[MAX_LISTENERS];
+static int n_listeners;
+static int fd_cap;      /* accept while the lowest free descriptor is below this */
+static int paused;      /* listeners disabled: EMFILE or the cap */
+static struct event *resume_ev;
+static int64_t last_log_us;
+static long suppressed; /* log lines not written since the last one */
+
+int http_guard_max_connections(void)
+{
+    return fd_cap;
+}
+
+static int lowest_free_fd(void)
+{
+    int fd = n_listeners ? fcntl(evconnlistener_get_fd(listeners[0]), F_DUPFD_CLOEXEC, 0)
+                         : open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return INT_MAX; /* EMFILE itself: full */
+    close(fd);
+    return fd;
+}
+
+void http_guard_init(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        if (want == RLIM_INFINITY || want > (1u << 20))
+            want = 1u << 20; /* select()-era code in libraries is not our concern; memory is */
+        if (want > rl.rlim_cur) {
+            rl.rlim_cur = want;
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                LOG_WARN("cannot raise the fd limit to %lu: %s", (unsigned long)want,
+                         strerror(errno));
+        }
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        rl.rlim_cur = 1024;
+    long lim = rl.rlim_cur == RLIM_INFINITY ? (1L << 20) : (long)rl.rlim_cur;
+    /* a reserve for what is not a connection: worker sockets and pipes, LMDB, gRPC, logs */
+    long reserve = lim / 8;
+    if (reserve < 64)
+        reserve = 64;
+    if (reserve > 1024)
+        reserve = 1024;
+    /* max_connections counts the descriptors opened after this point: connections, and also
+     * the sockets and pipes of workers started later (a small number next to connections) */
+    long base = lowest_free_fd();
+    long cap = srv->cfg.max_connections > 0 ? base + srv->cfg.max_connections : lim - reserve;
+    if (cap > lim - 16)
+        cap = lim - 16;
+    if (cap < base + 16)
+        cap = base + 16;
+    fd_cap = (int)cap;
+    LOG_INFO("fd limit %ld; the HTTP listeners accept while fewer than %d descriptors are open",
+             lim, fd_cap);
+}
+
+/* at most one line per second; the lines in between are counted */
+static void log_limited(const char *what)
+{
+    int64_t now = ts_now_us();
+    if (now - last_log_us < 1000000) {
+        suppressed++;
+        return;
+    }
+    if (suppressed)
+        LOG_WARN("%s (%ld more since the last report); accepting paused for %d ms", what,
+                 suppressed, PAUSE_MS);
+    else
+        LOG_WARN("%s; accepting paused for %d ms", what, PAUSE_MS);
+    last_log_us = now;
+    suppressed = 0;
+}
+
+/* The lowest free descriptor: the kernel hands out the lowest, so every one below it is open. */
+
+static void set_accepting(int on)
+{
+    for (int i = 0; i < n_listeners; i++) {
+        if (on)
+            evconnlistener_enable(listeners[i]);
+        else
+            evconnlistener_disable(listeners[i]);
+    }
+    paused = !on;
+}
+
+static void pause_accepting(void)
+{
+    if (!paused)
+        set_accepting(0);
+    struct timeval tv = {0, PAUSE_MS * 1000};
+    evtimer_add(resume_ev, &tv);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    if (lowest_free_fd() >= fd_cap) {
+        log_limited("at the connection cap (max_connections)");
+        pause_accepting();
+        return;
+    }
+    set_accepting(1);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    int e = EVUTIL_SOCKET_ERROR();
+    char what[128];
+    snprintf(what, sizeof(what), "accept(): %s", strerror(e));
+    log_limited(what);
+    if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)
+        pause_accepting();
+}
+
+/* evhttp calls this for each accepted connection, just after accept(): the place to notice
+ * that the cap is reached. The connection itself is served; the next ones wait in the backlog. */
+static struct bufferevent *on_connection(struct event_base *base, void *arg)
+{
+    (void)base;
+    (void)arg;
+    if (!paused && lowest_free_fd() >= fd_cap) {
+        log_limited("at the connection cap (max_connections)");
+        pause_accepting();
+    }
+    return NULL; /* evhttp makes its own bufferevent */
+}
+
+void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound)
+{
+    evhttp_set_max_headers_size(h, HTTP_LINE_MAX + HTTP_HEAD_MAX);
+    evhttp_set_max_body_size(h, srv->cfg.max_request_size);
+    /* a refused body is read and dropped, then answered: the client sees the 413, not a reset */
+    evhttp_set_flags(h, EVHTTP_SERVER_LINGERING_CLOSE);
+    evhttp_set_bevcb(h, on_connection, NULL);
+    if (!resume_ev)
+        resume_ev = evtimer_new(srv->base, on_resume, NULL);
+    struct evconnlistener *l = evhttp_bound_socket_get_listener(bound);
+    if (l && n_listeners < MAX_LISTENERS) {
+        evconnlistener_set_error_cb(l, on_accept_error);
+        listeners[n_listeners++] = l;
+    }
+}
+
+void http_guard_shutdown(void)
+{
+    if (resume_ev)
+        event_free(resume_ev);
+    resume_ev = NULL;
+    n_listeners = 0;
+    paused = 0;
+}
+
+/* Content-Length: 1 to 18 digits, nothing else (no sign, no list) */
+static int plain_length(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 18)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] < '0' || v[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* What is wrong with a request: a status, an exception type and a message for the client. */
+struct problem {
+    int status;
+    const char *type;
+    char msg[256];
+};
+
+static int found(struct problem *p, int status, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int found(struct problem *p, int status, const char *type, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->msg, sizeof(p->msg), fmt, ap);
+    va_end(ap);
+    p->status = status;
+    p->type = type;
+    return -1;
+}
+
+static const char *const BAD = "BadRequestException";
+static const char *const HEADERS_TOO_LARGE = "RequestHeaderFieldsTooLargeException";
+
+static int target_problem(const char *uri, struct problem *pb)
+{
+    size_t n = strlen(uri);
+    if (n > HTTP_LINE_MAX)
+        return found(pb, 414, "URITooLongException",
+                     "The request target of %zu bytes is longer than %d bytes", n, HTTP_LINE_MAX);
+    for (const char *p = uri; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return found(pb, 400, BAD, "The request target contains a control character");
+        if (p[0] == '%' && p[1] == '0' && p[2] == '0')
+            return found(pb, 400, BAD, "The request target contains an encoded NUL (%%00)");
+    }
+    return 0;
+}
+
+static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
+{
+    const struct evkeyval *h, *cl = NULL, *te = NULL;
+    int count = 0;
+    TAILQ_FOREACH(h, hs, next)
+    {
+        if (++count > HTTP_HEADERS_MAX)
+            return found(pb, 431, HEADERS_TOO_LARGE, "The request has more than %d headers",
+                         HTTP_HEADERS_MAX);
+        if (strlen(h->key) + strlen(h->value) + 2 > HTTP_LINE_MAX)
+            return found(pb, 431, HEADERS_TOO_LARGE,
+                         "Request header '%.40s' is longer than %d bytes", h->key, HTTP_LINE_MAX);
+        if (!strcasecmp(h->key, "Content-Length")) {
+            if (!plain_length(h->value))
+                return found(pb, 400, BAD,
+                             "Invalid Content-Length '%.32s': it must be a plain number",
+                             h->value);
+            if (cl && strcmp(cl->value, h->value))
+                return found(pb, 400, BAD, "Conflicting Content-Length headers (%.20s and %.20s)",
+                             cl->value, h->value);
+            cl = h;
+        } else if (!strcasecmp(h->key, "Transfer-Encoding")) {
+            if (te || strcasecmp(h->value, "chunked"))
+                return found(pb, 501, "NotImplementedException",
+                             "Transfer-Encoding '%.32s' is not supported: only a single "
+                             "'chunked' is",
+                             h->value);
+            te = h;
+        }
+    }
+    if (cl && te)
+        return found(pb, 400, BAD, "Content-Length and Transfer-Encoding together are ambiguous");
+    return 0;
+}
+
+static void answer(struct evhttp_request *req, const struct problem *pb)
+{
+    char rid[40];
+    http_request_id(req, rid);
+    http_send_error(req, rid, pb->status, pb->type, "%s", pb->msg);
+}
+
+int http_guard_check(struct evhttp_request *req)
+{
+    struct problem pb;
+    if (target_problem(evhttp_request_get_uri(req), &pb) == 0 &&
+        headers_problem(evhttp_request_get_input_headers(req), &pb) == 0)
+        return 0;
+    answer(req, &pb);
+    return -1;
+}
+
+/*
+ * libevent answers the requests it refuses itself (a malformed request line or header, a head
+ * or body over evhttp's limits, a method not in evhttp_set_allowed_methods) through
+ * evhttp_send_error, with an HTML page. libevent calls it through its PLT, so this definition in
+ * the executable (linked with -rdynamic) takes its place, and those answers become our JSON error
+ * body with the status that names the problem. It is also the one our code would get.
+ */
+/* The answer is in the kernel: end the connection, which evhttp then notices and frees. */
+static void close_when_sent(struct evhttp_request *req, void *arg)
+{
+    (void)arg;
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c)
+        shutdown(bufferevent_getfd(evhttp_connection_get_bufferevent(c)), SHUT_RDWR);
+}
+
+void evhttp_send_error(struct evhttp_request *req, int error, const char *reason)
+{
+    (void)reason;
+    const struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    int parsed_line = cmd != 0;
+    long max = srv->cfg.max_request_size;
+    const char *cl = evhttp_find_header(in, "Content-Length");
+    const char *te = evhttp_find_header(in, "Transfer-Encoding");
+    struct problem pb;
+    if (cmd & (EVHTTP_REQ_CONNECT | EVHTTP_REQ_TRACE) || (error == 501 && parsed_line))
+        found(&pb, 405, "MethodNotAllowedException",
+              "The method is not allowed: GET, POST, PUT, DELETE, OPTIONS, HEAD and PATCH are "
+              "served");
+    else if (parsed_line && headers_problem(in, &pb) != 0)
+        ; /* a header says what is wrong */
+    else if (error == 413 && cl && atol(cl) > max)
+        found(&pb, 413, "RequestEntityTooLargeException",
+              "Request body of %.20s bytes exceeds max_request_size (%ld bytes)", cl, max);
+    else if (error == 413 && te)
+        found(&pb, 413, "RequestEntityTooLargeException",
+              "Chunked request body exceeds max_request_size (%ld bytes), or a chunk size is out "
+              "of range",
+              max);
+    else if (error == 413)
+        found(&pb, 431, HEADERS_TOO_LARGE, "The request head is larger than %d bytes",
+              HTTP_LINE_MAX + HTTP_HEAD_MAX);
+    else if (error == 400 && parsed_line)
+        found(&pb, 400, BAD,
+              "Malformed request: a header line or the chunked body framing is invalid");
+    else if (error == 400)
+        found(&pb, 400, BAD,
+              "Malformed request line: expected METHOD /target HTTP/1.x in at most %d bytes",
+              HTTP_LINE_MAX + HTTP_HEAD_MAX);
+    else
+        found(&pb, error, "ServiceException", "%s", http_reason(error));
+    /* evhttp keeps a CONNECT's connection open whatever the answer says (a tunnel) */
+    if (cmd == EVHTTP_REQ_CONNECT)
+        evhttp_request_set_on_complete_cb(req, close_when_sent, NULL);
+    answer(req, &pb);
+}
