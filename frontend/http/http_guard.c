@@ -335,7 +335,8 @@ void evhttp_send_error(struct evhttp_request *req, int error, const char *reason
               HTTP_LINE_MAX + HTTP_HEAD_MAX);
     else if (error == 400 && parsed_line)
         found(&pb, 400, BAD,
-              "Malformed request: a header line or the chunked body framing is invalid");
+              "Malformed request: the HTTP version (1.0 and 1.1 are served), a header line or "
+              "the chunked body framing is invalid");
     else if (error == 400)
         found(&pb, 400, BAD,
               "Malformed request line: expected METHOD /target HTTP/1.x in at most %d bytes",

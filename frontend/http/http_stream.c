@@ -22,6 +22,7 @@
 
 #define SSE_KEEPALIVE_S 15
 #define STREAM_TIMEOUT_S (24 * 3600)
+#define WATCH_READ_MAX (64 * 1024)
 
 static struct evbuffer *conn_output(struct http_call *c)
 {
@@ -93,6 +94,9 @@ void http_call_watch(struct http_call *c)
     void *arg;
     bufferevent_getcb(bev, NULL, &wcb, &ecb, &arg);
     bufferevent_setcb(bev, NULL, wcb, ecb, arg);
+    /* what a client sends meanwhile (a pipelined request) waits in at most WATCH_READ_MAX bytes;
+     * beyond that the socket is not read until the reply is done */
+    bufferevent_setwatermark(bev, EV_READ, 0, WATCH_READ_MAX);
     bufferevent_enable(bev, EV_READ);
     evhttp_connection_set_timeout(c->evcon, STREAM_TIMEOUT_S);
     if (c->sse && !c->whole) {
@@ -110,6 +114,7 @@ static void call_done(struct http_call *c)
         evhttp_connection_set_closecb(c->evcon, NULL, NULL);
         /* back to the idle timeout of http_server.c for the next request on the connection */
         evhttp_connection_set_timeout(c->evcon, srv->cfg.default_response_timeout + 10);
+        bufferevent_setwatermark(evhttp_connection_get_bufferevent(c->evcon), EV_READ, 0, 0);
     }
     http_call_free(c);
 }

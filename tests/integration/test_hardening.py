@@ -358,3 +358,35 @@ def test_connection_cap_waits_in_backlog(tmp_path):
         still_answers(s)
     finally:
         s.stop()
+
+
+def test_bytes_sent_while_waiting_are_bounded(server_factory):
+    """While a request waits for its worker, the rest of its connection is read into at most a
+    small buffer: a client that pipelines 64 MiB behind a slow request does not grow the
+    frontend, and its first request is still answered."""
+    s = server_factory(models=["identity_text"], yaml={"identity_text": {"handler": {"delay_ms": 300}}})
+    s.wait_ready("identity_text", body={"data": "warm", "headers": {"x-delay-ms": "0"}})
+    before = rss_kb(s.pid)
+    with socket.create_connection(("127.0.0.1", s.ports["inference"]), timeout=10) as c:
+        body = b"a b c d e f"
+        c.sendall(b"POST /predictions/identity_text HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                  % len(body) + body)
+        c.settimeout(0.5)
+        sent = 0
+        t0 = time.time()
+        while sent < (64 << 20) and time.time() - t0 < 1.2:
+            try:
+                sent += c.send(b"x" * (1 << 20))
+            except socket.timeout:
+                break
+        growth = rss_kb(s.pid) - before
+        assert sent < (16 << 20), f"the server took {sent >> 20} MiB while the request waited"
+        assert growth < 8 * 1024, f"frontend RSS grew by {growth} KiB"
+        c.settimeout(10)
+        got = b""
+        while len(got) < 12:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
