@@ -59,6 +59,7 @@ struct icall {
     struct buf acc;   /* Predictions: the bodies so far */
     int sent;         /* messages sent for the running job */
     int half_closed;  /* StreamPredictions2: the client sends nothing more */
+    int paused;       /* the client does not read: jobs run paused (gcall_set_backlog_cb) */
     int n_pending;
     STAILQ_HEAD(, pending_req) pending;
     struct event *next_ev; /* StreamPredictions2: starts the next request from the loop */
@@ -82,6 +83,16 @@ static void icall_free(struct icall *c)
     free(c);
 }
 
+static void on_backlog(struct gcall *g, int paused)
+{
+    struct icall *c = gcall_user(g);
+    if (!c)
+        return;
+    c->paused = paused;
+    if (c->job)
+        job_pause(c->job, paused);
+}
+
 static struct icall *icall_new(struct gcall *g, enum ikind kind)
 {
     struct icall *c = xcalloc(1, sizeof(*c));
@@ -90,6 +101,7 @@ static struct icall *icall_new(struct gcall *g, enum ikind kind)
     buf_init(&c->acc);
     STAILQ_INIT(&c->pending);
     gcall_set_user(g, c);
+    gcall_set_backlog_cb(g, on_backlog);
     return c;
 }
 
@@ -159,6 +171,8 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
     struct icall *c = j->sink_arg;
     int status = p->status > 0 ? p->status : 200;
     size_t len = p->body.len > 0 ? (size_t)p->body.len : 0;
+    if (c->paused && !final)
+        job_pause(j, 1); /* dispatched after the client stopped reading */
     if (status >= 400) {
         /* the handler failed this request: its body is the error text */
         char *msg = xstrndup(len ? p->body.p : "", len);
@@ -311,6 +325,8 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
     }
     c->job = j;
     c->sent = 0;
+    if (c->paused)
+        job_pause(j, 1);
     return 0;
 }
 

@@ -63,8 +63,24 @@ struct gstream {
     int half_closed;
     int held;
     int mlserver;
-    int over; /* the call was finished (mlserver error) */
+    int over;   /* the call was finished (mlserver error) */
+    int paused; /* the client does not read: jobs run paused (gcall_set_backlog_cb) */
 };
+
+/* ModelStreamInfer: every running request of the stream pauses with it */
+static void on_backlog(struct gcall *c, int paused)
+{
+    struct gstream *st = gcall_user(c);
+    if (!st)
+        return;
+    st->paused = paused;
+    struct greq *q;
+    TAILQ_FOREACH(q, &st->reqs, link)
+    {
+        if (q->job && !q->done)
+            job_pause(q->job, paused);
+    }
+}
 
 static void greq_free(struct greq *q)
 {
@@ -198,6 +214,8 @@ static void unary_done(struct greq *q)
 static void on_frame(struct job *j, const struct otf_prediction *p, int final)
 {
     struct greq *q = j->sink_arg;
+    if (q->st && q->st->paused && !final)
+        job_pause(j, 1); /* dispatched after the client stopped reading */
     if (q->st && TAILQ_FIRST(&q->st->reqs) != q) {
         hold_event(q, p, final);
         if (final)
@@ -369,6 +387,8 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
     }
     struct submit_error e;
     rc = model_submit_request(mod, j, &e);
+    if (rc == 0 && st && st->paused)
+        job_pause(j, 1);
     if (rc == 1) { /* a sequence cancel, carried out by the frontend: an empty answer */
         struct oip_pb_resp rs;
         oip_pb_resp_init(&rs, q->model_name, q->model_version, q->id);
@@ -420,6 +440,7 @@ static void stream_message(struct gcall *c, const uint8_t *data, size_t len)
         st->mlserver =
             srv->cfg.oip_stream_response && !strcmp(srv->cfg.oip_stream_response, "mlserver");
         gcall_set_user(c, st);
+        gcall_set_backlog_cb(c, on_backlog);
     }
     start_request(c, st, data, len);
     if (st->n >= MAX_INFLIGHT && !st->held) {

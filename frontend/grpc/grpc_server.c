@@ -69,6 +69,7 @@ struct gsrv {
 
 struct gmsg {
     grpc_byte_buffer *bb;
+    size_t len;
     STAILQ_ENTRY(gmsg) link;
 };
 
@@ -99,6 +100,10 @@ struct gcall {
     grpc_status_code status;
     grpc_slice status_details;
     STAILQ_HEAD(, gmsg) out;
+    size_t out_bytes;             /* in out: what the client has not taken yet */
+    int backlogged;               /* out_bytes passed stream_buffer_size, not yet half */
+    gcall_backlog_fn *backlog_cb; /* the service pauses and resumes its work */
+    struct event *stall;          /* backlogged and no progress: cancel */
     void *user;
     struct gmd *mdcache;
     struct gcall *next_released; /* G.released */
@@ -136,6 +141,8 @@ static void call_free(struct gcall *c)
         grpc_byte_buffer_destroy(m->bb);
         free(m);
     }
+    if (c->stall)
+        event_free(c->stall);
     while (c->mdcache) {
         struct gmd *n = c->mdcache->next;
         free(c->mdcache->key);
@@ -196,6 +203,45 @@ static void arm_new_call(struct gsrv *s)
 
 /* Starts the next send batch if none is in flight: a queued message (with the status when it
  * is the last one and the service has finished), or the status alone. */
+/* ---- a client that does not read: backpressure on the service, then cancel ---- */
+
+static void on_stall(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct gcall *c = arg;
+    LOG_WARN("grpc %s call %s: the client took nothing for %d s with %zu bytes waiting; cancelled",
+             c->srv->name, c->id, srv->cfg.stream_stall_timeout, c->out_bytes);
+    grpc_call_cancel_with_status(c->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                 "The client stopped reading the stream", NULL);
+    grpc_drive_soon();
+}
+
+static void arm_stall(struct gcall *c)
+{
+    if (!c->stall)
+        c->stall = evtimer_new(srv->base, on_stall, c);
+    struct timeval tv = {srv->cfg.stream_stall_timeout, 0};
+    evtimer_add(c->stall, &tv);
+}
+
+/* Past stream_buffer_size queued bytes the service is told to pause; it resumes at half. */
+static void backlog_check(struct gcall *c)
+{
+    size_t cap = (size_t)srv->cfg.stream_buffer_size;
+    if (!c->backlogged && c->out_bytes > cap) {
+        c->backlogged = 1;
+        arm_stall(c);
+        if (c->backlog_cb && c->owned)
+            c->backlog_cb(c, 1);
+    } else if (c->backlogged && c->out_bytes <= cap / 2) {
+        c->backlogged = 0;
+        evtimer_del(c->stall);
+        if (c->backlog_cb && c->owned)
+            c->backlog_cb(c, 0);
+    }
+}
+
 static void pump_send(struct gcall *c)
 {
     if (c->send_pending || c->closed || c->status_sent)
@@ -214,7 +260,9 @@ static void pump_send(struct gcall *c)
     if (m) {
         STAILQ_REMOVE_HEAD(&c->out, link);
         c->send_bb = m->bb;
+        c->out_bytes -= m->len;
         free(m);
+        backlog_check(c);
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n].data.send_message.send_message = c->send_bb;
         n++;
@@ -421,6 +469,8 @@ static void on_recv(struct gcall *c, int success)
 static void on_send(struct gcall *c, int success)
 {
     c->send_pending = 0;
+    if (success && c->backlogged)
+        arm_stall(c); /* it reads, slowly: not a stall */
     if (c->send_bb)
         grpc_byte_buffer_destroy(c->send_bb);
     c->send_bb = NULL;
@@ -479,6 +529,7 @@ static struct gmsg *pack_message(const ProtobufCMessage *msg)
     protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(sl));
     struct gmsg *m = xmalloc(sizeof(*m));
     m->bb = grpc_raw_byte_buffer_create(&sl, 1);
+    m->len = len;
     grpc_slice_unref(sl);
     return m;
 }
@@ -498,8 +549,11 @@ static int queue_send(struct gcall *c, struct gmsg *m, int code, const char *tex
             drop_message(m);
         return -1;
     }
-    if (m)
+    if (m) {
         STAILQ_INSERT_TAIL(&c->out, m, link);
+        c->out_bytes += m->len;
+        backlog_check(c);
+    }
     if (code >= 0) {
         c->status = (grpc_status_code)code;
         c->status_details = grpc_slice_from_copied_string(text ? text : "");
@@ -547,6 +601,11 @@ static void on_release(evutil_socket_t fd, short what, void *arg)
     (void)what;
     (void)arg;
     flush_released();
+}
+
+void gcall_set_backlog_cb(struct gcall *c, gcall_backlog_fn *cb)
+{
+    c->backlog_cb = cb;
 }
 
 void gcall_finish(struct gcall *c, int code, const char *msg)

@@ -84,6 +84,12 @@ void gcall_send_finish(struct gcall *c, const ProtobufCMessage *msg, int code, c
 /* Client-streaming methods: stop (hold = 1) or resume (0) reading request messages, e.g. while
  * too many requests wait for the model. */
 void gcall_hold_recv(struct gcall *c, int hold);
+/* Backpressure for streams: when more than stream_buffer_size bytes of answers wait for a
+ * client that does not read, cb(c, 1) asks the service to pause its work (job_pause); cb(c, 0)
+ * when half of that is left. A client that takes nothing for stream_stall_timeout seconds while
+ * over the limit has its call cancelled (RESOURCE_EXHAUSTED; on_cancel follows). */
+typedef void gcall_backlog_fn(struct gcall *c, int paused);
+void gcall_set_backlog_cb(struct gcall *c, gcall_backlog_fn *cb);
 /* Per-call state of the service. */
 void *gcall_user(const struct gcall *c);
 void gcall_set_user(struct gcall *c, void *user);

@@ -141,3 +141,53 @@ def test_worker_killed_mid_stream_is_unavailable(gsrv, ref):
     msgs = [m.prediction.decode()
             for m in gsrv.stub.StreamPredictions(lm_request("The baker", 20), timeout=30)]
     assert "".join(msgs) == ref.greedy("The baker", 20)
+
+
+def test_grpc_slow_reader_is_paused_then_resumed_then_cut_off(tmp_path):
+    """gRPC streams have the same backpressure as HTTP: a client that stops reading gets its
+    request paused on the worker once stream_buffer_size waits in the frontend (others go on),
+    resumed when it reads, and cancelled (RESOURCE_EXHAUSTED) after stream_stall_timeout."""
+    srv = start_server(str(tmp_path), models=["identity_text"],
+                       config={"stream_buffer_size": "65536", "stream_stall_timeout": "3"},
+                       yaml={"identity_text": {"batchSize": 8, "handler": {"delay_ms": 0}}})
+    # no BDP probing: the client's flow-control window stays at 64 KiB, so a client that does
+    # not read soon stops taking bytes
+    opts = [("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", 1 << 24)]
+    chan = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}", options=opts)
+    stub = igrpc.InferenceAPIsServiceStub(chan)
+    try:
+        srv.wait_ready("identity_text", body={"data": "warm", "headers": {"x-delay-ms": "0"}})
+        words = [(b"%05d" % i) * 200 for i in range(4000)]  # 4 MB of output, 1000-byte words
+        req = ipb.PredictionsRequest(model_name="identity_text", input={"data": b" ".join(words)})
+        slow = stub.StreamPredictions(req, timeout=60)
+        first = next(slow)
+        deadline = time.time() + 20
+        while "paused on worker" not in srv.log() and time.time() < deadline:
+            time.sleep(0.1)
+        assert "paused on worker" in srv.log()
+        rss = int(open(f"/proc/{srv.pid}/status").read().split("VmRSS:")[1].split()[0])
+        assert rss < 60 * 1024, f"frontend RSS {rss} kB while a stream is paused"
+        r = stub.Predictions(ipb.PredictionsRequest(model_name="identity_text",
+                                                    input={"data": b"still streaming"}), timeout=5)
+        assert r.prediction.split() == [b"still", b"streaming"]
+        time.sleep(1)
+        got = [first.prediction] + [m.prediction for m in slow]
+        assert b"".join(got).split() == words
+        assert "resumed on worker" in srv.log()
+
+        dead = stub.StreamPredictions(req, timeout=60)
+        next(dead)
+        deadline = time.time() + 20
+        while "took nothing" not in srv.log() and time.time() < deadline:
+            time.sleep(0.2)
+        assert "took nothing for 3 s" in srv.log()
+        with pytest.raises(grpc.RpcError) as ei:
+            for _ in dead:
+                pass
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, ei.value
+        r = stub.Predictions(ipb.PredictionsRequest(model_name="identity_text",
+                                                    input={"data": b"after"}), timeout=5)
+        assert r.prediction.split() == [b"after"]
+    finally:
+        chan.close()
+        srv.stop()
