@@ -145,6 +145,7 @@ GRPC_TESTS := tests/integration/test_grpc.py tests/integration/test_streaming_gr
               tests/integration/test_sequences_grpc.py
 test-integration: all models
 	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/fault
 	TS_BUILD=$(BUILD) TS_GRPC_DRIVE=thread $(PYTHON) -m pytest -q -p no:cacheprovider $(GRPC_TESTS)
 
 test-smoke: all models

@@ -665,6 +665,51 @@ int ctx_state_commit(struct ts_ctx *c)
     return 0;
 }
 
+static void drop_held(struct ts_ctx *c, struct otf_str id)
+{
+    for (struct wreq *r = c->held_head; r; r = r->next)
+        if (otf_str_eq(id, r->id))
+            r->cancelled = 1; /* the next step frees it without an answer */
+}
+
+void ctx_fail_uncommitted(struct ts_ctx *c, int rc)
+{
+    struct buf old = c->out;
+    buf_init(&c->out);
+    char msg[256];
+    snprintf(msg, sizeof(msg), "could not store the sequence state: %s", state_strerror(rc));
+    char *body = ctx_error_json(507, msg);
+    struct otf_kv last = {.key = otf_s(OTF_STREAM_NEXT), .val = otf_s("false")};
+    size_t off = 0;
+    long n;
+    struct otf_response resp;
+    while (off < old.len &&
+           (n = otf_decode_response(old.data + off, old.len - off, old.len, &resp)) > 0) {
+        off += (size_t)n;
+        otf_encode_response_begin(&c->out, 200, otf_s(PREDICTION_MSG));
+        for (size_t i = 0; i < resp.n_preds; i++) {
+            const struct otf_prediction *p = &resp.preds[i];
+            int streamed = otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT) != NULL;
+            struct otf_prediction e = {
+                .id = p->id,
+                .ctype = otf_s("application/json"),
+                .status = 507,
+                .phrase = otf_s(""),
+                .headers = streamed ? &last : NULL,
+                .n_headers = streamed ? 1 : 0,
+                .body = otf_s(body),
+            };
+            otf_encode_prediction(&c->out, &e);
+            drop_held(c, p->id);
+        }
+        otf_encode_list_end(&c->out);
+        otf_response_free(&resp);
+    }
+    free(body);
+    buf_free(&old);
+    state_forget_cache(c->state);
+}
+
 void ctx_state_drop(struct ts_ctx *c, const char *seq_id)
 {
     if (!seq_id || !*seq_id)

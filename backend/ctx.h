@@ -130,6 +130,10 @@ void ctx_close_frame(struct ts_ctx *c);
 /* Commits the state writes of the step; called before any response frame is written. A
  * failure means an acknowledged state might not be on disk: the caller must not send frames. */
 int ctx_state_commit(struct ts_ctx *c);
+/* After a failed commit (rc, e.g. a full disk): every prediction in the unsent frames becomes a
+ * 507 naming the failure (a stream ends with it), held requests answered so are dropped, and the
+ * state cache forgets what was not stored, so that later requests read what is on disk. */
+void ctx_fail_uncommitted(struct ts_ctx *c, int rc);
 /* A sequence ended (any 'S' event): drops its state from the LRU and LMDB, committed at once. */
 void ctx_state_drop(struct ts_ctx *c, const char *seq_id);
 

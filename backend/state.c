@@ -383,6 +383,12 @@ int state_commit(struct state_store *st)
     return rc;
 }
 
+void state_forget_cache(struct state_store *st)
+{
+    while (st && st->tail)
+        lru_remove(st, st->tail->key);
+}
+
 int state_dirty(const struct state_store *st)
 {
     return st && st->wtxn;

@@ -46,6 +46,8 @@ int state_open(struct state_store **out, const char *dir, const struct state_opt
                size_t errlen);
 /* Aborts a staged transaction (uncommitted writes are lost) and frees everything. NULL is ok. */
 void state_close(struct state_store *st);
+/* Empties the LRU (after a failed commit it may hold values that never reached the disk). */
+void state_forget_cache(struct state_store *st);
 
 /* The value for key: 0 with *val and *len (valid until the next state_* call), -ENOENT, or an
  * error. A hit moves the entry to the front of the LRU; a miss loads it from LMDB. */

@@ -125,13 +125,11 @@ static void write_all(struct ts_ctx *c, const uint8_t *p, size_t len)
 int worker_flush(struct ts_ctx *c)
 {
     ctx_close_frame(c);
-    /* every state a frame acknowledges is on disk before the frame leaves; if that fails, exit
-     * without answering: the frontend fails these requests and respawns us */
-    if (!c->eof && ctx_state_commit(c)) {
-        c->eof = 2;
-        buf_reset(&c->out);
-        return -EIO;
-    }
+    /* every state a frame acknowledges is on disk before the frame leaves; if that fails (a
+     * full disk), those answers become errors and nothing in memory stays ahead of the disk */
+    int rc;
+    if (!c->eof && (rc = ctx_state_commit(c)))
+        ctx_fail_uncommitted(c, rc);
     if (c->out.len)
         write_all(c, c->out.data, c->out.len);
     buf_reset(&c->out);
