@@ -250,7 +250,8 @@ static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
         if (strlen(h->key) + strlen(h->value) + 2 > HTTP_LINE_MAX)
             return found(pb, 431, HEADERS_TOO_LARGE,
                          "Request header '%.40s' is longer than %d bytes", h->key, HTTP_LINE_MAX);
-        if (!strcasecmp(h->key, "Content-Length")) {
+        char k0 = (char)(h->key[0] | 0x20); /* most headers are neither: skip strcasecmp */
+        if (k0 == 'c' && !strcasecmp(h->key, "Content-Length")) {
             if (!plain_length(h->value))
                 return found(pb, 400, BAD,
                              "Invalid Content-Length '%.32s': it must be a plain number", h->value);
@@ -258,7 +259,7 @@ static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
                 return found(pb, 400, BAD, "Conflicting Content-Length headers (%.20s and %.20s)",
                              cl->value, h->value);
             cl = h;
-        } else if (!strcasecmp(h->key, "Transfer-Encoding")) {
+        } else if (k0 == 't' && !strcasecmp(h->key, "Transfer-Encoding")) {
             if (te || strcasecmp(h->value, "chunked"))
                 return found(pb, 501, "NotImplementedException",
                              "Transfer-Encoding '%.32s' is not supported: only a single "

@@ -79,6 +79,37 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 
 static void on_keepalive(evutil_socket_t fd, short what, void *arg);
 
+/* What a client sends while its reply is pending (a pipelined request) is kept up to
+ * WATCH_READ_MAX bytes; beyond that the socket is not read (nor its EOF seen) until evhttp reads
+ * again for the next request. No evbuffer callback: it would cost every request. */
+static void on_watch_read(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    if (evbuffer_get_length(bufferevent_get_input(bev)) > WATCH_READ_MAX)
+        bufferevent_disable(bev, EV_READ);
+}
+
+/* Reads the connection only to notice EOF (evhttp does the same while it writes a reply, with
+ * no read callback, which is unbounded); evhttp resets the callbacks at each reply chunk, so
+ * send_chunk calls this again. */
+static void watch_reads(struct http_call *c)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+    bufferevent_data_cb wcb;
+    bufferevent_event_cb ecb;
+    void *arg;
+    bufferevent_getcb(bev, NULL, &wcb, &ecb, &arg);
+    bufferevent_setcb(bev, on_watch_read, wcb, ecb, arg);
+    bufferevent_enable(bev, EV_READ);
+}
+
+static void send_chunk(struct http_call *c, struct evbuffer *b)
+{
+    evhttp_send_reply_chunk(c->req, b);
+    if (c->evcon)
+        watch_reads(c);
+}
+
 void http_call_watch(struct http_call *c)
 {
     if (!c->evcon)
@@ -88,16 +119,7 @@ void http_call_watch(struct http_call *c)
      * leaves while its job is queued (or before the first frame) would go unnoticed and the job
      * would still run. Watch for EOF the way evhttp itself does while it writes a reply: no read
      * callback, EV_READ on. The wait in the queue has no idle limit (call_done restores it). */
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
-    bufferevent_data_cb wcb;
-    bufferevent_event_cb ecb;
-    void *arg;
-    bufferevent_getcb(bev, NULL, &wcb, &ecb, &arg);
-    bufferevent_setcb(bev, NULL, wcb, ecb, arg);
-    /* what a client sends meanwhile (a pipelined request) waits in at most WATCH_READ_MAX bytes;
-     * beyond that the socket is not read until the reply is done */
-    bufferevent_setwatermark(bev, EV_READ, 0, WATCH_READ_MAX);
-    bufferevent_enable(bev, EV_READ);
+    watch_reads(c);
     evhttp_connection_set_timeout(c->evcon, STREAM_TIMEOUT_S);
     if (c->sse && !c->whole) {
         struct timeval tv = {SSE_KEEPALIVE_S, 0};
@@ -114,7 +136,6 @@ static void call_done(struct http_call *c)
         evhttp_connection_set_closecb(c->evcon, NULL, NULL);
         /* back to the idle timeout of http_server.c for the next request on the connection */
         evhttp_connection_set_timeout(c->evcon, srv->cfg.default_response_timeout + 10);
-        bufferevent_setwatermark(evhttp_connection_get_bufferevent(c->evcon), EV_READ, 0, 0);
     }
     http_call_free(c);
 }
@@ -180,7 +201,7 @@ static void sse_write(struct http_call *c, const char *event, const char *data, 
         s = nl + (*nl == '\r' && nl + 1 < end && nl[1] == '\n' ? 2 : 1);
     }
     evbuffer_add(b, "\n", 1);
-    evhttp_send_reply_chunk(c->req, b);
+    send_chunk(c, b);
     evbuffer_free(b);
     c->last_event_us = ts_now_us();
 }
@@ -207,7 +228,7 @@ static void on_keepalive(evutil_socket_t fd, short what, void *arg)
     if (left <= 0) {
         struct evbuffer *b = evbuffer_new();
         evbuffer_add_printf(b, ": keep-alive\n\n");
-        evhttp_send_reply_chunk(c->req, b);
+        send_chunk(c, b);
         evbuffer_free(b);
         c->last_event_us = ts_now_us();
         left = SSE_KEEPALIVE_S * 1000000LL;
@@ -264,7 +285,7 @@ static void write_chunk(struct http_call *c, const char *data, size_t len)
         return;
     struct evbuffer *b = evbuffer_new();
     evbuffer_add(b, data, len);
-    evhttp_send_reply_chunk(c->req, b);
+    send_chunk(c, b);
     evbuffer_free(b);
 }
 
