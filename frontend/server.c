@@ -26,6 +26,7 @@
 #include "core/worker_pool.h"
 #include "grpc/grpc_server.h"
 #include "http/http_server.h"
+#include "http/http_tls.h"
 #include "log.h"
 #include "mgmt/auth.h"
 #include "mgmt/management.h"
@@ -228,6 +229,19 @@ int server_main(const struct server_opts *o)
     }
     if (http_servers_start() != 0)
         goto out;
+    if (srv->cfg.enable_grpc && srv->cfg.enable_grpc_ssl) {
+        /* the same check as for https listeners: a start with a broken key fails here, with
+         * the reason, instead of at every client's handshake */
+        char err[512];
+        struct ssl_ctx_st *ctx = http_tls_ctx_new(srv->cfg.certificate_file,
+                                                  srv->cfg.private_key_file, err, sizeof(err));
+        if (!ctx) {
+            LOG_ERROR("enable_grpc_ssl: %s", err);
+            fprintf(stderr, "torchserve-c: enable_grpc_ssl: %s\n", err);
+            goto out;
+        }
+        http_tls_ctx_free(ctx);
+    }
     if (grpc_servers_start() != 0)
         goto out;
     load_startup_models(o);

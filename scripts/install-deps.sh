@@ -6,7 +6,7 @@ set -eu
 PKGS="build-essential pkg-config
 libevent-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 protobuf-compiler-grpc libprotobuf-dev liblmdb-dev libyaml-dev libjansson-dev libarchive-dev
-uuid-dev libtorch-dev libopenblas0-pthread
+uuid-dev libtorch-dev libopenblas0-pthread libssl-dev openssl
 python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch
 curl wrk nghttp2-client clang-format"
 

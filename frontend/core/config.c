@@ -67,6 +67,10 @@ static const struct key keys[] = {
     /* ours: open HTTP connections on the three listeners together; 0 derives it from the fd
      * limit, keeping fds for workers, LMDB and gRPC */
     {"max_connections", K_INT, F(max_connections), 0, 1 << 24},
+    /* TLS: https:// listeners and enable_grpc_ssl use these PEM files (tls.h) */
+    {"private_key_file", K_OPT_STR, F(private_key_file), 0, 0},
+    {"certificate_file", K_OPT_STR, F(certificate_file), 0, 0},
+    {"enable_grpc_ssl", K_BOOL, F(enable_grpc_ssl), 0, 0},
     /* ours: a total for the archives extracted into the scratch directory (each one is also
      * capped on its own, archive.h), so that many registrations cannot fill the disk */
     {"max_extracted_bytes", K_LONG, F(max_extracted_bytes), 1, LONG_MAX},
@@ -126,9 +130,6 @@ static const char *const accepted[] = {
     "keystore",
     "keystore_pass",
     "keystore_type",
-    "certificate_file",
-    "private_key_file",
-    "enable_grpc_ssl",
     "grpc_inference_max_connection_age_ms",
     "grpc_management_max_connection_age_ms",
     "grpc_inference_max_connection_age_grace_ms",
@@ -402,6 +403,8 @@ void config_free(struct config *c)
     }
     free(c->grpc_inference_address);
     free(c->grpc_management_address);
+    free(c->private_key_file);
+    free(c->certificate_file);
     free(c->model_store);
     free(c->load_models);
     free(c->allowed_urls);

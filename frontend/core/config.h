@@ -33,6 +33,9 @@ struct config {
     long stream_buffer_size;               /* 4 MiB: a slow client's stream is paused beyond */
     int stream_stall_timeout;              /* 60 s: a stream paused that long is cancelled */
     int max_connections;                   /* 0: derived from RLIMIT_NOFILE (http_guard.h) */
+    char *private_key_file;                /* PEM, for https:// listeners and gRPC TLS */
+    char *certificate_file;                /* PEM (a chain: the server's certificate first) */
+    int enable_grpc_ssl;                   /* false */
     long max_extracted_bytes;              /* 16 GiB: all extracted archives together */
     int default_response_timeout;          /* 120 s */
     int default_startup_timeout;           /* 120 s */

@@ -5,12 +5,14 @@
 
 #include <errno.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <openssl/ssl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,22 +156,30 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
  * that the cap is reached. The connection itself is served; the next ones wait in the backlog. */
 static struct bufferevent *on_connection(struct event_base *base, void *arg)
 {
-    (void)base;
-    (void)arg;
+    SSL_CTX *tls = arg;
     if (!paused && lowest_free_fd() >= fd_cap) {
         log_limited("at the connection cap (max_connections)");
         pause_accepting();
     }
-    return NULL; /* evhttp makes its own bufferevent */
+    if (!tls)
+        return NULL; /* evhttp makes its own bufferevent */
+    /* evhttp sets the fd, which starts the handshake; freeing the bufferevent closes it */
+    SSL *ssl = SSL_new(tls);
+    if (!ssl) { /* out of memory, as xmalloc: never serve a TLS port in plain text */
+        LOG_ERROR("SSL_new failed");
+        abort();
+    }
+    return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                          BEV_OPT_CLOSE_ON_FREE);
 }
 
-void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound)
+void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound, struct ssl_ctx_st *tls)
 {
     evhttp_set_max_headers_size(h, HTTP_LINE_MAX + HTTP_HEAD_MAX);
     evhttp_set_max_body_size(h, srv->cfg.max_request_size);
     /* a refused body is read and dropped, then answered: the client sees the 413, not a reset */
     evhttp_set_flags(h, EVHTTP_SERVER_LINGERING_CLOSE);
-    evhttp_set_bevcb(h, on_connection, NULL);
+    evhttp_set_bevcb(h, on_connection, tls);
     if (!resume_ev)
         resume_ev = evtimer_new(srv->base, on_resume, NULL);
     struct evconnlistener *l = evhttp_bound_socket_get_listener(bound);

@@ -37,7 +37,9 @@ struct evhttp_bound_socket;
 /* Raises the fd limit and derives the connection cap. */
 void http_guard_init(void);
 /* Sets the request limits on h and watches its listening socket. */
-void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound);
+/* tls: the listener's OpenSSL context (http_tls.h), NULL for plain http. */
+struct ssl_ctx_st;
+void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound, struct ssl_ctx_st *tls);
 /* Stops the pause timer (before the listeners are freed). */
 void http_guard_shutdown(void);
 /* 0 when req may proceed; else it has been answered (4xx/5xx, connection closed). */

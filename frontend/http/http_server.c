@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "http_guard.h"
+#include "http_tls.h"
 #include "log.h"
 #include "core/core.h"
 #include "util.h"
@@ -223,17 +224,20 @@ static void on_metrics(struct evhttp_request *req, void *arg)
         http_metrics_handle(req);
 }
 
+static struct ssl_ctx_st *tls_ctx; /* https:// listeners */
+
 static struct evhttp *listen_on(const struct listen_addr *a,
                                 void (*cb)(struct evhttp_request *, void *))
 {
+    int tls = !strcmp(a->scheme, "https");
+    if (!tls && strcmp(a->scheme, "http")) {
+        LOG_ERROR("%s://%s:%d: only http and https listeners are supported", a->scheme, a->host,
+                  a->port);
+        return NULL;
+    }
     struct evhttp *h = evhttp_new(srv->base);
     if (!h)
         return NULL;
-    if (strcmp(a->scheme, "http")) {
-        LOG_ERROR("%s://%s:%d: only http listeners are supported", a->scheme, a->host, a->port);
-        evhttp_free(h);
-        return NULL;
-    }
     evhttp_set_allowed_methods(h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                       EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_HEAD |
                                       EVHTTP_REQ_PATCH);
@@ -246,8 +250,8 @@ static struct evhttp *listen_on(const struct listen_addr *a,
         evhttp_free(h);
         return NULL;
     }
-    http_guard_attach(h, bound);
-    LOG_INFO("listening on http://%s:%d", a->host, a->port);
+    http_guard_attach(h, bound, tls ? tls_ctx : NULL);
+    LOG_INFO("listening on %s://%s:%d", a->scheme, a->host, a->port);
     return h;
 }
 
@@ -255,6 +259,17 @@ int http_servers_start(void)
 {
     const struct config *c = &srv->cfg;
     http_guard_init();
+    if (!strcmp(c->inference_address.scheme, "https") ||
+        !strcmp(c->management_address.scheme, "https") ||
+        (c->enable_metrics_api && !strcmp(c->metrics_address.scheme, "https"))) {
+        char err[512];
+        if (!(tls_ctx =
+                  http_tls_ctx_new(c->certificate_file, c->private_key_file, err, sizeof(err)))) {
+            LOG_ERROR("https listener: %s", err);
+            fprintf(stderr, "torchserve-c: https listener: %s\n", err);
+            return -1;
+        }
+    }
     if (!(http_inference = listen_on(&c->inference_address, on_inference)))
         return -1;
     if (!(http_management = listen_on(&c->management_address, on_management)))
@@ -267,6 +282,9 @@ int http_servers_start(void)
 void http_servers_stop(void)
 {
     http_guard_shutdown();
+    if (tls_ctx)
+        http_tls_ctx_free(tls_ctx);
+    tls_ctx = NULL;
     if (http_inference)
         evhttp_free(http_inference);
     if (http_management)
