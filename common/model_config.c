@@ -10,6 +10,7 @@
 #include "model_config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -92,7 +93,81 @@ static int is_null(const char *v)
     return !*v || !strcmp(v, "~") || !strcasecmp(v, "null");
 }
 
-int model_config_load(const char *path, struct model_config *mc, char *err, size_t errlen)
+/* TorchServe's model-config.yaml keys that we do not act on (GPU and distributed inference,
+ * Python environments): a warning that names them. */
+static const struct {
+    const char *name, *why;
+} no_effect[] = {
+    {"parallelType", "this build runs on the CPU only, one process per worker"},
+    {"parallelLevel", "this build runs on the CPU only, one process per worker"},
+    {"deviceIds", "this build runs on the CPU only"},
+    {"torchrun", "distributed inference is not supported"},
+    {"pippy", "distributed inference is not supported"},
+    {"tp_config", "distributed inference is not supported"},
+    {"useVenv", "Python handlers are not supported"},
+    {"asyncCommunication", "workers always stream over their socket"},
+    {"pt2", "models are TorchScript, run by libtorch"},
+    {"compile", "models are TorchScript, run by libtorch"},
+};
+
+static void say(model_config_warn_fn *warn, void *arg, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(model_config_warn_fn *warn, void *arg, const char *fmt, ...)
+{
+    if (!warn)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    warn(msg, arg);
+}
+
+/* A key that is not one of mc_keys: the handler's section, deviceType, one TorchServe has and
+ * we do not act on (a warning), or unknown (a warning with the closest key). 0, or
+ * TS_E_BAD_CONFIG with err for a device we cannot serve on. */
+static int other_key(const char *name, const struct yflat_entry *e, model_config_warn_fn *warn,
+                     void *arg, char *err, size_t errlen)
+{
+    char top[64];
+    size_t n = strcspn(e->path, ".");
+    snprintf(top, sizeof(top), "%.*s", (int)(n < sizeof(top) ? n : sizeof(top) - 1), e->path);
+    if (!strcmp(top, "handler"))
+        return 0; /* the worker's */
+    const char *names[sizeof mc_keys / sizeof mc_keys[0] + 1];
+    for (size_t i = 0; i < sizeof mc_keys / sizeof mc_keys[0]; i++) {
+        names[i] = mc_keys[i].name;
+        if (!strcmp(mc_keys[i].name, e->path))
+            return 0;
+    }
+    if (!strcmp(top, "deviceType")) {
+        if (is_null(e->value) || !strcasecmp(e->value, "cpu"))
+            return 0;
+        snprintf(err, errlen,
+                 "%s:%d: deviceType: %s is not supported by torchserve-c: this build runs on the "
+                 "CPU only",
+                 name, e->line, e->value);
+        return TS_E_BAD_CONFIG;
+    }
+    for (size_t i = 0; i < sizeof no_effect / sizeof no_effect[0]; i++)
+        if (!strcmp(top, no_effect[i].name)) {
+            say(warn, arg, "%s:%d: %s has no effect in torchserve-c: %s", name, e->line, top,
+                no_effect[i].why);
+            return 0;
+        }
+    names[sizeof mc_keys / sizeof mc_keys[0]] = "deviceType";
+    const char *near = ts_closest(top, names, sizeof names / sizeof names[0]);
+    if (near)
+        say(warn, arg, "%s:%d: unknown key '%s' (ignored; did you mean '%s'?)", name, e->line, top,
+            near);
+    else
+        say(warn, arg, "%s:%d: unknown key '%s' (ignored)", name, e->line, top);
+    return 0;
+}
+
+int model_config_load(const char *path, struct model_config *mc, model_config_warn_fn *warn,
+                      void *warn_arg, char *err, size_t errlen)
 {
     model_config_defaults(mc);
     const char *slash = strrchr(path, '/');
@@ -133,6 +208,8 @@ int model_config_load(const char *path, struct model_config *mc, char *err, size
             rc = TS_E_BAD_CONFIG;
         }
     }
+    for (size_t i = 0; i < y.n && !rc; i++)
+        rc = other_key(name, &y.e[i], warn, warn_arg, err, errlen);
     yflat_free(&y);
     if (rc)
         model_config_defaults(mc);

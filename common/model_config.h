@@ -17,6 +17,8 @@
 
 #include <stddef.h>
 
+typedef void model_config_warn_fn(const char *msg, void *arg);
+
 struct model_config {
     int min_workers;         /* minWorkers, -1 = unset */
     int max_workers;         /* maxWorkers, -1 = unset */
@@ -38,7 +40,11 @@ struct model_config {
 };
 
 void model_config_defaults(struct model_config *mc);
-/* Reads the yaml file at path into mc (starting from defaults). 0 or TS_E_BAD_CONFIG/-errno. */
-int model_config_load(const char *path, struct model_config *mc, char *err, size_t errlen);
+/* Reads the yaml file at path into mc (starting from defaults). 0 or TS_E_BAD_CONFIG/-errno
+ * (deviceType other than cpu is refused). Keys of TorchServe's that we do not act on, and
+ * unknown keys (with the closest known one), are reported to warn ("file:line: ..."), which may
+ * be NULL. */
+int model_config_load(const char *path, struct model_config *mc, model_config_warn_fn *warn,
+                      void *warn_arg, char *err, size_t errlen);
 
 #endif

@@ -4,6 +4,7 @@
  */
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -367,4 +368,47 @@ int ts_check_model_name(const char *s, char *why, size_t n)
 int ts_check_model_version(const char *s, char *why, size_t n)
 {
     return check_name("version", s, 0, why, n);
+}
+
+/* Levenshtein distance, case-insensitive, for short keys (longer ones compare as far apart). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            size_t best = diag + cost;
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *ts_closest(const char *s, const char *const *candidates, size_t n)
+{
+    size_t limit = strlen(s) / 3, best = SIZE_MAX;
+    if (limit < 2)
+        limit = 2;
+    const char *pick = NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = edit_distance(s, candidates[i]);
+        if (d < best) {
+            best = d;
+            pick = candidates[i];
+        }
+    }
+    return best <= limit ? pick : NULL;
 }

@@ -71,6 +71,12 @@ static const struct key keys[] = {
     {"private_key_file", K_OPT_STR, F(private_key_file), 0, 0},
     {"certificate_file", K_OPT_STR, F(certificate_file), 0, 0},
     {"enable_grpc_ssl", K_BOOL, F(enable_grpc_ssl), 0, 0},
+    {"grpc_inference_max_connection_age_ms", K_INT, F(grpc_max_connection_age_ms[0]), 0, INT_MAX},
+    {"grpc_management_max_connection_age_ms", K_INT, F(grpc_max_connection_age_ms[1]), 0, INT_MAX},
+    {"grpc_inference_max_connection_age_grace_ms", K_INT, F(grpc_max_connection_age_grace_ms[0]), 0,
+     INT_MAX},
+    {"grpc_management_max_connection_age_grace_ms", K_INT, F(grpc_max_connection_age_grace_ms[1]),
+     0, INT_MAX},
     /* ours: a total for the archives extracted into the scratch directory (each one is also
      * capped on its own, archive.h), so that many registrations cannot fill the disk */
     {"max_extracted_bytes", K_LONG, F(max_extracted_bytes), 1, LONG_MAX},
@@ -94,51 +100,58 @@ static const struct key keys[] = {
     {"oip_stream_response", K_STR, F(oip_stream_response), 0, 0},
 };
 
-/* TorchServe keys that mean something to TorchServe (JVM, Python, TLS, CORS, ...) but that we
- * accept without acting on, so that an existing config.properties loads. */
-static const char *const accepted[] = {
-    "number_of_netty_threads",
-    "netty_client_threads",
-    "enable_envvars_config",
-    "async_logging",
-    "default_service_handler",
-    "service_envelope",
-    "decode_input_request",
-    "limit_max_image_pixels",
-    "prefer_direct_buffer",
-    "use_native_io",
-    "io_ratio",
-    "vmargs",
-    "plugins_path",
-    "model_snapshot",
-    "cpu_launcher_enable",
-    "cpu_launcher_args",
-    "ipex_enable",
-    "ipex_gpu_enable",
-    "install_py_dep_per_model",
-    "number_of_gpu",
-    "blacklist_env_vars",
-    "workflow_store",
-    "metrics_config",
-    "model_metrics_auto_detect",
-    "disable_system_metrics",
-    "system_metrics_cmd",
-    "metric_time_interval",
-    "cors_allowed_origin",
-    "cors_allowed_methods",
-    "cors_allowed_headers",
-    "keystore",
-    "keystore_pass",
-    "keystore_type",
-    "grpc_inference_max_connection_age_ms",
-    "grpc_management_max_connection_age_ms",
-    "grpc_inference_max_connection_age_grace_ms",
-    "grpc_management_max_connection_age_grace_ms",
-    "use_env_allowed_urls",
-    "ts_open_inference_protocol",
-    "debug",
-    "python",
-    "initial_distribution_port",
+/* TorchServe keys we do not act on. A key whose effect a user relies on (security, where data
+ * goes, the request format) is refused unless its value asks for nothing ("refuse"); one that
+ * only tunes TorchServe's JVM, Python or GPU machinery is loaded with a warning that names it.
+ * Either way nothing is silently ignored. */
+enum unsupported { WARN, REFUSE };
+
+static const struct {
+    const char *name;
+    enum unsupported what;
+    const char *off; /* a value that asks for nothing (accepted quietly), or NULL */
+    const char *why;
+} unsupported[] = {
+    {"number_of_netty_threads", WARN, NULL, "there is no Netty: one libevent loop serves HTTP"},
+    {"netty_client_threads", WARN, NULL, "there is no Netty: workers speak over Unix sockets"},
+    {"async_logging", WARN, NULL, "logging is line-buffered stderr"},
+    {"prefer_direct_buffer", WARN, NULL, "a JVM setting"},
+    {"use_native_io", WARN, NULL, "a JVM setting"},
+    {"io_ratio", WARN, NULL, "a JVM setting"},
+    {"vmargs", WARN, NULL, "a JVM setting"},
+    {"plugins_path", REFUSE, "", "Java plugins cannot be loaded"},
+    {"default_service_handler", WARN, NULL, "handlers are named per model"},
+    {"service_envelope", REFUSE, "", "requests use TorchServe's default format only"},
+    {"decode_input_request", WARN, NULL, "C handlers get the request bytes as sent"},
+    {"limit_max_image_pixels", WARN, NULL, "a setting of TorchServe's Python image handlers"},
+    {"enable_envvars_config", REFUSE, "false", "TS_* environment variables are not read"},
+    {"model_snapshot", REFUSE, "", "snapshots are not restored; use --models or load_models"},
+    {"cpu_launcher_enable", WARN, NULL, "workers use worker_threads intra-op threads each"},
+    {"cpu_launcher_args", WARN, NULL, "workers use worker_threads intra-op threads each"},
+    {"ipex_enable", WARN, NULL, "Intel Extension for PyTorch is not used"},
+    {"ipex_gpu_enable", WARN, NULL, "Intel Extension for PyTorch is not used"},
+    {"install_py_dep_per_model", REFUSE, "false", "Python handlers are not supported"},
+    {"number_of_gpu", WARN, NULL, "this build runs on the CPU only"},
+    {"blacklist_env_vars", WARN, NULL, "workers get no Python environment"},
+    {"workflow_store", WARN, NULL, "workflows are not supported"},
+    {"metrics_config", WARN, NULL, "the metrics API serves a fixed set (README)"},
+    {"model_metrics_auto_detect", WARN, NULL, "the metrics API serves a fixed set (README)"},
+    {"disable_system_metrics", WARN, NULL, "no system metrics are collected"},
+    {"system_metrics_cmd", WARN, NULL, "no system metrics are collected"},
+    {"metric_time_interval", WARN, NULL, "no system metrics are collected"},
+    {"cors_allowed_origin", REFUSE, "", "CORS headers are not sent"},
+    {"cors_allowed_methods", REFUSE, "", "CORS headers are not sent"},
+    {"cors_allowed_headers", REFUSE, "", "CORS headers are not sent"},
+    {"keystore", REFUSE, "",
+     "Java keystores are not read: use certificate_file and "
+     "private_key_file (PEM)"},
+    {"keystore_pass", REFUSE, "", "Java keystores are not read"},
+    {"keystore_type", REFUSE, "", "Java keystores are not read"},
+    {"use_env_allowed_urls", REFUSE, "false", "allowed_urls is read from config.properties only"},
+    {"ts_open_inference_protocol", WARN, NULL, "OIP is always served on /v2 and gRPC"},
+    {"debug", WARN, NULL, "use --foreground and the log levels instead"},
+    {"python", WARN, NULL, "Python handlers are not supported"},
+    {"initial_distribution_port", WARN, NULL, "distributed inference is not supported"},
 };
 
 static void set_str(char **dst, const char *v)
@@ -180,7 +193,7 @@ void config_defaults(struct config *c)
     c->token_expiration_min = 60;
     c->allowed_urls = xstrdup("file://.*|http(s)?://.*");
     c->enable_metrics_api = 1;
-    c->metrics_mode = xstrdup("log");
+    c->metrics_mode = xstrdup("prometheus");
     c->initial_worker_port = 9000;
     c->worker_threads = 1;
     c->ts_header_key_sequence_id = xstrdup("ts_request_sequence_id");
@@ -321,8 +334,11 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
         set_str(field, v);
         return NULL;
     case K_METRICS:
-        if (strcmp(v, "log") && strcmp(v, "prometheus") && strcmp(v, "legacy"))
-            return "expected log, prometheus or legacy";
+        if (!strcmp(v, "log") || !strcmp(v, "legacy"))
+            return "not supported by torchserve-c: metrics are served in Prometheus format on "
+                   "the metrics API (metrics_mode=prometheus)";
+        if (strcmp(v, "prometheus"))
+            return "expected prometheus (log and legacy are TorchServe's, not supported)";
         set_str(field, v);
         return NULL;
     case K_JSON: {
@@ -338,6 +354,9 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
         }
         int is_obj = json_is_object(j);
         json_decref(j);
+        if (is_obj)
+            return "not supported by torchserve-c: models= (TorchServe's snapshot format) is not "
+                   "restored; use --models or load_models";
         if (!is_obj)
             return "expected a JSON object";
         set_str(field, v);
@@ -345,6 +364,49 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
     }
     }
     return "unsupported key type";
+}
+
+/* The closest key of ours to a mistyped one (one of the edit distance's best), or NULL. */
+static const char *closest_key(const char *s)
+{
+    const char *names[sizeof keys / sizeof keys[0]];
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        names[i] = keys[i].name;
+    return ts_closest(s, names, sizeof keys / sizeof keys[0]);
+}
+
+/* A key that is not ours: refused, warned about by name, or unknown (a warning with the
+ * closest key). 0, or TS_E_BAD_CONFIG with err. */
+static int not_ours(const char *path, const struct prop *p, config_warn_fn *warn, void *warn_arg,
+                    char *err, size_t errlen)
+{
+    for (size_t j = 0; j < sizeof unsupported / sizeof unsupported[0]; j++) {
+        if (strcmp(unsupported[j].name, p->key))
+            continue;
+        const char *off = unsupported[j].off;
+        int asks_nothing = off && !strcasecmp(p->value, off);
+        if (unsupported[j].what == REFUSE && !asks_nothing) {
+            snprintf(err, errlen, "%s:%d: %s is not supported by torchserve-c: %s", path, p->line,
+                     p->key, unsupported[j].why);
+            return TS_E_BAD_CONFIG;
+        }
+        if (!asks_nothing && warn) {
+            char *msg = xasprintf("%s:%d: %s has no effect in torchserve-c: %s", path, p->line,
+                                  p->key, unsupported[j].why);
+            warn(msg, warn_arg);
+            free(msg);
+        }
+        return 0;
+    }
+    if (warn) {
+        const char *near = closest_key(p->key);
+        char *msg = near ? xasprintf("%s:%d: unknown key '%s' (ignored; did you mean '%s'?)", path,
+                                     p->line, p->key, near)
+                         : xasprintf("%s:%d: unknown key '%s' (ignored)", path, p->line, p->key);
+        warn(msg, warn_arg);
+        free(msg);
+    }
+    return 0;
 }
 
 int config_load(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg, char *err,
@@ -367,17 +429,7 @@ int config_load(const char *path, struct config *c, config_warn_fn *warn, void *
                 break;
             }
         if (!k) {
-            int known = 0;
-            for (size_t j = 0; j < sizeof accepted / sizeof accepted[0]; j++)
-                if (!strcmp(accepted[j], p->key)) {
-                    known = 1;
-                    break;
-                }
-            if (!known && warn) {
-                char *msg = xasprintf("%s:%d: unknown key '%s' (ignored)", path, p->line, p->key);
-                warn(msg, warn_arg);
-                free(msg);
-            }
+            rc = not_ours(path, p, warn, warn_arg, err, errlen);
             continue;
         }
         char why[256];

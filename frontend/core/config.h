@@ -36,25 +36,27 @@ struct config {
     char *private_key_file;                /* PEM, for https:// listeners and gRPC TLS */
     char *certificate_file;                /* PEM (a chain: the server's certificate first) */
     int enable_grpc_ssl;                   /* false */
-    long max_extracted_bytes;              /* 16 GiB: all extracted archives together */
-    int default_response_timeout;          /* 120 s */
-    int default_startup_timeout;           /* 120 s */
-    int unregister_model_timeout;          /* 120 s */
-    int enable_model_api;                  /* false */
-    int disable_token_authorization;       /* false */
-    double token_expiration_min;           /* 60; a fraction is allowed (TorchServe: Double) */
-    char *allowed_urls;                    /* "file://.*|http(s)?://.*" */
-    int enable_metrics_api;                /* true */
-    char *metrics_mode;                    /* "log" */
-    int initial_worker_port;               /* 9000: worker ids count up from here */
-    int worker_threads;                    /* our key: intra-op threads per worker, default 1 */
-    char *ts_header_key_sequence_id;       /* ts_request_sequence_id */
-    char *ts_header_key_sequence_start;    /* ts_request_sequence_start */
-    char *ts_header_key_sequence_end;      /* ts_request_sequence_end */
-    char *models_json;                     /* `models=` JSON, NULL unless set */
-    char *state_dir;                       /* our key: state_dir; default <run dir>/state */
-    char *log_location;                    /* logs/ */
-    char *oip_stream_response;             /* our key: triton (default) | mlserver */
+    int grpc_max_connection_age_ms[2];     /* inference, management; 0 = none */
+    int grpc_max_connection_age_grace_ms[2];
+    long max_extracted_bytes;           /* 16 GiB: all extracted archives together */
+    int default_response_timeout;       /* 120 s */
+    int default_startup_timeout;        /* 120 s */
+    int unregister_model_timeout;       /* 120 s */
+    int enable_model_api;               /* false */
+    int disable_token_authorization;    /* false */
+    double token_expiration_min;        /* 60; a fraction is allowed (TorchServe: Double) */
+    char *allowed_urls;                 /* "file://.*|http(s)?://.*" */
+    int enable_metrics_api;             /* true */
+    char *metrics_mode;                 /* "log" */
+    int initial_worker_port;            /* 9000: worker ids count up from here */
+    int worker_threads;                 /* our key: intra-op threads per worker, default 1 */
+    char *ts_header_key_sequence_id;    /* ts_request_sequence_id */
+    char *ts_header_key_sequence_start; /* ts_request_sequence_start */
+    char *ts_header_key_sequence_end;   /* ts_request_sequence_end */
+    char *models_json;                  /* `models=` JSON, NULL unless set */
+    char *state_dir;                    /* our key: state_dir; default <run dir>/state */
+    char *log_location;                 /* logs/ */
+    char *oip_stream_response;          /* our key: triton (default) | mlserver */
 };
 
 typedef void config_warn_fn(const char *msg, void *arg);

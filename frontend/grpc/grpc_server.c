@@ -731,7 +731,7 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     s->methods = methods;
     s->scope = scope;
     s->shutdown_tag = (struct gtag){NULL, TAG_SHUTDOWN};
-    grpc_arg arg[2];
+    grpc_arg arg[4];
     arg[0].type = GRPC_ARG_INTEGER;
     arg[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     arg[0].value.integer =
@@ -741,7 +741,21 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     arg[1].type = GRPC_ARG_INTEGER;
     arg[1].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
     arg[1].value.integer = 0;
-    grpc_channel_args args = {2, arg};
+    /* TorchServe's grpc_*_max_connection_age(_grace)_ms: clients reconnect (and rebalance) */
+    size_t n = 2, which = scope == AUTH_MANAGEMENT;
+    int age = srv->cfg.grpc_max_connection_age_ms[which];
+    int grace = srv->cfg.grpc_max_connection_age_grace_ms[which];
+    if (age > 0) {
+        arg[n].type = GRPC_ARG_INTEGER;
+        arg[n].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_MS;
+        arg[n++].value.integer = age;
+    }
+    if (grace > 0) {
+        arg[n].type = GRPC_ARG_INTEGER;
+        arg[n].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS;
+        arg[n++].value.integer = grace;
+    }
+    grpc_channel_args args = {n, arg};
     s->server = grpc_server_create(&args, NULL);
     grpc_server_register_completion_queue(s->server, G.cq, NULL);
     const char *host = addr && *addr ? addr : "127.0.0.1";

@@ -37,6 +37,12 @@ void model_reg_init(struct model_reg *r)
     r->startup_timeout_s = -1;
 }
 
+/* model-config.yaml's warnings go to the log, naming the archive's model */
+static void config_warning(const char *msg, void *arg)
+{
+    LOG_WARN("model %s: %s", arg ? (const char *)arg : "?", msg);
+}
+
 /* allowed_urls: comma-separated regexes, matched case-insensitively against the whole url (as
  * TorchServe's Pattern.matcher().matches()). A pattern that does not compile matches nothing. */
 static int url_allowed(const char *url)
@@ -296,7 +302,8 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
     model_config_defaults(&m->mc);
     if (m->manifest.config_file && *m->manifest.config_file) {
         char *yp = xasprintf("%s/%s", m->dir, m->manifest.config_file);
-        rc = model_config_load(yp, &m->mc, merr, sizeof(merr));
+        rc = model_config_load(yp, &m->mc, config_warning, m->manifest.model_name, merr,
+                               sizeof(merr));
         free(yp);
         if (rc) {
             snprintf(err, errlen, "%s", merr);

@@ -69,7 +69,7 @@ TEST(defaults)
     CHECK_EQ_INT(c.token_expiration_min, 60);
     CHECK_STR(c.allowed_urls, "file://.*|http(s)?://.*");
     CHECK_EQ_INT(c.enable_metrics_api, 1);
-    CHECK_STR(c.metrics_mode, "log");
+    CHECK_STR(c.metrics_mode, "prometheus");
     CHECK_EQ_INT(c.initial_worker_port, 9000);
     CHECK_EQ_INT(c.worker_threads, 1);
     CHECK_STR(c.ts_header_key_sequence_id, "ts_request_sequence_id");
@@ -152,13 +152,15 @@ TEST(load_every_key)
                     "ts_header_key_sequence_id=x-seq\n"
                     "ts_header_key_sequence_start=x-start\n"
                     "ts_header_key_sequence_end=x-end\n"
-                    "models={\"m\": {\"1.0\": {\"minWorkers\": 1}}}\n"
                     "state_dir=/var/lib/tsc\n"
                     "log_location=/var/log/tsc\n"
-                    "number_of_netty_threads=4\n"
-                    "vmargs=-Xmx1g\n"
-                    "keystore=src/test/resources/keystore.p12\n"
-                    "grpc_inference_max_connection_age_ms=100\n";
+                    "private_key_file=/k.pem\n"
+                    "certificate_file=/c.pem\n"
+                    "enable_grpc_ssl=true\n"
+                    "max_connections=500\n"
+                    "install_py_dep_per_model=false\n"
+                    "grpc_inference_max_connection_age_ms=100\n"
+                    "grpc_management_max_connection_age_grace_ms=50\n";
     struct config c;
     char err[512];
     CHECK_EQ_INT(load(t, &c, err, sizeof err), 0);
@@ -195,7 +197,12 @@ TEST(load_every_key)
     CHECK_STR(c.ts_header_key_sequence_id, "x-seq");
     CHECK_STR(c.ts_header_key_sequence_start, "x-start");
     CHECK_STR(c.ts_header_key_sequence_end, "x-end");
-    CHECK_STR(c.models_json, "{\"m\": {\"1.0\": {\"minWorkers\": 1}}}");
+    CHECK_STR(c.private_key_file, "/k.pem");
+    CHECK_STR(c.certificate_file, "/c.pem");
+    CHECK_EQ_INT(c.enable_grpc_ssl, 1);
+    CHECK_EQ_INT(c.max_connections, 500);
+    CHECK_EQ_INT(c.grpc_max_connection_age_ms[0], 100);
+    CHECK_EQ_INT(c.grpc_max_connection_age_grace_ms[1], 50);
     CHECK_STR(c.state_dir, "/var/lib/tsc");
     CHECK_STR(c.log_location, "/var/log/tsc");
     config_free(&c);
@@ -208,7 +215,8 @@ TEST(unknown_key_warns)
     CHECK_EQ_INT(load("job_queue_size=5\n\nfoo=bar\ninference_adress=x\n", &c, err, sizeof err), 0);
     char want[1024];
     snprintf(want, sizeof want,
-             "%s:3: unknown key 'foo' (ignored)\n%s:4: unknown key 'inference_adress' (ignored)\n",
+             "%s:3: unknown key 'foo' (ignored)\n%s:4: unknown key 'inference_adress' (ignored; "
+             "did you mean 'inference_address'?)\n",
              path, path);
     CHECK_STR(warnings, want);
     CHECK_EQ_INT(c.job_queue_size, 5);
@@ -260,8 +268,8 @@ TEST(bad_values)
     expect_error("enable_model_api=yes\n",
                  "DIR/config.properties:1: enable_model_api: expected true or false, got 'yes'");
     expect_error("metrics_mode=json\n",
-                 "DIR/config.properties:1: metrics_mode: expected log, prometheus or legacy, got "
-                 "'json'");
+                 "DIR/config.properties:1: metrics_mode: expected prometheus (log and legacy are "
+                 "TorchServe's, not supported), got 'json'");
     expect_error("ts_header_key_sequence_id=\n",
                  "DIR/config.properties:1: ts_header_key_sequence_id: must not be empty, got ''");
     expect_error("models=[1]\n",
@@ -270,6 +278,48 @@ TEST(bad_values)
     char err[512];
     CHECK_EQ_INT(load("models={\"a\":\n", &c, err, sizeof err), TS_E_BAD_CONFIG);
     CHECK(strstr(err, "DIR/config.properties:1: models: invalid JSON") == err);
+    config_free(&c);
+}
+
+/* TorchServe's keys that we do not act on: refused when they ask for something users rely on,
+ * warned about by name otherwise; nothing is silently ignored */
+TEST(unsupported_keys)
+{
+    expect_error("cors_allowed_origin=*\n",
+                 "DIR/config.properties:1: cors_allowed_origin is not supported by torchserve-c: "
+                 "CORS headers are not sent");
+    expect_error("keystore=k.p12\n",
+                 "DIR/config.properties:1: keystore is not supported by torchserve-c: Java "
+                 "keystores are not read: use certificate_file and private_key_file (PEM)");
+    expect_error("install_py_dep_per_model=true\n",
+                 "DIR/config.properties:1: install_py_dep_per_model is not supported by "
+                 "torchserve-c: Python handlers are not supported");
+    expect_error("model_snapshot={}\n",
+                 "DIR/config.properties:1: model_snapshot is not supported by torchserve-c: "
+                 "snapshots are not restored; use --models or load_models");
+    expect_error("service_envelope=kserve\n",
+                 "DIR/config.properties:1: service_envelope is not supported by torchserve-c: "
+                 "requests use TorchServe's default format only");
+    expect_error("metrics_mode=log\n",
+                 "DIR/config.properties:1: metrics_mode: not supported by torchserve-c: metrics "
+                 "are served in Prometheus format on the metrics API (metrics_mode=prometheus), "
+                 "got 'log'");
+    expect_error("models={\"m\": {}}\n",
+                 "DIR/config.properties:1: models: not supported by torchserve-c: models= "
+                 "(TorchServe's snapshot format) is not restored; use --models or load_models, "
+                 "got '{\"m\": {}}'");
+    struct config c;
+    char err[512];
+    CHECK_EQ_INT(load("workflow_store=wf\nnumber_of_gpu=2\ninstall_py_dep_per_model=false\n", &c,
+                      err, sizeof err),
+                 0);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s:1: workflow_store has no effect in torchserve-c: workflows are not supported\n"
+             "%s:2: number_of_gpu has no effect in torchserve-c: this build runs on the CPU "
+             "only\n",
+             path, path);
+    CHECK_STR(warnings, want);
     config_free(&c);
 }
 
@@ -293,6 +343,7 @@ int main(void)
     RUN(load_every_key);
     RUN(unknown_key_warns);
     RUN(bad_values);
+    RUN(unsupported_keys);
     RUN(missing_file);
     tbase_remove();
     return tap_done();

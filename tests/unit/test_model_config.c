@@ -62,7 +62,7 @@ TEST(every_key)
                "  anything: goes\n");
     struct model_config mc;
     char err[256] = "";
-    CHECK_EQ_INT(model_config_load(path, &mc, err, sizeof err), 0);
+    CHECK_EQ_INT(model_config_load(path, &mc, NULL, NULL, err, sizeof err), 0);
     CHECK_EQ_INT(mc.min_workers, 1);
     CHECK_EQ_INT(mc.max_workers, 3);
     CHECK_EQ_INT(mc.batch_size, 8);
@@ -86,7 +86,7 @@ TEST(partial_and_null_keep_defaults)
     write_yaml("batchSize: 2\nmaxBatchDelay:\nresponseTimeout: ~\n");
     struct model_config mc;
     char err[256] = "";
-    CHECK_EQ_INT(model_config_load(path, &mc, err, sizeof err), 0);
+    CHECK_EQ_INT(model_config_load(path, &mc, NULL, NULL, err, sizeof err), 0);
     CHECK_EQ_INT(mc.batch_size, 2);
     CHECK_EQ_INT(mc.max_batch_delay_ms, -1);
     CHECK_EQ_INT(mc.response_timeout_s, -1);
@@ -98,7 +98,7 @@ static void expect_error(const char *yaml, const char *want)
     write_yaml(yaml);
     struct model_config mc;
     char err[256] = "";
-    int rc = model_config_load(path, &mc, err, sizeof err);
+    int rc = model_config_load(path, &mc, NULL, NULL, err, sizeof err);
     if (rc != TS_E_BAD_CONFIG || strcmp(err, want)) {
         fprintf(stderr, "  rc %d err '%s', expected '%s'\n", rc, err, want);
         CHECK(0);
@@ -131,9 +131,45 @@ TEST(missing_file)
 {
     struct model_config mc;
     char err[256] = "";
-    CHECK_EQ_INT(model_config_load("/nonexistent/model-config.yaml", &mc, err, sizeof err),
-                 -ENOENT);
+    CHECK_EQ_INT(
+        model_config_load("/nonexistent/model-config.yaml", &mc, NULL, NULL, err, sizeof err),
+        -ENOENT);
     CHECK(strstr(err, "model-config.yaml: cannot open"));
+}
+
+static char warned[1024];
+
+static void collect(const char *msg, void *arg)
+{
+    (void)arg;
+    strncat(warned, msg, sizeof warned - strlen(warned) - 2);
+    strcat(warned, "\n");
+}
+
+/* TorchServe keys we do not act on warn by name, mistyped keys warn with the closest one, and a
+ * GPU device refuses the load */
+TEST(unknown_and_unsupported_keys)
+{
+    write_yaml("minWorker: 2\n"
+               "batchsize: 4\n"
+               "parallelType: tp\n"
+               "handler:\n"
+               "  whatever: 1\n");
+    struct model_config mc;
+    char err[256] = "";
+    warned[0] = '\0';
+    CHECK_EQ_INT(model_config_load(path, &mc, collect, NULL, err, sizeof err), 0);
+    CHECK_STR(warned, "model-config.yaml:1: unknown key 'minWorker' (ignored; did you mean "
+                      "'minWorkers'?)\n"
+                      "model-config.yaml:2: unknown key 'batchsize' (ignored; did you mean "
+                      "'batchSize'?)\n"
+                      "model-config.yaml:3: parallelType has no effect in torchserve-c: this build "
+                      "runs on the CPU only, one process per worker\n");
+    CHECK_EQ_INT(mc.min_workers, -1);
+    write_yaml("batchSize: 2\ndeviceType: gpu\n");
+    CHECK_EQ_INT(model_config_load(path, &mc, collect, NULL, err, sizeof err), TS_E_BAD_CONFIG);
+    CHECK_STR(err, "model-config.yaml:2: deviceType: gpu is not supported by torchserve-c: this "
+                   "build runs on the CPU only");
 }
 
 int main(void)
@@ -143,6 +179,7 @@ int main(void)
     RUN(every_key);
     RUN(partial_and_null_keep_defaults);
     RUN(bad_values);
+    RUN(unknown_and_unsupported_keys);
     RUN(missing_file);
     tbase_remove();
     return tap_done();
