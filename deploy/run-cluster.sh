@@ -139,7 +139,10 @@ while [ $# -gt 0 ]; do
 done
 [ ${#models[@]} -gt 0 ] || models=(all)
 [ -x "$bin/torchserve-c" ] || { say "$bin/torchserve-c not found: run make"; exit 1; }
-command -v haproxy >/dev/null || { say "haproxy not found: scripts/install-deps.sh installs it"; exit 1; }
+if ! command -v haproxy >/dev/null; then
+    say "haproxy not found: scripts/install-deps.sh installs it"
+    exit 1
+fi
 [ -d "$store" ] || { say "model store $store not found"; exit 1; }
 store=$(cd "$store" && pwd)
 [ -z "$base_config" ] || [ -r "$base_config" ] || { say "cannot read $base_config"; exit 1; }
@@ -170,7 +173,9 @@ next_port() { port=${ports[0]}; ports=("${ports[@]:1}"); }
 [ -n "$grpc_port" ] || { next_port; grpc_port=$port; }
 
 # ---- instances ----
-own_keys='inference_address|management_address|metrics_address|grpc_inference_address|grpc_inference_port|grpc_management_address|grpc_management_port|disable_token_authorization|model_store|state_dir|log_location'
+own_keys='inference_address|management_address|metrics_address'
+own_keys+='|grpc_inference_address|grpc_inference_port|grpc_management_address|grpc_management_port'
+own_keys+='|disable_token_authorization|model_store|state_dir|log_location'
 : >"$workdir/instances"
 render_args=()
 for i in $(seq 1 "$n"); do
@@ -206,7 +211,8 @@ for i in $(seq 1 "$n"); do
     pids+=("$pid")
     echo "$name $pid $p_http $p_mgmt $p_metrics $p_grpc $p_grpc_mgmt $dir" >>"$workdir/instances"
     render_args+=(--instance "$name" "$host" "$p_http" "$p_grpc")
-    say "$name pid $pid: http $host:$p_http grpc $host:$p_grpc (management $host:$p_mgmt, metrics $host:$p_metrics), log $dir/server.log"
+    say "$name pid $pid: http $host:$p_http grpc $host:$p_grpc" \
+        "(management $host:$p_mgmt, metrics $host:$p_metrics), log $dir/server.log"
 done
 
 # every instance up: /ping is 200 once each model has its minimum of live workers; and every
@@ -217,8 +223,9 @@ for i in "${!pids[@]}"; do
     read -r p_http p_mgmt <<<"$(awk -v n="$name" '$1 == n { print $3, $4 }' "$workdir/instances")"
     until curl -sf -o /dev/null --max-time 2 "http://$host:$p_http/ping"; do
         [ "$stop" = 0 ] || { cleanup; exit 0; }
-        alive "${pids[$i]}" || die "$name exited during start-up; its log: $(tail -n 5 "$workdir/$name/server.log")"
-        [ $SECONDS -lt $deadline ] || die "$name not ready after ${startup_timeout}s (log: $workdir/$name/server.log)"
+        log=$workdir/$name/server.log
+        alive "${pids[$i]}" || die "$name exited during start-up; its log: $(tail -n 5 "$log")"
+        [ $SECONDS -lt $deadline ] || die "$name not ready after ${startup_timeout}s (log: $log)"
         sleep 0.2
     done
     listed=$(curl -sf --max-time 5 "http://$host:$p_mgmt/models?limit=1000") ||
@@ -226,7 +233,8 @@ for i in "${!pids[@]}"; do
     for m in "${models[@]}"; do
         [ "$m" = all ] && continue
         grep -q "\"modelName\": *\"${m%%=*}\"" <<<"$listed" ||
-            die "$name did not register model ${m%%=*}: $(grep -m 3 ERROR "$workdir/$name/server.log")"
+            die "$name did not register model ${m%%=*}:" \
+                "$(grep -m 3 ERROR "$workdir/$name/server.log")"
     done
 done
 
@@ -241,7 +249,8 @@ haproxy_pid=$!
 until curl -sf -o /dev/null --max-time 2 "http://$host:$http_port/ping"; do
     [ "$stop" = 0 ] || { cleanup; exit 0; }
     alive "$haproxy_pid" || die "haproxy exited: $(tail -n 5 "$workdir/haproxy.log")"
-    [ $SECONDS -lt $deadline ] || die "the balancer does not answer /ping (log: $workdir/haproxy.log)"
+    [ $SECONDS -lt $deadline ] ||
+        die "the balancer does not answer /ping (log: $workdir/haproxy.log)"
     sleep 0.1
 done
 say "haproxy pid $haproxy_pid, config $workdir/haproxy.cfg, log $workdir/haproxy.log"
@@ -263,7 +272,8 @@ while [ "$stop" = 0 ]; do
     fi
     for i in "${!pids[@]}"; do
         [ "${pids[$i]}" = "$done_pid" ] &&
-            say "${names[$i]} (pid $done_pid) exited with status $rc; HAProxy's health checks take it out"
+            say "${names[$i]} (pid $done_pid) exited with status $rc;" \
+                "HAProxy's health checks take it out"
     done
 done
 cleanup

@@ -63,9 +63,11 @@ while [ $# -gt 0 ]; do
             exit 2
         fi
         n=$2
-        http_servers="    server-template ts 1-$2 $3:$4 resolvers cluster init-addr none
+        # a slot without a pod has no address and stays in maintenance, not failing checks
+        dns_opts="resolvers cluster init-addr none"
+        http_servers="    server-template ts 1-$2 $3:$4 $dns_opts
 "
-        grpc_servers="    server-template ts 1-$2 $3:$5 $grpc_opts $4 resolvers cluster init-addr none
+        grpc_servers="    server-template ts 1-$2 $3:$5 $grpc_opts $4 $dns_opts
 "
         resolvers="
 resolvers cluster
