@@ -3,12 +3,15 @@
 # Idempotent: prints nothing and touches nothing when every package is present.
 set -eu
 
+# haproxy: the balancer of deploy/run-cluster.sh (and its tests); python3-yaml: the tests that
+# read deploy/kubernetes/
 PKGS="build-essential pkg-config
 libevent-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 protobuf-compiler-grpc libprotobuf-dev liblmdb-dev libyaml-dev libjansson-dev libarchive-dev
 uuid-dev libtorch-dev libopenblas0-pthread libssl-dev openssl
-python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch
-curl wrk nghttp2-client clang-format"
+python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch python3-yaml
+curl wrk nghttp2-client clang-format
+haproxy"
 
 missing=""
 for p in $PKGS; do

@@ -21,6 +21,7 @@
  * or version is NOT_FOUND and a full queue or a model without workers is UNAVAILABLE. A call the
  * client cancels (or whose deadline passes) cancels its job: the worker gets a cancel frame.
  */
+#include <ctype.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +255,22 @@ static int input_flag(const PredReq *req, const char *key)
 /* submit() answered the request itself (msg is the prediction), no job runs */
 #define SUBMIT_ANSWERED (-1)
 
+/* The sequence id also goes out as response metadata named like the HTTP header (lower case, as
+ * HTTP/2 wants), so a balancer that learns ids from response headers (deploy/haproxy) learns
+ * the ids of unary and server-streaming calls too. StreamPredictions2 needs none: its stream
+ * stays on one connection. A header name gRPC cannot carry is left out. */
+static void echo_sequence_header(struct gcall *g, const char *seq_id)
+{
+    char key[128];
+    const char *name = srv->cfg.ts_header_key_sequence_id;
+    size_t n = strlen(name);
+    if (n >= sizeof(key))
+        return;
+    for (size_t i = 0; i <= n; i++)
+        key[i] = (char)tolower((unsigned char)name[i]);
+    gcall_add_metadata(g, key, seq_id);
+}
+
 /* Builds and queues the job of one request. 0 when queued, SUBMIT_ANSWERED, or a gRPC error
  * code; msg is filled in for the last two. */
 static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
@@ -317,6 +334,8 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         free(c->stream_seq);
         c->stream_seq = xstrdup(j->seq_id);
     }
+    if (c->kind != K_STREAM2 && j->seq_id && rc >= 0)
+        echo_sequence_header(c->g, j->seq_id);
     if (rc != 0) {
         job_unref(j);
         snprintf(msg, msglen, "%s", e.msg);

@@ -6,7 +6,8 @@
  * way every completion is handled here on the loop thread (handle), next to the models and jobs
  * the services touch: the call state machine takes no lock.
  * A call with a single request message sends its initial metadata with its first answer, in
- * one write instead of two.
+ * one write instead of two; until then a service may add entries to it (gcall_add_metadata),
+ * e.g. the sequence id a balancer in front learns from the answer's headers.
  *
  * Lifetime: `pending` counts a call's references: one per outstanding batch (taken before the
  * batch starts) and one for the service while it holds the call (`owned`). Whoever drops it to
@@ -96,6 +97,8 @@ struct gcall {
     grpc_byte_buffer *send_bb;
     int status_queued;
     int md_sent; /* initial metadata has gone out (or is in the first send batch) */
+    grpc_metadata out_md[GCALL_MAX_METADATA]; /* initial metadata a service added */
+    size_t n_out_md;
     int status_sent;
     grpc_status_code status;
     grpc_slice status_details;
@@ -152,6 +155,10 @@ static void call_free(struct gcall *c)
     }
     if (c->status_queued)
         grpc_slice_unref(c->status_details);
+    for (size_t i = 0; i < c->n_out_md; i++) {
+        grpc_slice_unref(c->out_md[i].key);
+        grpc_slice_unref(c->out_md[i].value);
+    }
     grpc_metadata_array_destroy(&c->md);
     grpc_call_details_destroy(&c->details);
     if (c->call) {
@@ -254,6 +261,8 @@ static void pump_send(struct gcall *c)
         return;
     if (!c->md_sent) {
         ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].data.send_initial_metadata.count = c->n_out_md;
+        ops[n].data.send_initial_metadata.metadata = c->out_md;
         n++;
         c->md_sent = 1;
     }
@@ -638,6 +647,25 @@ void gcall_set_user(struct gcall *c, void *user)
 const char *gcall_id(const struct gcall *c)
 {
     return c->id;
+}
+
+/* gRPC core refuses a batch whose metadata has a key outside [0-9a-z_.-] or a value outside
+ * printable ASCII; such an entry is refused here instead, and the call goes on without it. */
+int gcall_add_metadata(struct gcall *c, const char *key, const char *value)
+{
+    if (c->md_sent || c->n_out_md == GCALL_MAX_METADATA || !*key)
+        return -1;
+    for (const char *p = key; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("_.-", *p)))
+            return -1;
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            return -1;
+    grpc_metadata *md = &c->out_md[c->n_out_md++];
+    memset(md, 0, sizeof(*md));
+    md->key = grpc_slice_from_copied_string(key);
+    md->value = grpc_slice_from_copied_string(value);
+    return 0;
 }
 
 const char *gcall_metadata(struct gcall *c, const char *key)

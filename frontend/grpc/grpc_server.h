@@ -93,6 +93,12 @@ void gcall_set_backlog_cb(struct gcall *c, gcall_backlog_fn *cb);
 /* Per-call state of the service. */
 void *gcall_user(const struct gcall *c);
 void gcall_set_user(struct gcall *c, void *user);
+/* Adds key: value to the call's initial metadata (the answer's headers), which goes out with
+ * the first answer of a call with one request message. -1 (nothing added) once it has gone out
+ * (always, for client-streaming calls), past GCALL_MAX_METADATA entries, or for a key outside
+ * [0-9a-z_.-] or a value outside printable ASCII. */
+#define GCALL_MAX_METADATA 2
+int gcall_add_metadata(struct gcall *c, const char *key, const char *value);
 /* Client metadata value for key (lower case), NULL if absent. Valid for the call's life. */
 const char *gcall_metadata(struct gcall *c, const char *key);
 /* A short id for log lines. */

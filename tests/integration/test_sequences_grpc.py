@@ -127,3 +127,23 @@ def test_unary_predictions_with_sequence_id(grpc_srv):
     with pytest.raises(grpc.RpcError) as e:
         st.Predictions(msg(1, "grpc-never-started"), timeout=10)
     assert e.value.code() != grpc.StatusCode.OK
+
+
+def test_sequence_id_in_response_metadata(grpc_srv):
+    """Unary and server-streaming answers carry the sequence id as ts_request_sequence_id
+    response metadata too (a balancer learns ids from headers: deploy/haproxy), generated ids
+    included; a refused request carries none."""
+    _, st = grpc_srv
+    r, call = st.Predictions.with_call(msg(3), timeout=10)
+    sid = r.sequence_id
+    assert sid.startswith("ts-seq-")
+    assert dict(call.initial_metadata()).get("ts_request_sequence_id") == sid
+    r, call = st.Predictions.with_call(msg(5, "grpc-md", start=True), timeout=10)
+    assert dict(call.initial_metadata()).get("ts_request_sequence_id") == "grpc-md"
+    stream = st.StreamPredictions(msg(2, "grpc-md"), timeout=10)
+    assert [m.prediction for m in stream] == [b"7"]
+    assert dict(stream.initial_metadata()).get("ts_request_sequence_id") == "grpc-md"
+    with pytest.raises(grpc.RpcError) as e:
+        st.Predictions(msg(1, "grpc-md-never-started"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "ts_request_sequence_id" not in dict(e.value.initial_metadata())

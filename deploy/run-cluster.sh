@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# Runs N torchserve-c instances on loopback and HAProxy in front of them, with one model store.
+#
+#   deploy/run-cluster.sh N [--models NAME[=FILE] ... | all] [--model-store DIR]
+#                           [--ts-config FILE] [--http-port PORT] [--grpc-port PORT]
+#                           [--workdir DIR] [--startup-timeout SECONDS]
+#
+# Once every instance answers /ping and the balancer answers too, prints one line on stdout:
+#     balancer http://127.0.0.1:PORT grpc 127.0.0.1:PORT
+# and runs until SIGINT or SIGTERM, which stop HAProxy and the instances it started (by pid;
+# each instance stops its own workers). An instance that dies is reported on stderr and left to
+# HAProxy's health checks; if HAProxy dies, everything is stopped and the exit status is 1.
+#
+# --models       names in the model store (NAME loads NAME.mar or the directory NAME), NAME=FILE,
+#                or all (the default)
+# --model-store  default: the repository's model-store/
+# --ts-config    a config.properties whose keys every instance gets, except the ones each
+#                instance must have for itself: addresses, ports, state_dir, log_location,
+#                model_store. Token authorization is turned off: each instance would make its
+#                own keys (docs/deploy.md)
+# --http-port, --grpc-port   the balancer's ports on 127.0.0.1; default: free ephemeral ports
+# --workdir      where instances, logs and the HAProxy config live (kept); default: a temporary
+#                directory, removed at the end
+#
+# Files in the work directory: haproxy.cfg, haproxy.log, haproxy.sock (HAProxy's runtime API),
+# instances (one line per instance: name pid http mgmt metrics grpc grpc_mgmt dir), and per
+# instance NAME/config.properties, NAME/server.log. The binaries come from build/bin/ (or
+# $TS_BUILD/bin, or $TSC_BIN).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${TS_BUILD:-build}
+[ "${build#/}" != "$build" ] || build=$root/$build
+bin=${TSC_BIN:-$build/bin}
+python=/usr/bin/python3
+store=$root/model-store
+models=()
+base_config=""
+http_port=""
+grpc_port=""
+workdir=""
+own_workdir=0
+startup_timeout=120
+host=127.0.0.1
+
+stop=0
+haproxy_pid=""
+names=()
+pids=()
+
+say() { echo "run-cluster: $*" >&2; }
+die() {
+    say "$*"
+    cleanup
+    exit 1
+}
+usage() {
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+# true while pid is a live process (a zombie child is not)
+alive() {
+    local line
+    read -r line 2>/dev/null <"/proc/$1/stat" || return 1
+    line=${line##*) }
+    [ "${line%% *}" != Z ]
+}
+
+# free TCP ports on 127.0.0.1, all bound at once so none is handed out twice
+free_ports() {
+    "$python" -c '
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()' "$1"
+}
+
+cleanup() {
+    trap '' INT TERM
+    local pid all=() deadline
+    [ -n "$haproxy_pid" ] && all+=("$haproxy_pid")
+    all+=("${pids[@]}")
+    for pid in "${all[@]}"; do
+        alive "$pid" && kill -TERM "$pid" 2>/dev/null
+    done
+    # instances stop their workers first; give them time, then make sure
+    deadline=$((SECONDS + 30))
+    for pid in "${all[@]}"; do
+        while alive "$pid" && [ $SECONDS -lt $deadline ]; do
+            sleep 0.1
+        done
+        if alive "$pid"; then
+            say "pid $pid did not stop after SIGTERM; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null
+        fi
+        wait "$pid" 2>/dev/null
+    done
+    if [ "$own_workdir" = 1 ]; then
+        rm -rf "$workdir"
+    fi
+}
+
+trap 'stop=1' INT TERM
+
+# ---- arguments ----
+[ $# -ge 1 ] || usage
+case "$1" in
+'' | *[!0-9]*) usage ;;
+esac
+n=$1
+shift
+if [ "$n" -lt 1 ] || [ "$n" -gt 64 ]; then
+    say "N must be 1..64"
+    exit 2
+fi
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --models)
+        shift
+        while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do
+            IFS=, read -r -a more <<<"$1"
+            models+=("${more[@]}")
+            shift
+        done
+        ;;
+    --model-store) [ $# -ge 2 ] || usage; store=$2; shift 2 ;;
+    --ts-config) [ $# -ge 2 ] || usage; base_config=$2; shift 2 ;;
+    --http-port) [ $# -ge 2 ] || usage; http_port=$2; shift 2 ;;
+    --grpc-port) [ $# -ge 2 ] || usage; grpc_port=$2; shift 2 ;;
+    --workdir) [ $# -ge 2 ] || usage; workdir=$2; shift 2 ;;
+    --startup-timeout) [ $# -ge 2 ] || usage; startup_timeout=$2; shift 2 ;;
+    -h | --help) usage ;;
+    *) say "unknown argument $1"; usage ;;
+    esac
+done
+[ ${#models[@]} -gt 0 ] || models=(all)
+[ -x "$bin/torchserve-c" ] || { say "$bin/torchserve-c not found: run make"; exit 1; }
+if ! command -v haproxy >/dev/null; then
+    say "haproxy not found: scripts/install-deps.sh installs it"
+    exit 1
+fi
+[ -d "$store" ] || { say "model store $store not found"; exit 1; }
+store=$(cd "$store" && pwd)
+[ -z "$base_config" ] || [ -r "$base_config" ] || { say "cannot read $base_config"; exit 1; }
+
+# NAME loads NAME.mar, or the unpacked directory NAME if there is one
+model_args=()
+for m in "${models[@]}"; do
+    if [ "$m" = all ] || [ "${m#*=}" != "$m" ] || [ -d "$store/$m" ]; then
+        model_args+=("$m")
+    else
+        model_args+=("$m=$m.mar")
+    fi
+done
+
+if [ -z "$workdir" ]; then
+    workdir=$(mktemp -d "${TMPDIR:-/tmp}/tsc-cluster.XXXXXX") || exit 1
+    own_workdir=1
+fi
+mkdir -p "$workdir" && workdir=$(cd "$workdir" && pwd) || exit 1
+
+need=$((5 * n))
+[ -n "$http_port" ] || need=$((need + 1))
+[ -n "$grpc_port" ] || need=$((need + 1))
+read -r -a ports <<<"$(free_ports "$need")"
+[ ${#ports[@]} -eq "$need" ] || die "could not find $need free ports"
+next_port() { port=${ports[0]}; ports=("${ports[@]:1}"); }
+[ -n "$http_port" ] || { next_port; http_port=$port; }
+[ -n "$grpc_port" ] || { next_port; grpc_port=$port; }
+
+# ---- instances ----
+own_keys='inference_address|management_address|metrics_address'
+own_keys+='|grpc_inference_address|grpc_inference_port|grpc_management_address|grpc_management_port'
+own_keys+='|disable_token_authorization|model_store|state_dir|log_location'
+: >"$workdir/instances"
+render_args=()
+for i in $(seq 1 "$n"); do
+    name=ts$i
+    dir=$workdir/$name
+    mkdir -p "$dir"
+    next_port; p_http=$port
+    next_port; p_mgmt=$port
+    next_port; p_metrics=$port
+    next_port; p_grpc=$port
+    next_port; p_grpc_mgmt=$port
+    {
+        if [ -n "$base_config" ]; then
+            grep -Ev "^[[:space:]]*($own_keys)[[:space:]]*[=:]" "$base_config"
+            echo
+        fi
+        echo "# written by deploy/run-cluster.sh for instance $name"
+        echo "inference_address=http://$host:$p_http"
+        echo "management_address=http://$host:$p_mgmt"
+        echo "metrics_address=http://$host:$p_metrics"
+        echo "grpc_inference_address=$host"
+        echo "grpc_inference_port=$p_grpc"
+        echo "grpc_management_address=$host"
+        echo "grpc_management_port=$p_grpc_mgmt"
+        echo "disable_token_authorization=true"
+    } >"$dir/config.properties"
+    # TMPDIR: the instance's pidfile and scratch directories stay in its own directory
+    (cd "$dir" && TMPDIR=$dir exec "$bin/torchserve-c" --start --foreground --ncs \
+        --model-store "$store" --ts-config "$dir/config.properties" --models "${model_args[@]}") \
+        </dev/null >"$dir/server.log" 2>&1 &
+    pid=$!
+    names+=("$name")
+    pids+=("$pid")
+    echo "$name $pid $p_http $p_mgmt $p_metrics $p_grpc $p_grpc_mgmt $dir" >>"$workdir/instances"
+    render_args+=(--instance "$name" "$host" "$p_http" "$p_grpc")
+    say "$name pid $pid: http $host:$p_http grpc $host:$p_grpc" \
+        "(management $host:$p_mgmt, metrics $host:$p_metrics), log $dir/server.log"
+done
+
+# every instance up: /ping is 200 once each model has its minimum of live workers; and every
+# model named is registered (an instance whose start-up model failed serves without it)
+deadline=$((SECONDS + startup_timeout))
+for i in "${!pids[@]}"; do
+    name=${names[$i]}
+    read -r p_http p_mgmt <<<"$(awk -v n="$name" '$1 == n { print $3, $4 }' "$workdir/instances")"
+    until curl -sf -o /dev/null --max-time 2 "http://$host:$p_http/ping"; do
+        [ "$stop" = 0 ] || { cleanup; exit 0; }
+        log=$workdir/$name/server.log
+        alive "${pids[$i]}" || die "$name exited during start-up; its log: $(tail -n 5 "$log")"
+        [ $SECONDS -lt $deadline ] || die "$name not ready after ${startup_timeout}s (log: $log)"
+        sleep 0.2
+    done
+    listed=$(curl -sf --max-time 5 "http://$host:$p_mgmt/models?limit=1000") ||
+        die "$name: GET /models failed on its management port"
+    for m in "${models[@]}"; do
+        [ "$m" = all ] && continue
+        grep -q "\"modelName\": *\"${m%%=*}\"" <<<"$listed" ||
+            die "$name did not register model ${m%%=*}:" \
+                "$(grep -m 3 ERROR "$workdir/$name/server.log")"
+    done
+done
+
+# ---- the balancer ----
+"$root/deploy/haproxy/render.sh" --http-bind "$host:$http_port" --grpc-bind "$host:$grpc_port" \
+    --stats-socket "$workdir/haproxy.sock" "${render_args[@]}" >"$workdir/haproxy.cfg" ||
+    die "could not render the HAProxy configuration"
+haproxy -c -q -f "$workdir/haproxy.cfg" >"$workdir/haproxy.log" 2>&1 ||
+    die "HAProxy refuses $workdir/haproxy.cfg: $(cat "$workdir/haproxy.log")"
+haproxy -db -f "$workdir/haproxy.cfg" </dev/null >>"$workdir/haproxy.log" 2>&1 &
+haproxy_pid=$!
+until curl -sf -o /dev/null --max-time 2 "http://$host:$http_port/ping"; do
+    [ "$stop" = 0 ] || { cleanup; exit 0; }
+    alive "$haproxy_pid" || die "haproxy exited: $(tail -n 5 "$workdir/haproxy.log")"
+    [ $SECONDS -lt $deadline ] ||
+        die "the balancer does not answer /ping (log: $workdir/haproxy.log)"
+    sleep 0.1
+done
+say "haproxy pid $haproxy_pid, config $workdir/haproxy.cfg, log $workdir/haproxy.log"
+echo "balancer http://$host:$http_port grpc $host:$grpc_port"
+
+# ---- run until told to stop ----
+status=0
+while [ "$stop" = 0 ]; do
+    done_pid=""
+    wait -n -p done_pid
+    rc=$?
+    [ "$stop" = 0 ] || break
+    [ -n "$done_pid" ] || continue
+    if [ "$done_pid" = "$haproxy_pid" ]; then
+        say "haproxy exited with status $rc; stopping the instances"
+        haproxy_pid=""
+        status=1
+        break
+    fi
+    for i in "${!pids[@]}"; do
+        [ "${pids[$i]}" = "$done_pid" ] &&
+            say "${names[$i]} (pid $done_pid) exited with status $rc;" \
+                "HAProxy's health checks take it out"
+    done
+done
+cleanup
+exit $status
