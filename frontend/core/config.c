@@ -71,6 +71,10 @@ static const struct key keys[] = {
     {"private_key_file", K_OPT_STR, F(private_key_file), 0, 0},
     {"certificate_file", K_OPT_STR, F(certificate_file), 0, 0},
     {"enable_grpc_ssl", K_BOOL, F(enable_grpc_ssl), 0, 0},
+    /* CORS as TorchServe: the origin enables it, methods and headers answer preflights */
+    {"cors_allowed_origin", K_OPT_STR, F(cors_allowed_origin), 0, 0},
+    {"cors_allowed_methods", K_OPT_STR, F(cors_allowed_methods), 0, 0},
+    {"cors_allowed_headers", K_OPT_STR, F(cors_allowed_headers), 0, 0},
     {"grpc_inference_max_connection_age_ms", K_INT, F(grpc_max_connection_age_ms[0]), 0, INT_MAX},
     {"grpc_management_max_connection_age_ms", K_INT, F(grpc_max_connection_age_ms[1]), 0, INT_MAX},
     {"grpc_inference_max_connection_age_grace_ms", K_INT, F(grpc_max_connection_age_grace_ms[0]), 0,
@@ -139,9 +143,6 @@ static const struct {
     {"disable_system_metrics", WARN, NULL, "no system metrics are collected"},
     {"system_metrics_cmd", WARN, NULL, "no system metrics are collected"},
     {"metric_time_interval", WARN, NULL, "no system metrics are collected"},
-    {"cors_allowed_origin", REFUSE, "", "CORS headers are not sent"},
-    {"cors_allowed_methods", REFUSE, "", "CORS headers are not sent"},
-    {"cors_allowed_headers", REFUSE, "", "CORS headers are not sent"},
     {"keystore", REFUSE, "",
      "Java keystores are not read: use certificate_file and "
      "private_key_file (PEM)"},
@@ -456,6 +457,9 @@ void config_free(struct config *c)
     free(c->grpc_inference_address);
     free(c->grpc_management_address);
     free(c->private_key_file);
+    free(c->cors_allowed_origin);
+    free(c->cors_allowed_methods);
+    free(c->cors_allowed_headers);
     free(c->certificate_file);
     free(c->model_store);
     free(c->load_models);

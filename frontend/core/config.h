@@ -36,6 +36,9 @@ struct config {
     char *private_key_file;                /* PEM, for https:// listeners and gRPC TLS */
     char *certificate_file;                /* PEM (a chain: the server's certificate first) */
     int enable_grpc_ssl;                   /* false */
+    char *cors_allowed_origin;             /* NULL: no CORS headers at all */
+    char *cors_allowed_methods;            /* preflight Access-Control-Allow-Methods */
+    char *cors_allowed_headers;            /* preflight Access-Control-Allow-Headers */
     int grpc_max_connection_age_ms[2];     /* inference, management; 0 = none */
     int grpc_max_connection_age_grace_ms[2];
     long max_extracted_bytes;           /* 16 GiB: all extracted archives together */

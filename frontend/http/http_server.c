@@ -143,6 +143,29 @@ void http_add_std_headers(struct evhttp_request *req, const char *req_id)
     evhttp_add_header(h, "Pragma", "no-cache");
     evhttp_add_header(h, "Cache-Control", "no-cache; no-store, must-revalidate, private");
     evhttp_add_header(h, "Expires", "Thu, 01 Jan 1970 00:00:00 UTC");
+    if (srv->cfg.cors_allowed_origin &&
+        evhttp_find_header(evhttp_request_get_input_headers(req), "Origin"))
+        evhttp_add_header(h, "Access-Control-Allow-Origin", srv->cfg.cors_allowed_origin);
+}
+
+/* A CORS preflight (OPTIONS with Access-Control-Request-Method) is answered here, before the
+ * token check: browsers send no credentials on it. 1 when answered. */
+static int cors_preflight(struct evhttp_request *req)
+{
+    const struct config *c = &srv->cfg;
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    if (!c->cors_allowed_origin || evhttp_request_get_command(req) != EVHTTP_REQ_OPTIONS ||
+        !evhttp_find_header(in, "Access-Control-Request-Method"))
+        return 0;
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    if (c->cors_allowed_methods)
+        evhttp_add_header(h, "Access-Control-Allow-Methods", c->cors_allowed_methods);
+    if (c->cors_allowed_headers && evhttp_find_header(in, "Access-Control-Request-Headers"))
+        evhttp_add_header(h, "Access-Control-Allow-Headers", c->cors_allowed_headers);
+    char rid[40];
+    http_request_id(req, rid);
+    http_send(req, rid, 200, NULL, NULL, 0);
+    return 1;
 }
 
 void http_send(struct evhttp_request *req, const char *req_id, int status, const char *ctype,
@@ -206,21 +229,21 @@ static struct evhttp *http_inference, *http_management, *http_metrics;
 static void on_inference(struct evhttp_request *req, void *arg)
 {
     (void)arg;
-    if (http_guard_check(req) == 0)
+    if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_inference_handle(req);
 }
 
 static void on_management(struct evhttp_request *req, void *arg)
 {
     (void)arg;
-    if (http_guard_check(req) == 0)
+    if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_management_handle(req);
 }
 
 static void on_metrics(struct evhttp_request *req, void *arg)
 {
     (void)arg;
-    if (http_guard_check(req) == 0)
+    if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_metrics_handle(req);
 }
 

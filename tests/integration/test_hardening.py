@@ -390,3 +390,35 @@ def test_bytes_sent_while_waiting_are_bounded(server_factory):
                 break
             got += chunk
         assert got.startswith(b"HTTP/1.1 200"), got[:200]
+
+
+# ----------------------------------------------------------------------------------------- CORS
+
+def test_cors_headers_only_when_configured(server_factory):
+    """TorchServe's cors_* keys: with an origin configured, responses to a request with Origin
+    carry Access-Control-Allow-Origin and preflights are answered (without a token); with
+    nothing configured no CORS header is ever sent."""
+    s = server_factory(models=["mlp"], config={
+        "cors_allowed_origin": "https://app.example", "cors_allowed_methods": "GET, POST, OPTIONS",
+        "cors_allowed_headers": "X-Custom", "disable_token_authorization": "false"})
+    pre = requests.options(s.url("/predictions/mlp"), timeout=10, headers={
+        "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "X-Custom"})
+    assert pre.status_code == 200, pre.text
+    assert pre.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert pre.headers["Access-Control-Allow-Methods"] == "GET, POST, OPTIONS"
+    assert pre.headers["Access-Control-Allow-Headers"] == "X-Custom"
+    # a simple request (no token: 401, still with the header so the browser can read it)
+    r = requests.get(s.url("/ping"), headers={"Origin": "https://app.example"}, timeout=10)
+    assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert "Access-Control-Allow-Origin" not in requests.get(s.url("/ping"), timeout=10).headers
+
+    plain = server_factory(models=["mlp"])
+    plain.wait_ready("mlp", body={"json": SAMPLE})
+    r = requests.options(plain.url("/predictions/mlp"), timeout=10, headers={
+        "Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+    assert not [h for h in r.headers if h.lower().startswith("access-control-")], r.headers
+    r = requests.post(plain.url("/predictions/mlp"), json=SAMPLE, timeout=10,
+                      headers={"Origin": "https://app.example"})
+    assert r.status_code == 200
+    assert not [h for h in r.headers if h.lower().startswith("access-control-")], r.headers

@@ -285,9 +285,6 @@ TEST(bad_values)
  * warned about by name otherwise; nothing is silently ignored */
 TEST(unsupported_keys)
 {
-    expect_error("cors_allowed_origin=*\n",
-                 "DIR/config.properties:1: cors_allowed_origin is not supported by torchserve-c: "
-                 "CORS headers are not sent");
     expect_error("keystore=k.p12\n",
                  "DIR/config.properties:1: keystore is not supported by torchserve-c: Java "
                  "keystores are not read: use certificate_file and private_key_file (PEM)");
