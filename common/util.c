@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -411,4 +412,71 @@ const char *ts_closest(const char *s, const char *const *candidates, size_t n)
         }
     }
     return best <= limit ? pick : NULL;
+}
+
+/* The inode of the listening socket on port, from one /proc/net/tcp file; 0 if none. */
+static unsigned long listen_inode(const char *table, int port)
+{
+    FILE *f = fopen(table, "r");
+    if (!f)
+        return 0;
+    char line[512];
+    unsigned long found = 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char local[128];
+        unsigned st;
+        unsigned long inode;
+        if (sscanf(line, " %*d: %127s %*s %x %*s %*s %*s %*d %*d %lu", local, &st, &inode) != 3)
+            continue;
+        const char *colon = strrchr(local, ':');
+        if (st == 0x0A && colon && strtol(colon + 1, NULL, 16) == port) /* 0A: LISTEN */
+            found = inode;
+    }
+    fclose(f);
+    return found;
+}
+
+void ts_port_holder(int port, char *out, size_t n)
+{
+    out[0] = '\0';
+    unsigned long inode = listen_inode("/proc/net/tcp", port);
+    if (!inode)
+        inode = listen_inode("/proc/net/tcp6", port);
+    if (!inode)
+        return;
+    char want[64];
+    snprintf(want, sizeof(want), "socket:[%lu]", inode);
+    DIR *proc = opendir("/proc");
+    struct dirent *p;
+    while (proc && !out[0] && (p = readdir(proc))) {
+        if (p->d_name[0] < '0' || p->d_name[0] > '9')
+            continue;
+        char dir[300];
+        snprintf(dir, sizeof(dir), "/proc/%s/fd", p->d_name);
+        DIR *fds = opendir(dir);
+        struct dirent *fd;
+        while (fds && !out[0] && (fd = readdir(fds))) {
+            char link[600], target[128];
+            snprintf(link, sizeof(link), "%s/%s", dir, fd->d_name);
+            ssize_t len = readlink(link, target, sizeof(target) - 1);
+            if (len <= 0)
+                continue;
+            target[len] = '\0';
+            if (strcmp(target, want))
+                continue;
+            char comm[64] = "?", path[300];
+            snprintf(path, sizeof(path), "/proc/%s/comm", p->d_name);
+            FILE *c = fopen(path, "r");
+            if (c) {
+                if (fgets(comm, sizeof(comm), c))
+                    comm[strcspn(comm, "\n")] = '\0';
+                fclose(c);
+            }
+            snprintf(out, n, "pid %s (%s)", p->d_name, comm);
+        }
+        if (fds)
+            closedir(fds);
+    }
+    if (proc)
+        closedir(proc);
 }

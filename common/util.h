@@ -89,6 +89,10 @@ int ts_rmtree(const char *path);
 int ts_check_model_name(const char *s, char *why, size_t n);
 int ts_check_model_version(const char *s, char *why, size_t n);
 
+/* Which process listens on TCP port (from /proc/net/tcp{,6} and /proc/PID/fd): "pid N (comm)",
+ * or "" when it cannot be found (another user's process, say). */
+void ts_port_holder(int port, char *out, size_t n);
+
 /* The candidate closest to s by edit distance, if close enough to be a typo (at most a third of
  * s's length, at least 2), else NULL. Case-insensitive. */
 const char *ts_closest(const char *s, const char *const *candidates, size_t n);

@@ -80,15 +80,62 @@ static int do_stop(const char *ts_config)
     return 1;
 }
 
+/* ts_log.log's path: in log_location of the config the server will read (TS_CONFIG_FILE,
+ * --ts-config, ./config.properties, as server.c), default logs/; its directories are made. */
+static char *log_path(const char *ts_config)
+{
+    const char *env = getenv("TS_CONFIG_FILE");
+    const char *path = env && *env ? env : ts_config;
+    if (!path && access("config.properties", R_OK) == 0)
+        path = "config.properties";
+    struct config cfg;
+    config_defaults(&cfg);
+    char err[1024];
+    if (path && config_load(path, &cfg, NULL, NULL, err, sizeof(err)) != 0) {
+        config_free(&cfg);
+        config_defaults(&cfg); /* the server reports the error itself */
+    }
+    const char *dir = cfg.log_location && *cfg.log_location ? cfg.log_location : "logs";
+    char *p = xstrdup(dir);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    mkdir(p, 0755);
+    char *file = xasprintf("%s%sts_log.log", p, p[strlen(p) - 1] == '/' ? "" : "/");
+    free(p);
+    config_free(&cfg);
+    return file;
+}
+
+/* After a failed start: the errors the server logged since offset, so that the reason is on
+ * the console and not only in the file. */
+static void print_errors(const char *file, off_t offset)
+{
+    FILE *f = fopen(file, "r");
+    if (!f)
+        return;
+    char line[2048];
+    if (fseeko(f, offset, SEEK_SET) == 0)
+        while (fgets(line, sizeof(line), f))
+            if (strstr(line, " ERROR ") || !strncmp(line, "torchserve-c:", 13))
+                fputs(line, stderr);
+    fclose(f);
+}
+
 /* Background launch: re-exec with --foreground and wait for readiness. */
-static int do_background(int argc, char **argv)
+static int do_background(int argc, char **argv, const char *ts_config)
 {
     int pfd[2];
     if (pipe(pfd) < 0) {
         perror("pipe");
         return 1;
     }
-    mkdir("logs", 0755);
+    char *logfile = log_path(ts_config);
+    struct stat lst;
+    off_t log_start = stat(logfile, &lst) == 0 ? lst.st_size : 0;
     char **args = xcalloc((size_t)argc + 2, sizeof(char *));
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -113,8 +160,7 @@ static int do_background(int argc, char **argv)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addclose(&fa, pfd[0]);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "logs/ts_log.log", O_WRONLY | O_CREAT | O_APPEND,
-                                     0644);
+    posix_spawn_file_actions_addopen(&fa, 1, logfile, O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
@@ -129,6 +175,7 @@ static int do_background(int argc, char **argv)
     close(pfd[1]);
     if (rc != 0) {
         fprintf(stderr, "torchserve-c: cannot start the server: %s\n", strerror(rc));
+        free(logfile);
         return 1;
     }
     char c;
@@ -139,11 +186,14 @@ static int do_background(int argc, char **argv)
     close(pfd[0]);
     if (r == 1) {
         printf("Model server started.\n");
+        free(logfile);
         return 0;
     }
     int st;
-    waitpid(pid, &st, WNOHANG);
-    fprintf(stderr, "torchserve-c failed to start; see logs/ts_log.log\n");
+    waitpid(pid, &st, 0); /* it has exited or is exiting: its log is complete */
+    print_errors(logfile, log_start);
+    fprintf(stderr, "torchserve-c failed to start; see %s\n", logfile);
+    free(logfile);
     return 1;
 }
 
@@ -209,7 +259,7 @@ int cli_main(int argc, char **argv)
         usage(stderr);
         rc = 2;
     } else if (!fg)
-        rc = do_background(argc, argv);
+        rc = do_background(argc, argv, o.ts_config);
     else {
         const char *fd = getenv("TS_READY_FD");
         if (fd) {

@@ -5,6 +5,7 @@
  */
 #include "http_server.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -269,7 +270,11 @@ static struct evhttp *listen_on(const struct listen_addr *a,
     struct evhttp_bound_socket *bound =
         evhttp_bind_socket_with_handle(h, a->host, (ev_uint16_t)a->port);
     if (!bound) {
-        LOG_ERROR("cannot listen on %s:%d", a->host, a->port);
+        int e = errno;
+        char who[128];
+        ts_port_holder(a->port, who, sizeof(who));
+        LOG_ERROR("cannot listen on %s://%s:%d: %s%s%s", a->scheme, a->host, a->port, strerror(e),
+                  *who ? "; held by " : "", who);
         evhttp_free(h);
         return NULL;
     }
