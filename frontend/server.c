@@ -31,6 +31,7 @@
 #include "mgmt/auth.h"
 #include "mgmt/management.h"
 #include "mgmt/model_register.h"
+#include "mgmt/snapshot.h"
 
 static struct event *ev_sigint, *ev_sigterm;
 
@@ -124,6 +125,10 @@ static void load_all(void)
 
 static void load_startup_models(const struct server_opts *o)
 {
+    if (srv->cfg.snapshot_json)
+        snapshot_apply(srv->cfg.snapshot_json, 0);
+    if (srv->cfg.models_json)
+        snapshot_apply(srv->cfg.models_json, 1);
     if (o->n_models > 0) {
         for (int i = 0; i < o->n_models; i++) {
             if (!strcasecmp(o->models[i], "all"))
@@ -147,16 +152,38 @@ static void load_startup_models(const struct server_opts *o)
     free(list);
 }
 
-static const char *config_path(const struct server_opts *o)
+/* As TorchServe: TS_CONFIG_FILE, --ts-config, else the newest snapshot in logs/config (unless
+ * --ncs), else ./config.properties. Malloc'd or NULL. */
+static char *config_path(const struct server_opts *o)
 {
     const char *env = getenv("TS_CONFIG_FILE");
     if (env && *env)
-        return env;
+        return xstrdup(env);
     if (o->ts_config)
-        return o->ts_config;
+        return xstrdup(o->ts_config);
+    char *snap = o->ncs ? NULL : snapshot_newest("logs");
+    if (snap)
+        return snap;
     if (access("config.properties", R_OK) == 0)
-        return "config.properties";
+        return xstrdup("config.properties");
     return NULL;
+}
+
+/* model_snapshot= and models= are checked whole before anything starts: a corrupt one refuses
+ * the start with file:line and is never partly applied. */
+static int check_snapshots(const struct config *c)
+{
+    char why[512];
+    if (c->snapshot_json && snapshot_check(c->snapshot_json, 0, why, sizeof(why))) {
+        fprintf(stderr, "torchserve-c: %s:%d: model_snapshot: %s\n", c->path, c->snapshot_line,
+                why);
+        return -1;
+    }
+    if (c->models_json && snapshot_check(c->models_json, 1, why, sizeof(why))) {
+        fprintf(stderr, "torchserve-c: %s:%d: models: %s\n", c->path, c->models_line, why);
+        return -1;
+    }
+    return 0;
 }
 
 int server_main(const struct server_opts *o)
@@ -169,12 +196,20 @@ int server_main(const struct server_opts *o)
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     config_defaults(&srv->cfg);
-    const char *cp = config_path(o);
+    char *cp = config_path(o);
     char err[1024];
     if (cp && config_load(cp, &srv->cfg, config_warn, NULL, err, sizeof(err)) != 0) {
         fprintf(stderr, "torchserve-c: %s\n", err);
+        free(cp);
         return 1;
     }
+    if (cp)
+        LOG_INFO("config: %s", cp);
+    free(cp);
+    if (check_snapshots(&srv->cfg) != 0)
+        return 1;
+    if (o->ncs)
+        snapshot_disable();
     if (o->disable_token_auth)
         srv->cfg.disable_token_authorization = 1;
     if (o->enable_model_api)

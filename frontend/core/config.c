@@ -99,6 +99,7 @@ static const struct key keys[] = {
     {"ts_header_key_sequence_start", K_STR, F(ts_header_key_sequence_start), 0, 0},
     {"ts_header_key_sequence_end", K_STR, F(ts_header_key_sequence_end), 0, 0},
     {"models", K_JSON, F(models_json), 0, 0},
+    {"model_snapshot", K_JSON, F(snapshot_json), 0, 0},
     {"state_dir", K_STR, F(state_dir), 0, 0},
     {"log_location", K_STR, F(log_location), 0, 0},
     {"oip_stream_response", K_STR, F(oip_stream_response), 0, 0},
@@ -129,7 +130,6 @@ static const struct {
     {"decode_input_request", WARN, NULL, "C handlers get the request bytes as sent"},
     {"limit_max_image_pixels", WARN, NULL, "a setting of TorchServe's Python image handlers"},
     {"enable_envvars_config", REFUSE, "false", "TS_* environment variables are not read"},
-    {"model_snapshot", REFUSE, "", "snapshots are not restored; use --models or load_models"},
     {"cpu_launcher_enable", WARN, NULL, "workers use worker_threads intra-op threads each"},
     {"cpu_launcher_args", WARN, NULL, "workers use worker_threads intra-op threads each"},
     {"ipex_enable", WARN, NULL, "Intel Extension for PyTorch is not used"},
@@ -355,9 +355,6 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
         }
         int is_obj = json_is_object(j);
         json_decref(j);
-        if (is_obj)
-            return "not supported by torchserve-c: models= (TorchServe's snapshot format) is not "
-                   "restored; use --models or load_models";
         if (!is_obj)
             return "expected a JSON object";
         set_str(field, v);
@@ -435,6 +432,10 @@ int config_load(const char *path, struct config *c, config_warn_fn *warn, void *
         }
         char why[256];
         const char *reason = apply(c, k, p->value, why, sizeof why);
+        if (!reason && k->off == F(models_json))
+            c->models_line = p->line;
+        if (!reason && k->off == F(snapshot_json))
+            c->snapshot_line = p->line;
         if (reason) {
             snprintf(err, errlen, "%s:%d: %s: %s, got '%s'", path, p->line, p->key, reason,
                      p->value);
@@ -469,6 +470,7 @@ void config_free(struct config *c)
     free(c->ts_header_key_sequence_start);
     free(c->ts_header_key_sequence_end);
     free(c->models_json);
+    free(c->snapshot_json);
     free(c->state_dir);
     free(c->log_location);
     free(c->oip_stream_response);

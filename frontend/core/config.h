@@ -57,9 +57,12 @@ struct config {
     char *ts_header_key_sequence_start; /* ts_request_sequence_start */
     char *ts_header_key_sequence_end;   /* ts_request_sequence_end */
     char *models_json;                  /* `models=` JSON, NULL unless set */
-    char *state_dir;                    /* our key: state_dir; default <run dir>/state */
-    char *log_location;                 /* logs/ */
-    char *oip_stream_response;          /* our key: triton (default) | mlserver */
+    int models_line;                    /* its line in the file (snapshot_check's errors) */
+    char *snapshot_json;                /* `model_snapshot=` JSON, NULL unless set */
+    int snapshot_line;
+    char *state_dir;           /* our key: state_dir; default <run dir>/state */
+    char *log_location;        /* logs/ */
+    char *oip_stream_response; /* our key: triton (default) | mlserver */
 };
 
 typedef void config_warn_fn(const char *msg, void *arg);

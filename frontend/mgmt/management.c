@@ -37,6 +37,7 @@
 #include "log.h"
 #include "describe.h"
 #include "model_register.h"
+#include "snapshot.h"
 
 /* How long an unregister lets workers exit on their own before killing them. */
 #define MGMT_KILL_GRACE_MS 5000
@@ -181,6 +182,9 @@ static struct mgmt_op *op_new(enum op_kind kind, mgmt_done_fn *done, void *arg, 
 /* Calls done once (unless cancelled) and frees the op. */
 static void op_finish(struct mgmt_op *op, int status, const char *type, const char *msg)
 {
+    /* what changed the model set or its workers is in the next snapshot */
+    if (status < 300 && op->kind != OP_DESCRIBE)
+        snapshot_save();
     if (op->done)
         op->done(op->arg, status, type, msg);
     op_free(op);
@@ -739,6 +743,7 @@ struct mgmt_op *mgmt_set_default(const char *name, const char *version, mgmt_don
         if (!strcmp(o->name, name))
             o->is_default = o == m;
     LOG_INFO("default version of model %s is now %s", name, version);
+    snapshot_save();
     ok(done, arg, 200, "Default version successfully updated for model \"%s\" to \"%s\"", name,
        version);
     return NULL;

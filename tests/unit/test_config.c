@@ -291,9 +291,6 @@ TEST(unsupported_keys)
     expect_error("install_py_dep_per_model=true\n",
                  "DIR/config.properties:1: install_py_dep_per_model is not supported by "
                  "torchserve-c: Python handlers are not supported");
-    expect_error("model_snapshot={}\n",
-                 "DIR/config.properties:1: model_snapshot is not supported by torchserve-c: "
-                 "snapshots are not restored; use --models or load_models");
     expect_error("service_envelope=kserve\n",
                  "DIR/config.properties:1: service_envelope is not supported by torchserve-c: "
                  "requests use TorchServe's default format only");
@@ -301,10 +298,6 @@ TEST(unsupported_keys)
                  "DIR/config.properties:1: metrics_mode: not supported by torchserve-c: metrics "
                  "are served in Prometheus format on the metrics API (metrics_mode=prometheus), "
                  "got 'log'");
-    expect_error("models={\"m\": {}}\n",
-                 "DIR/config.properties:1: models: not supported by torchserve-c: models= "
-                 "(TorchServe's snapshot format) is not restored; use --models or load_models, "
-                 "got '{\"m\": {}}'");
     struct config c;
     char err[512];
     CHECK_EQ_INT(load("workflow_store=wf\nnumber_of_gpu=2\ninstall_py_dep_per_model=false\n", &c,
