@@ -140,6 +140,16 @@ def decode_binary(r):
     return o
 
 
+def auth(a):
+    """The inference key: --token, else TS_TOKEN, else key_file.json in the working directory
+    (the server writes it there when token authorization is on, its default)."""
+    key = a.token or os.environ.get("TS_TOKEN")
+    if not key and os.path.exists("key_file.json"):
+        with open("key_file.json") as f:
+            key = json.load(f).get("inference", {}).get("key")
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
 def rest(a, route):
     import requests
     p = Printer(a.timing)
@@ -150,7 +160,7 @@ def rest(a, route):
         ver = f"/versions/{a.version}" if a.version else ""
         url = f"{a.url}/v2/models/{a.model}{ver}/{route}"
         stream = route.endswith("_stream")
-        r = requests.post(url, json=body, stream=stream, timeout=a.timeout)
+        r = requests.post(url, json=body, stream=stream, timeout=a.timeout, headers=auth(a))
         if not stream or not r.headers.get("Content-Type", "").startswith("text/event-stream"):
             o = decode_binary(r) if "Inference-Header-Content-Length" in r.headers else r.json()
             p.response(o)
@@ -242,11 +252,13 @@ def grpc_call(a, streaming):
     try:
         if not streaming:
             for q in reqs:
-                p.response(from_grpc(stub.ModelInfer(q, timeout=a.timeout)))
+                p.response(from_grpc(stub.ModelInfer(q, timeout=a.timeout,
+                                                     metadata=list(auth(a).items()))))
                 p.end()
             return 0
         last = None
-        for r in stub.ModelStreamInfer(iter(reqs), timeout=a.timeout):
+        for r in stub.ModelStreamInfer(iter(reqs), timeout=a.timeout,
+                                       metadata=list(auth(a).items())):
             if r.error_message:
                 p.response({"error": r.error_message})
                 continue
@@ -280,6 +292,7 @@ def main():
     ap.add_argument("--grpc", default="127.0.0.1:7070")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--timing", action="store_true", help="print each partial with its time")
+    ap.add_argument("--token", help="inference key (default: TS_TOKEN, or ./key_file.json)")
     a = ap.parse_args()
     if a.command.startswith("grpc_"):
         return grpc_call(a, a.command == "grpc_stream")
