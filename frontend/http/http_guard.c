@@ -30,8 +30,8 @@
 
 static struct evconnlistener *listeners[MAX_LISTENERS];
 static int n_listeners;
-static int fd_cap;      /* accept while the lowest free descriptor is below this */
-static int paused;      /* listeners disabled: EMFILE or the cap */
+static int fd_cap; /* accept while the lowest free descriptor is below this */
+static int paused; /* listeners disabled: EMFILE or the cap */
 static struct event *resume_ev;
 static int64_t last_log_us;
 static long suppressed; /* log lines not written since the last one */
@@ -253,8 +253,7 @@ static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
         if (!strcasecmp(h->key, "Content-Length")) {
             if (!plain_length(h->value))
                 return found(pb, 400, BAD,
-                             "Invalid Content-Length '%.32s': it must be a plain number",
-                             h->value);
+                             "Invalid Content-Length '%.32s': it must be a plain number", h->value);
             if (cl && strcmp(cl->value, h->value))
                 return found(pb, 400, BAD, "Conflicting Content-Length headers (%.20s and %.20s)",
                              cl->value, h->value);
