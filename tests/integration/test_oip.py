@@ -443,6 +443,14 @@ def test_grpc_health_metadata_and_infer(mlp_srv, x2):
     with pytest.raises(grpc.RpcError) as e:
         stub.ModelInfer(q)
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    # a datatype "FP32\0junk" is not FP32: NULs in nested strings are refused by name
+    q = pb.ModelInferRequest(model_name="mlp")
+    q.inputs.add(name="input__0", datatype="FP32\0junk", shape=[1, 64]).contents.fp32_contents.extend(
+        flat[:64])
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(q)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'inputs.datatype'" in e.value.details()
 
 
 @pytest.mark.smoke
