@@ -270,16 +270,10 @@ reject: /* trailing bytes: jansson has the words for it */
     return 0;
 }
 
-int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_input *out, char *err,
-                     size_t errlen)
+/* Any body, through jansson: the reference the fast path must agree with, and every error. */
+static int jansson_parse(const char *body, size_t len, int max_dims, struct tjson_input *out,
+                         char *err, size_t errlen)
 {
-    memset(out, 0, sizeof(*out));
-    if (!body || all_space(body, len)) {
-        snprintf(err, errlen, "empty body");
-        return -1;
-    }
-    if (fast_parse(body, len, max_dims, out))
-        return 0;
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_DECODE_ANY, &je);
     if (!root) {
@@ -306,6 +300,19 @@ int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_in
     int rc = from_value(v, name, max_dims, out, err, errlen);
     json_decref(root);
     return rc;
+}
+
+int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_input *out, char *err,
+                     size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (!body || all_space(body, len)) {
+        snprintf(err, errlen, "empty body");
+        return -1;
+    }
+    if (fast_parse(body, len, max_dims, out))
+        return 0;
+    return jansson_parse(body, len, max_dims, out, err, errlen);
 }
 
 int tjson_parse_raw(const void *body, size_t len, const int64_t *shape, int ndim,
