@@ -8,7 +8,8 @@ libevent-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 protobuf-compiler-grpc libprotobuf-dev liblmdb-dev libyaml-dev libjansson-dev libarchive-dev
 uuid-dev libtorch-dev libopenblas0-pthread
 python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch
-curl wrk nghttp2-client clang-format"
+curl wrk nghttp2-client clang-format
+clang libclang-rt-14-dev zlib1g-dev"
 
 missing=""
 for p in $PKGS; do
