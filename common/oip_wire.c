@@ -383,8 +383,9 @@ static int hs_size(struct jcur *s, int64_t *v)
     jcur_ws(s);
     char *b = s->p;
     int64_t x = 0;
-    while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
-        x = x * 10 + (*s->p++ - '0');
+    for (; s->p < s->end && *s->p >= '0' && *s->p <= '9'; s->p++)
+        if (s->p - b < 18) /* more digits are refused below: never overflow on the way */
+            x = x * 10 + (*s->p - '0');
     size_t nd = (size_t)(s->p - b);
     if (!nd || nd > 18 || (nd > 1 && *b == '0'))
         return 0;
