@@ -210,6 +210,11 @@ def test_bad_requests(mlp_srv):
     err("/v2/models/mlp/versions/7/infer", 404, "7", json={"inputs": [ok]})
     # malformed JSON, missing inputs, bad id
     err("/v2/models/mlp/infer", 400, "malformed JSON", data=b'{"inputs": [')
+    # the fast path skips keys it does not read, but never over malformed JSON
+    body = json.dumps({"inputs": [ok]})[:-1].encode()
+    err("/v2/models/mlp/infer", 400, "malformed JSON", data=body + b', "x": {"k": 2v"}}')
+    err("/v2/models/mlp/infer", 400, "malformed JSON",
+        data=body[:-2] + b', "x": tru}]}')
     err("/v2/models/mlp/infer", 400, "inputs", json={"id": "x"})
     err("/v2/models/mlp/infer", 400, "id", json={"id": 5, "inputs": [ok]})
     err("/v2/models/mlp/infer", 400, "outputs[0].name", "nope",
