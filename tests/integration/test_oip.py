@@ -215,6 +215,9 @@ def test_bad_requests(mlp_srv):
     err("/v2/models/mlp/infer", 400, "malformed JSON", data=body + b', "x": {"k": 2v"}}')
     err("/v2/models/mlp/infer", 400, "malformed JSON",
         data=body[:-2] + b', "x": tru}]}')
+    # nor over a number jansson refuses: 1e400 is not an infinity
+    data = json.dumps({"inputs": [dict(ok, data=[0.5] * 63 + [7.0])]}).replace("7.0", "1e400")
+    err("/v2/models/mlp/infer", 400, "real number overflow", data=data.encode())
     err("/v2/models/mlp/infer", 400, "inputs", json={"id": "x"})
     err("/v2/models/mlp/infer", 400, "id", json={"id": 5, "inputs": [ok]})
     err("/v2/models/mlp/infer", 400, "outputs[0].name", "nope",
