@@ -5,6 +5,8 @@
 #   make test              install deps, build, run unit and integration tests
 #   make SANITIZE=address,undefined test-unit test-smoke    the same under ASan/UBSan
 #   make bench             run scripts/bench/ (figures for the issues' benchmarks)
+#   make fuzz FUZZ_S=N     build the libFuzzer targets of tests/fuzz/ (clang, build-fuzz/) and run
+#                          each for N seconds on a copy of its corpus
 
 PYTHON   := /usr/bin/python3
 CC       := gcc
@@ -12,6 +14,14 @@ CXX      := g++
 SANITIZE ?=
 BUILD    ?= build$(if $(SANITIZE),-san)
 OPT      ?= -O2
+# FUZZ=1 (set by `make fuzz` for its sub-make): the same objects built by clang with libFuzzer's
+# coverage instrumentation, ASan and UBSan, in their own tree
+ifneq ($(FUZZ),)
+CC       := clang
+BUILD    := build-fuzz
+OPT      := -O1
+SANITIZE := address,undefined
+endif
 
 CFLAGS   := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
             -Icommon -Ibackend -Ifrontend -I$(BUILD)/gen
@@ -22,6 +32,9 @@ ifneq ($(SANITIZE),)
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 CFLAGS   += $(SANFLAGS)
 LDFLAGS  += $(SANFLAGS)
+endif
+ifneq ($(FUZZ),)
+CFLAGS   += -fsanitize=fuzzer-no-link
 endif
 
 COMMON_SRCS   := $(wildcard common/*.c)
@@ -46,7 +59,7 @@ ARCHIVER_LIBS := -larchive -ljansson -lyaml -luuid
 BINS := $(BUILD)/bin/torchserve-c $(BUILD)/bin/torchserve-c-worker $(BUILD)/bin/torchserve-c-archiver
 
 .PHONY: all deps models run test test-unit test-integration test-smoke bench clean format \
-        format-check pystubs check-layers
+        format-check pystubs check-layers fuzz fuzz-build fuzz-run
 all: $(BINS) pystubs
 
 deps:
@@ -161,12 +174,43 @@ test: deps all models check-layers test-unit test-integration
 bench: all models
 	scripts/bench/run_all.sh $(BUILD)
 
+# ---- fuzzing ----
+# One libFuzzer target per parser that reads bytes from a client or a worker: tests/fuzz/<name>.c,
+# seeds in tests/fuzz/corpus/<name>/ (tests/fuzz/README.md). `make fuzz` re-runs make with FUZZ=1,
+# which builds every project object with clang into build-fuzz/; each target links them from one
+# archive (a target that #includes the .c it tests gets its statics, the rest from the archive).
+# Each run works on a copy of the corpus and fails on any crash, leak, timeout or UBSan report.
+FUZZ_S       ?= 60
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
+FUZZ_BINS    := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_TARGETS))
+FUZZ_OBJS    := $(call obj,$(COMMON_SRCS) $(filter-out frontend/main.c,$(FRONTEND_SRCS))) \
+                $(PROTO_OBJS)
+fuzz: # -k: every target runs, whatever an earlier one found
+	$(MAKE) -k FUZZ=1 fuzz-run
+fuzz-build:
+	$(MAKE) FUZZ=1 fuzz-bins
+FUZZ_RUNS    := $(patsubst %,fuzz-run-%,$(FUZZ_TARGETS))
+ifneq ($(FUZZ),)
+.PHONY: fuzz-bins $(FUZZ_RUNS)
+fuzz-bins: $(FUZZ_BINS)
+$(BUILD)/libfuzz.a: $(FUZZ_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(BUILD)/libfuzz.a | $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< $(BUILD)/libfuzz.a $(LDFLAGS) \
+	    $(FRONTEND_LIBS) -lz
+fuzz-run: $(FUZZ_RUNS)
+$(FUZZ_RUNS): fuzz-run-%: $(BUILD)/fuzz/%
+	@tests/fuzz/run.sh $* $(FUZZ_S) $(BUILD)
+endif
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
 format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h' '*.cpp')
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

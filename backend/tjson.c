@@ -62,7 +62,9 @@ static int flatten(struct walk *w, const json_t *v, int depth)
             snprintf(w->err, w->errlen, "%s: expected a number, got %s", w->path, json_kind(v));
             return -1;
         }
-        w->out[w->k++] = (float)json_number_value(v);
+        if (w->out) /* NULL: a walk that only checks */
+            w->out[w->k] = (float)json_number_value(v);
+        w->k++;
         return 0;
     }
     if (!json_is_array(v)) {
@@ -84,8 +86,9 @@ static int flatten(struct walk *w, const json_t *v, int depth)
     return 0;
 }
 
-static int from_value(const json_t *v, const char *root, int max_dims, struct tjson_input *out,
-                      char *err, size_t errlen)
+/* v, read from a body of len bytes, as a tensor. */
+static int from_value(const json_t *v, const char *root, int max_dims, size_t len,
+                      struct tjson_input *out, char *err, size_t errlen)
 {
     int64_t shape[TSH_MAX_DIMS];
     int ndim = 0;
@@ -109,13 +112,18 @@ static int from_value(const json_t *v, const char *root, int max_dims, struct tj
         snprintf(err, errlen, "%s: empty list", root);
         return -1;
     }
-    if (numel > (int64_t)(SIZE_MAX / sizeof(float))) {
-        snprintf(err, errlen, "%s: too many elements", root);
+    struct walk w = {.shape = shape, .ndim = ndim, .err = err, .errlen = errlen};
+    snprintf(w.path, sizeof(w.path), "%s", root);
+    /* The shape comes from the first element at each depth, which the rest need not follow:
+     * [[1, ...40 numbers], [], [], ...] claims 40 x 40 elements. A body holds at most len
+     * numbers, so a larger claim is a ragged list: the walk finds it without the memory for
+     * the claim (an 834-byte body nested 7 deep claimed 655 GB, and xmalloc aborted). */
+    if ((uint64_t)numel > len) {
+        if (flatten(&w, v, 0) == 0) /* cannot be: it would take numel numbers */
+            snprintf(err, errlen, "%s: too many elements", root);
         return -1;
     }
-    struct walk w = {.shape = shape, .ndim = ndim, .err = err, .errlen = errlen};
     w.out = xmalloc((size_t)numel * sizeof(float));
-    snprintf(w.path, sizeof(w.path), "%s", root);
     if (flatten(&w, v, 0)) {
         free(w.out);
         return -1;
@@ -270,16 +278,10 @@ reject: /* trailing bytes: jansson has the words for it */
     return 0;
 }
 
-int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_input *out, char *err,
-                     size_t errlen)
+/* Any body, through jansson: the reference the fast path must agree with, and every error. */
+static int jansson_parse(const char *body, size_t len, int max_dims, struct tjson_input *out,
+                         char *err, size_t errlen)
 {
-    memset(out, 0, sizeof(*out));
-    if (!body || all_space(body, len)) {
-        snprintf(err, errlen, "empty body");
-        return -1;
-    }
-    if (fast_parse(body, len, max_dims, out))
-        return 0;
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_DECODE_ANY, &je);
     if (!root) {
@@ -303,9 +305,22 @@ int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_in
             return -1;
         }
     }
-    int rc = from_value(v, name, max_dims, out, err, errlen);
+    int rc = from_value(v, name, max_dims, len, out, err, errlen);
     json_decref(root);
     return rc;
+}
+
+int tjson_parse_json(const char *body, size_t len, int max_dims, struct tjson_input *out, char *err,
+                     size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (!body || all_space(body, len)) {
+        snprintf(err, errlen, "empty body");
+        return -1;
+    }
+    if (fast_parse(body, len, max_dims, out))
+        return 0;
+    return jansson_parse(body, len, max_dims, out, err, errlen);
 }
 
 int tjson_parse_raw(const void *body, size_t len, const int64_t *shape, int ndim,

@@ -104,8 +104,12 @@ int oip_check_data(int dtype, const int64_t *shape, int ndim, const uint8_t *dat
         size_t es = oip_dtype_size(dtype);
         if (!es || (uint64_t)numel > SIZE_MAX / es || (size_t)numel * es != nbytes) {
             oip_shape_str(sh, sizeof(sh), shape, ndim);
-            snprintf(err, errlen, "expected %lld bytes for %s %s, got %zu",
-                     (long long)numel * (long long)es, oip_dtype_name(dtype), sh, nbytes);
+            if (es && (uint64_t)numel > (uint64_t)INT64_MAX / es) /* the product would overflow */
+                snprintf(err, errlen, "%s %s is too large, got %zu bytes", oip_dtype_name(dtype),
+                         sh, nbytes);
+            else
+                snprintf(err, errlen, "expected %lld bytes for %s %s, got %zu",
+                         (long long)numel * (long long)es, oip_dtype_name(dtype), sh, nbytes);
             return -1;
         }
         return 0;
@@ -383,8 +387,9 @@ static int hs_size(struct jcur *s, int64_t *v)
     jcur_ws(s);
     char *b = s->p;
     int64_t x = 0;
-    while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
-        x = x * 10 + (*s->p++ - '0');
+    for (; s->p < s->end && *s->p >= '0' && *s->p <= '9'; s->p++)
+        if (s->p - b < 18) /* more digits are refused below: never overflow on the way */
+            x = x * 10 + (*s->p - '0');
     size_t nd = (size_t)(s->p - b);
     if (!nd || nd > 18 || (nd > 1 && *b == '0'))
         return 0;

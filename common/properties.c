@@ -52,7 +52,8 @@ static void put_utf8(struct buf *b, unsigned cp)
     }
 }
 
-/* Decodes escapes of s[0..n) into out. -1 on a malformed \u escape. */
+/* Decodes escapes of s[0..n) into out. -1 on a malformed \u escape, -2 on \u0000: keys and
+ * values are C strings, and "port\u0000junk" must not quietly read as "port". */
 static int unescape(const char *s, size_t n, struct buf *out)
 {
     for (size_t i = 0; i < n; i++) {
@@ -85,6 +86,8 @@ static int unescape(const char *s, size_t n, struct buf *out)
                     return -1;
                 cp = cp * 16 + (unsigned)h;
             }
+            if (!cp)
+                return -2;
             i += 4;
             put_utf8(out, cp);
             break;
@@ -218,8 +221,12 @@ static int parse_named(const char *text, size_t len, const char *name, struct pr
 
         buf_reset(&kb);
         buf_reset(&vb);
-        if (unescape(l, kend, &kb) || unescape(l + k, vend - k, &vb)) {
-            snprintf(err, errlen, "%s:%d: malformed \\uXXXX escape", name, start_line);
+        int urc = unescape(l, kend, &kb);
+        if (!urc)
+            urc = unescape(l + k, vend - k, &vb);
+        if (urc) {
+            snprintf(err, errlen, "%s:%d: %s", name, start_line,
+                     urc == -2 ? "\\u0000 (a NUL byte) in line" : "malformed \\uXXXX escape");
             rc = TS_E_BAD_CONFIG;
             break;
         }

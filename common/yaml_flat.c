@@ -148,6 +148,11 @@ int yflat_parse_string(const char *text, size_t len, const char *name, struct yf
                 top->want_key = 0;
                 break;
             }
+            if (memchr(v, '\0', vl)) { /* "\0" in quotes: "1\0junk" must not read as 1 */
+                snprintf(err, errlen, "%s:%d: value contains a NUL byte", name, line);
+                rc = TS_E_BAD_CONFIG;
+                break;
+            }
             add_entry(out, &cap, next_path(top), v, vl, line);
             value_done(top);
             break;

@@ -32,6 +32,7 @@
 #include "inference.pb-c.h"
 #include "core/job.h"
 #include "log.h"
+#include "pb_req.h"
 #include "core/model.h"
 #include "core/sequence.h"
 #include "core/core.h"
@@ -296,13 +297,15 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         return GS_INTERNAL;
     }
     struct job *j = job_new(NULL, &grpc_job_sink, c);
-    for (size_t i = 0; i < req->n_input; i++) {
+    /* proto3 maps: the last entry of a key wins (a message may hold millions of entries) */
+    const char **keys = xmalloc((req->n_input ? req->n_input : 1) * sizeof(*keys));
+    size_t *keep = xmalloc((req->n_input ? req->n_input : 1) * sizeof(*keep));
+    for (size_t i = 0; i < req->n_input; i++)
+        keys[i] = req->input[i]->key;
+    size_t n_keep = pb_req_last_keys(keys, req->n_input, keep);
+    for (size_t k = 0; k < n_keep; k++) {
+        size_t i = keep[k];
         const char *key = req->input[i]->key ? req->input[i]->key : "";
-        int later = 0; /* proto3 maps: the last entry of a key wins */
-        for (size_t k = i + 1; k < req->n_input && !later; k++)
-            later = req->input[k]->key && !strcmp(req->input[k]->key, key);
-        if (later)
-            continue;
         const ProtobufCBinaryData *v = &req->input[i]->value;
         char *val = xmalloc(v->len + 1);
         if (v->len)
@@ -310,6 +313,8 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         val[v->len] = '\0';
         job_add_param_owned(j, key, "", val, v->len);
     }
+    free(keys);
+    free(keep);
     /* Sequences (TorchServe's intent, not its ByteString bug): sequence_id, and the input keys
      * ts_request_sequence_start / _end / _cancel set to "true". Within one StreamPredictions2
      * call a message without an id continues the stream's sequence. */

@@ -46,6 +46,7 @@
 #include "grpc_drive.h"
 #include "log.h"
 #include "mgmt/auth.h"
+#include "pb_req.h"
 #include "util.h"
 
 /* requests armed per server: new calls wait in gRPC only if this many arrive in one loop turn */
@@ -377,55 +378,6 @@ static void on_new(struct gcall *c, int success)
     arm_recv(c, c->method->client_stream);
 }
 
-static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    *v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return 0;
-    }
-    return -1;
-}
-
-/* The name of the first top-level string field of a message of type d (wire bytes p, n) that
- * holds a NUL byte, or NULL. Malformed bytes are left to the unpacker, which refuses them. */
-static const char *string_with_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n)
-{
-    const uint8_t *end = p + n;
-    while (p < end) {
-        uint64_t key, len;
-        if (read_varint(&p, end, &key) != 0)
-            return NULL;
-        switch (key & 7) {
-        case 0:
-            if (read_varint(&p, end, &len) != 0)
-                return NULL;
-            break;
-        case 1:
-            p += 8;
-            break;
-        case 5:
-            p += 4;
-            break;
-        case 2: {
-            if (read_varint(&p, end, &len) != 0 || len > (uint64_t)(end - p))
-                return NULL;
-            const ProtobufCFieldDescriptor *f =
-                protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3));
-            if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, len))
-                return f->name;
-            p += len;
-            break;
-        }
-        default:
-            return NULL;
-        }
-    }
-    return NULL;
-}
-
 static void on_recv(struct gcall *c, int success)
 {
     c->recv_pending = 0;
@@ -457,10 +409,9 @@ static void on_recv(struct gcall *c, int success)
     grpc_byte_buffer_destroy(bb);
     if (!c->method->client_stream)
         c->recv_done = 1; /* a unary request: any further message is the client's problem */
-    const char *nul = c->method->input ? string_with_nul(c->method->input, GRPC_SLICE_START_PTR(sl),
-                                                         GRPC_SLICE_LENGTH(sl))
-                                       : NULL;
-    if (nul) {
+    char nul[96];
+    if (c->method->input && pb_req_nul_field(c->method->input, GRPC_SLICE_START_PTR(sl),
+                                             GRPC_SLICE_LENGTH(sl), nul, sizeof(nul))) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Field '%s' contains a NUL byte", nul);
         grpc_slice_unref(sl);

@@ -35,9 +35,9 @@ struct grpc_method {
     void (*on_half_close)(struct gcall *c);
     /* The call is over before gcall_finish: stop work (job_cancel) and forget c. May be NULL. */
     void (*on_cancel)(struct gcall *c);
-    /* The request message's type: its top-level string fields are checked for NUL bytes
-     * (protobuf-c hands strings over as C strings, which would end at the first NUL and turn
-     * "victim\0junk" into "victim"). NULL: no check. */
+    /* The request message's type: its string fields, nested ones included, are checked for NUL
+     * bytes (protobuf-c hands strings over as C strings, which would end at the first NUL and
+     * turn "victim\0junk" into "victim"; pb_req.h). NULL: no check. */
     const ProtobufCMessageDescriptor *input;
 };
 

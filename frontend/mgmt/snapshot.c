@@ -34,8 +34,8 @@ void snapshot_disable(void)
 
 /* ---- reading ---- */
 
-static const char *const int_fields[] = {"minWorkers",      "maxWorkers",     "batchSize",
-                                         "maxBatchDelay",   "responseTimeout", "startupTimeout"};
+static const char *const int_fields[] = {"minWorkers",    "maxWorkers",      "batchSize",
+                                         "maxBatchDelay", "responseTimeout", "startupTimeout"};
 
 static json_t *models_of(json_t *root, int models_only)
 {
@@ -55,8 +55,8 @@ int snapshot_check(const char *json, int models_only, char *why, size_t whylen)
     const char *name, *version;
     json_t *versions, *v;
     if (!json_is_object(models)) {
-        snprintf(why, whylen, "%s", models_only ? "expected an object of models"
-                                                : "\"models\" must be an object");
+        snprintf(why, whylen, "%s",
+                 models_only ? "expected an object of models" : "\"models\" must be an object");
         goto out;
     }
     json_object_foreach(models, name, versions)
@@ -97,8 +97,9 @@ int snapshot_check(const char *json, int models_only, char *why, size_t whylen)
             }
             json_t *d = json_object_get(v, "defaultVersion");
             if (d && !json_is_boolean(d)) {
-                snprintf(why, whylen, "model %.64s version %.64s: \"defaultVersion\" must be "
-                                      "true or false",
+                snprintf(why, whylen,
+                         "model %.64s version %.64s: \"defaultVersion\" must be "
+                         "true or false",
                          name, version);
                 goto out;
             }
@@ -269,8 +270,8 @@ void snapshot_save(void)
 {
     if (disabled)
         return;
-    const char *loc = srv->cfg.log_location && *srv->cfg.log_location ? srv->cfg.log_location
-                                                                       : "logs";
+    const char *loc =
+        srv->cfg.log_location && *srv->cfg.log_location ? srv->cfg.log_location : "logs";
     char *cfgdir = xasprintf("%s/config", loc);
     mkdir(loc, 0755);
     mkdir(cfgdir, 0755);

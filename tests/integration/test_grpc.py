@@ -557,5 +557,9 @@ def test_nul_in_names_invalid_argument(isrv):
     e = rpc_error(ms.DescribeModel, mpb.DescribeModelRequest(model_name="mlp", model_version="1\0"),
                   timeout=10)
     assert e.code() == C.INVALID_ARGUMENT and "model_version" in e.details(), e
+    # nested strings too: a map key (a backend parameter name) holding a NUL
+    q = ipb.PredictionsRequest(model_name="mlp", input={"data\0x": b"1", "data": b"2"})
+    e = rpc_error(st.Predictions, q, timeout=10)
+    assert e.code() == C.INVALID_ARGUMENT and "'input.key'" in e.details(), e
     r = st.Predictions(data_request("mlp", mlp_input(0)), timeout=10)
     assert len(json.loads(r.prediction)) == 10

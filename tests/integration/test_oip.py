@@ -210,6 +210,14 @@ def test_bad_requests(mlp_srv):
     err("/v2/models/mlp/versions/7/infer", 404, "7", json={"inputs": [ok]})
     # malformed JSON, missing inputs, bad id
     err("/v2/models/mlp/infer", 400, "malformed JSON", data=b'{"inputs": [')
+    # the fast path skips keys it does not read, but never over malformed JSON
+    body = json.dumps({"inputs": [ok]})[:-1].encode()
+    err("/v2/models/mlp/infer", 400, "malformed JSON", data=body + b', "x": {"k": 2v"}}')
+    err("/v2/models/mlp/infer", 400, "malformed JSON",
+        data=body[:-2] + b', "x": tru}]}')
+    # nor over a number jansson refuses: 1e400 is not an infinity
+    data = json.dumps({"inputs": [dict(ok, data=[0.5] * 63 + [7.0])]}).replace("7.0", "1e400")
+    err("/v2/models/mlp/infer", 400, "real number overflow", data=data.encode())
     err("/v2/models/mlp/infer", 400, "inputs", json={"id": "x"})
     err("/v2/models/mlp/infer", 400, "id", json={"id": 5, "inputs": [ok]})
     err("/v2/models/mlp/infer", 400, "outputs[0].name", "nope",
@@ -443,6 +451,14 @@ def test_grpc_health_metadata_and_infer(mlp_srv, x2):
     with pytest.raises(grpc.RpcError) as e:
         stub.ModelInfer(q)
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    # a datatype "FP32\0junk" is not FP32: NULs in nested strings are refused by name
+    q = pb.ModelInferRequest(model_name="mlp")
+    q.inputs.add(name="input__0", datatype="FP32\0junk", shape=[1, 64]).contents.fp32_contents.extend(
+        flat[:64])
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(q)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'inputs.datatype'" in e.value.details()
 
 
 @pytest.mark.smoke

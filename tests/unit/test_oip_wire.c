@@ -25,6 +25,10 @@ TEST(numel_and_check)
     CHECK_STR(err, "expected 24 bytes for FP32 [2,3], got 20");
     int64_t big[2] = {INT64_MAX, 4};
     CHECK_EQ_INT((int)oip_numel(big, 2), -1);
+    /* a valid element count whose byte size overflows int64: said so, without computing it */
+    int64_t huge[2] = {1234567890123456789LL, 2};
+    CHECK_EQ_INT(oip_check_data(OIP_FP64, huge, 2, d, 2, err, sizeof err), -1);
+    CHECK_STR(err, "FP64 [1234567890123456789,2] is too large, got 2 bytes");
     /* BYTES: length-prefixed elements, exactly numel of them */
     uint8_t b[] = {2, 0, 0, 0, 'h', 'i', 0, 0, 0, 0};
     int64_t two[1] = {2};

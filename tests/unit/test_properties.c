@@ -104,6 +104,11 @@ TEST(errors_name_line)
     CHECK_EQ_INT(parse("a=1\n\n=oops\n", &ps, err, sizeof err), TS_E_BAD_CONFIG);
     CHECK_STR(err, "properties:3: missing key before '='");
     CHECK_EQ_INT(parse("x=\\u12", &ps, err, sizeof err), TS_E_BAD_CONFIG);
+    /* an escaped NUL would cut a key or a value short: "\u0000x=1" was the key "" */
+    CHECK_EQ_INT(parse("a=1\n\\u0000x=1\n", &ps, err, sizeof err), TS_E_BAD_CONFIG);
+    CHECK_STR(err, "properties:2: \\u0000 (a NUL byte) in line");
+    CHECK_EQ_INT(parse("port=80\\u0000junk", &ps, err, sizeof err), TS_E_BAD_CONFIG);
+    CHECK_EQ_INT(ps.n, 0);
 }
 
 TEST(parse_file)

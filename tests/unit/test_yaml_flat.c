@@ -99,6 +99,19 @@ TEST(top_level_scalar_and_alias_refused)
     CHECK(strstr(err, "complex"));
 }
 
+TEST(nul_in_key_or_value_refused)
+{
+    struct yflat y;
+    char err[256] = "";
+    /* values are C strings: "1\0junk" would read as 1 */
+    CHECK_EQ_INT(parse("minWorkers: 1\nbatchSize: \"1\\0junk\"\n", &y, err, sizeof err),
+                 TS_E_BAD_CONFIG);
+    CHECK_STR(err, "model-config.yaml:2: value contains a NUL byte");
+    CHECK_EQ_INT(y.n, 0);
+    CHECK_EQ_INT(parse("\"a\\0b\": 1\n", &y, err, sizeof err), TS_E_BAD_CONFIG);
+    CHECK_STR(err, "model-config.yaml:1: key contains a NUL byte");
+}
+
 TEST(parse_file)
 {
     char dir[96];
@@ -130,6 +143,7 @@ int main(void)
     RUN(duplicate_key_last_wins);
     RUN(syntax_error_names_file_and_line);
     RUN(top_level_scalar_and_alias_refused);
+    RUN(nul_in_key_or_value_refused);
     RUN(parse_file);
     tbase_remove();
     return tap_done();

@@ -1,0 +1,67 @@
+/*
+ * otf_response: worker -> frontend frames (common/otf.c otf_decode_response), as the frontend
+ * reads them from a worker's socket (frontend/core/worker_pool.c). A decoded frame must lie
+ * inside the bytes consumed, encode back to exactly those bytes, and every shorter prefix of it
+ * must ask for more bytes. A 16-byte field limit must give the same frame or a clean refusal.
+ */
+#include "fuzz.h"
+#include "otf.h"
+
+#define MAXF (1u << 20)
+
+static void in_frame(struct otf_str s, const uint8_t *p, long n)
+{
+    FUZZ_CHECK(s.len >= 0 && (size_t)s.len <= MAXF);
+    if (s.len)
+        FUZZ_CHECK((const uint8_t *)s.p >= p && (const uint8_t *)s.p + s.len <= p + n);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct otf_response r;
+    long n = otf_decode_response(data, size, MAXF, &r);
+    if (n < 0) {
+        FUZZ_CHECK(n == TS_E_INCOMPLETE || n == TS_E_PROTOCOL || n == TS_E_TOO_LARGE);
+        FUZZ_CHECK(!r.preds && !r.n_preds);
+        return 0;
+    }
+    FUZZ_CHECK(n > 0 && (size_t)n <= size);
+    in_frame(r.msg, data, n);
+    struct buf b;
+    buf_init(&b);
+    otf_encode_response_begin(&b, r.code, r.msg);
+    for (size_t i = 0; i < r.n_preds; i++) {
+        const struct otf_prediction *p = &r.preds[i];
+        in_frame(p->id, data, n);
+        in_frame(p->ctype, data, n);
+        in_frame(p->phrase, data, n);
+        in_frame(p->body, data, n);
+        for (size_t k = 0; k < p->n_headers; k++) {
+            in_frame(p->headers[k].key, data, n);
+            in_frame(p->headers[k].val, data, n);
+        }
+        /* what worker_pool.c asks of every prediction */
+        (void)otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT);
+        free(otf_strdup(p->id));
+        otf_encode_prediction(&b, p);
+    }
+    otf_encode_list_end(&b);
+    FUZZ_CHECK(b.len == (size_t)n && memcmp(b.data, data, (size_t)n) == 0);
+    buf_free(&b);
+    otf_response_free(&r);
+
+    size_t cuts[3] = {(size_t)n - 1, (size_t)n / 2, 1};
+    for (int k = 0; k < 3; k++) {
+        if (cuts[k] >= (size_t)n || !cuts[k])
+            continue;
+        uint8_t *cut = xmalloc(cuts[k]);
+        memcpy(cut, data, cuts[k]);
+        FUZZ_CHECK(otf_decode_response(cut, cuts[k], MAXF, &r) == TS_E_INCOMPLETE);
+        free(cut);
+    }
+    long m = otf_decode_response(data, size, 16, &r);
+    FUZZ_CHECK(m == n || m == TS_E_TOO_LARGE);
+    if (m > 0)
+        otf_response_free(&r);
+    return 0;
+}
