@@ -196,7 +196,7 @@ fuzz-bins: $(FUZZ_BINS)
 $(BUILD)/libfuzz.a: $(FUZZ_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
-$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(BUILD)/libfuzz.a | $(PROTO_C)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_oip.h $(BUILD)/libfuzz.a | $(PROTO_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< $(BUILD)/libfuzz.a $(LDFLAGS) \
 	    $(FRONTEND_LIBS) -lz

@@ -68,4 +68,23 @@ static inline const char *fuzz_dir(void)
     return path;
 }
 
+/* A frame cut anywhere (the last byte, half of it, all but the first) is incomplete, never an
+ * error or another frame; a smaller field limit refuses it or agrees. decode(p, len, max_field)
+ * decodes, frees what it decoded and returns the decoder's result. */
+static inline void fuzz_check_frame_cuts(const uint8_t *data, size_t size, long n,
+                                         long (*decode)(const uint8_t *, size_t, size_t))
+{
+    size_t cuts[3] = {(size_t)n - 1, (size_t)n / 2, 1};
+    for (int k = 0; k < 3; k++) {
+        if (cuts[k] >= (size_t)n || !cuts[k])
+            continue;
+        uint8_t *cut = xmalloc(cuts[k]);
+        memcpy(cut, data, cuts[k]);
+        FUZZ_CHECK(decode(cut, cuts[k], 1 << 20) == TS_E_INCOMPLETE);
+        free(cut);
+    }
+    long m = decode(data, size, 16);
+    FUZZ_CHECK(m == n || m == TS_E_TOO_LARGE);
+}
+
 #endif

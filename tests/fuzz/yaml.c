@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     struct model_config mc;
     err[0] = '\0';
-    if (model_config_load(fuzz_file(data, size), &mc, err, sizeof(err)) != 0) {
+    if (model_config_load(fuzz_file(data, size), &mc, NULL, NULL, err, sizeof(err)) != 0) {
         FUZZ_CHECK(err[0]);
         return 0;
     }
