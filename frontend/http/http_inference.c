@@ -143,18 +143,10 @@ static void predictions(struct evhttp_request *req, const char *rid, struct http
 void http_inference_handle(struct evhttp_request *req)
 {
     char rid[40];
-    http_request_id(req, rid);
     struct http_path p;
-    http_path_parse(req, &p);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-
-    /* as TorchServe: the API description needs no token, everything else the inference key */
-    if ((p.n == 0 && cmd == EVHTTP_REQ_OPTIONS) ||
-        (p.n == 1 && !strcmp(p.seg[0], "api-description")))
-        http_api_description(req, rid, 0);
-    else if (auth_check(AUTH_INFERENCE, evhttp_find_header(evhttp_request_get_input_headers(req),
-                                                           "Authorization")) != 0)
-        http_send_error(req, rid, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, AUTH_FAIL_MSG);
+    if (http_api_begin(req, rid, &p, AUTH_INFERENCE))
+        ; /* the API description, or a missing or wrong key */
     else if (p.n == 1 && !strcmp(p.seg[0], "ping"))
         ping(req, rid);
     else if (p.n >= 1 && !strcmp(p.seg[0], "predictions") && cmd != EVHTTP_REQ_OPTIONS)

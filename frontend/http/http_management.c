@@ -467,24 +467,13 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
 void http_management_handle(struct evhttp_request *req)
 {
     char rid[40];
-    http_request_id(req, rid);
     struct http_path path;
-    http_path_parse(req, &path);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-
-    if ((path.n == 0 && cmd == EVHTTP_REQ_OPTIONS) ||
-        (path.n == 1 && !strcmp(path.seg[0], "api-description"))) {
-        http_api_description(req, rid, 1);
+    if (http_api_begin(req, rid, &path, AUTH_MANAGEMENT)) {
         http_path_free(&path);
         return;
     }
-    const char *authz = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
     int is_token = path.n == 1 && !strcmp(path.seg[0], "token");
-    if (auth_check(is_token ? AUTH_API : AUTH_MANAGEMENT, authz) != 0) {
-        http_send_error(req, rid, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, AUTH_FAIL_MSG);
-        http_path_free(&path);
-        return;
-    }
     struct params p;
     params_parse(req, &p);
     if (is_token && auth_enabled() && cmd == EVHTTP_REQ_GET)

@@ -19,6 +19,7 @@
 #include "http_guard.h"
 #include "http_tls.h"
 #include "log.h"
+#include "mgmt/auth.h"
 #include "core/core.h"
 #include "util.h"
 
@@ -102,6 +103,26 @@ void http_path_parse(struct evhttp_request *req, struct http_path *p)
         p->seg[p->n++] = dec ? dec : xstrdup("");
         s += n;
     }
+}
+
+int http_api_begin(struct evhttp_request *req, char rid[40], struct http_path *p, int scope)
+{
+    http_request_id(req, rid);
+    http_path_parse(req, p);
+    /* as TorchServe: the API description needs no token; /token takes the API key */
+    if ((p->n == 0 && evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS) ||
+        (p->n == 1 && !strcmp(p->seg[0], "api-description"))) {
+        http_api_description(req, rid, scope == AUTH_MANAGEMENT);
+        return 1;
+    }
+    if (scope == AUTH_MANAGEMENT && p->n == 1 && !strcmp(p->seg[0], "token"))
+        scope = AUTH_API;
+    if (auth_check((enum auth_scope)scope,
+                   evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"))) {
+        http_send_error(req, rid, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, AUTH_FAIL_MSG);
+        return 1;
+    }
+    return 0;
 }
 
 void http_path_free(struct http_path *p)

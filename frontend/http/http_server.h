@@ -24,6 +24,11 @@ void http_servers_stop(void);
 
 void http_path_parse(struct evhttp_request *req, struct http_path *p);
 void http_path_free(struct http_path *p);
+/* What every API handler starts with: the request id and path, then, as TorchServe, the API
+ * description (OPTIONS / or /api-description, no token) or the key check for scope (an enum
+ * auth_scope; /token on the management API takes the API key). 1 when req has been answered
+ * here; either way p is parsed and freed by the caller. */
+int http_api_begin(struct evhttp_request *req, char rid[40], struct http_path *p, int scope);
 /* Query parameter value (decoded), NULL if absent. Free with free(). */
 char *http_query_get(struct evhttp_request *req, const char *key);
 

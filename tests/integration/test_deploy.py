@@ -36,6 +36,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import BUILD, PYSTUBS, ROOT, prepare_store  # noqa: E402
+from test_sequences import run_threads  # noqa: E402
 
 sys.path.insert(0, PYSTUBS)
 import grpc  # noqa: E402
@@ -157,24 +158,6 @@ def cluster():
     yield c
     stop_cluster(c)
     shutil.rmtree(tmp, ignore_errors=True)
-
-
-def run_threads(fns):
-    errors = []
-
-    def wrap(fn):
-        try:
-            fn()
-        except BaseException as e:  # noqa: B036 - reported by the main thread
-            errors.append(e)
-
-    ts = [threading.Thread(target=wrap, args=(f,)) for f in fns]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def mlp_count(c, name):

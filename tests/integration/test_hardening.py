@@ -91,6 +91,19 @@ def still_answers(srv):
     assert r.status_code == 200, r.text
 
 
+def serving_within(s, seconds):
+    """True once a prediction succeeds within seconds."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if requests.post(s.url("/predictions/mlp"), json=SAMPLE, timeout=5).status_code == 200:
+                return True
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    return False
+
+
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         for ln in f:
@@ -306,29 +319,11 @@ def test_fd_exhaustion_does_not_spin(tmp_path):
         assert os.path.getsize(s.log_path) < 1 << 20, "the log grew past 1 MiB"
         for c in socks:
             c.close()
-        deadline = time.time() + 15
-        while time.time() < deadline:
-            try:
-                if requests.post(s.url("/predictions/mlp"), json=SAMPLE, timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        else:
-            pytest.fail("not serving after the idle connections closed")
+        assert serving_within(s, 15), "not serving after the idle connections closed"
         # a crashed worker can still be respawned
         for pid in s.worker_pids():
             os.kill(pid, 9)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                if requests.post(s.url("/predictions/mlp"), json=SAMPLE, timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.3)
-        else:
-            pytest.fail("worker not respawned")
+        assert serving_within(s, 30), "worker not respawned"
     finally:
         s.stop()
 
