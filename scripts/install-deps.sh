@@ -10,6 +10,7 @@ libevent-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 protobuf-compiler-grpc libprotobuf-dev liblmdb-dev libyaml-dev libjansson-dev libarchive-dev
 uuid-dev libtorch-dev libopenblas0-pthread libssl-dev openssl
 python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch python3-yaml
+python3-prometheus-client
 curl jq wrk nghttp2-client clang-format
 haproxy
 clang libclang-rt-14-dev zlib1g-dev"

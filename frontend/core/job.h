@@ -76,6 +76,7 @@ struct job {
     size_t n_params, cap_params;
     int64_t created_us;
     int64_t dispatched_us;
+    int64_t last_frame_us; /* the inter-token histogram's previous frame */
     struct worker *worker; /* while running */
     int frames;            /* frames delivered so far */
     int worker_lost;       /* failed because its worker process died unexpectedly */

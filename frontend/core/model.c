@@ -57,12 +57,30 @@ static void job_withdraw(struct job *j)
 
 static void job_frame(struct job *j, const struct otf_prediction *p)
 {
+    int64_t now = ts_now_us();
+    struct model *m = j->model;
+    if (j->frames == 1)
+        hist_observe(&m->h_ttft, hist_ms_bounds, (double)(now - j->created_us) / 1000.0);
+    else
+        hist_observe(&m->h_itl, hist_ms_bounds, (double)(now - j->last_frame_us) / 1000.0);
+    j->last_frame_us = now;
     if (j->seq)
         sequence_frame_seen(j, p);
 }
 
 static void job_ended(struct job *j, int was_running)
 {
+    int64_t now = ts_now_us();
+    struct model *m = j->model;
+    int64_t total = now - j->created_us;
+    hist_observe(&m->h_latency, hist_ms_bounds, (double)total / 1000.0);
+    m->latency_us_total += (uint64_t)total;
+    if (j->dispatched_us) {
+        int64_t queued = j->dispatched_us - j->created_us;
+        hist_observe(&m->h_queue, hist_ms_bounds, (double)queued / 1000.0);
+        m->queue_us_total += (uint64_t)queued;
+        hist_observe(&m->h_worker, hist_ms_bounds, (double)(now - j->dispatched_us) / 1000.0);
+    }
     if (j->seq)
         sequence_job_done(j, was_running);
 }

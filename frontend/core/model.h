@@ -16,6 +16,7 @@
 
 #include "job.h"
 #include "manifest.h"
+#include "metrics.h"
 #include "model_config.h"
 #include "worker_pool.h"
 
@@ -47,6 +48,11 @@ struct model {
     struct seq_table *seqs;   /* sequenceBatching: job groups (sequence.c), else NULL */
     /* stats */
     uint64_t n_requests;
+    /* /metrics: per request, from the client's request to its end (latency), in the queue, on a
+     * worker (dispatch to end), to the first frame, between frames; TorchServe's cumulative
+     * ts_inference_latency_microseconds and ts_queue_latency_microseconds */
+    struct hist h_latency, h_queue, h_worker, h_ttft, h_itl;
+    uint64_t latency_us_total, queue_us_total;
     LIST_ENTRY(model) link;
 };
 

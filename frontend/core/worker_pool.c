@@ -598,6 +598,7 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
     otf_encode_list_end(&w->out);
     worker_write(w, w->out.data, w->out.len);
     w->group->n_batches++;
+    hist_observe(&w->group->batch_sizes, hist_size_bounds, n);
     if ((uint64_t)n > w->group->max_batch_seen)
         w->group->max_batch_seen = (uint64_t)n;
     if (!evtimer_pending(w->timer, NULL))

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "job.h"
+#include "metrics.h"
 #include "util.h"
 
 struct bufferevent;
@@ -50,6 +51,7 @@ struct worker_group {
     int n_workers;
     uint64_t n_batches; /* batches sent */
     uint64_t max_batch_seen;
+    struct hist batch_sizes; /* requests per batch sent */
     const struct worker_group_ops *ops;
 };
 

@@ -540,6 +540,8 @@ static void let_go(struct gcall *c, struct gmsg *m, int code, const char *text)
         return;
     }
     c->owned = 0;
+    if (code >= 0)
+        grpc_count_status(code);
     queue_send(c, m, code, text);
     c->next_released = G.released;
     G.released = c;

@@ -105,6 +105,8 @@ const char *gcall_metadata(struct gcall *c, const char *key);
 const char *gcall_id(const struct gcall *c);
 
 /* TorchServe's HTTP -> gRPC status table (GRPCUtils.getGRPCStatusCode). */
+/* Counts a call's final status in Requests2XX/4XX/5XX (srv->counters), as HTTP answers are. */
+void grpc_count_status(int code);
 int grpc_status_from_http(int http_status);
 
 #endif

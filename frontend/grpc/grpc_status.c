@@ -1,8 +1,13 @@
 /*
  * grpc_status: TorchServe's HTTP -> gRPC status table (GRPCUtils.getGRPCStatusCode), declared
- * in grpc_server.h; the services answer with the status a REST client would get, mapped.
+ * in grpc_server.h, with which the services answer the status a REST client would get; and the
+ * other way, the Requests2XX/4XX/5XX class of a gRPC answer for /metrics.
  */
 #include "grpc_server.h"
+
+#include <grpc/grpc.h>
+
+#include "core/core.h"
 
 int grpc_status_from_http(int s)
 {
@@ -38,4 +43,28 @@ int grpc_status_from_http(int s)
     if (s >= 500 && s < 600)
         return GS_INTERNAL;
     return GS_UNKNOWN;
+}
+
+/* Requests2XX/4XX/5XX count gRPC answers too: OK, the client's mistakes, the server's. */
+void grpc_count_status(int code)
+{
+    switch (code) {
+    case GRPC_STATUS_OK:
+        srv->counters.requests_2xx++;
+        break;
+    case GRPC_STATUS_INVALID_ARGUMENT:
+    case GRPC_STATUS_NOT_FOUND:
+    case GRPC_STATUS_ALREADY_EXISTS:
+    case GRPC_STATUS_PERMISSION_DENIED:
+    case GRPC_STATUS_UNAUTHENTICATED:
+    case GRPC_STATUS_FAILED_PRECONDITION:
+    case GRPC_STATUS_OUT_OF_RANGE:
+    case GRPC_STATUS_RESOURCE_EXHAUSTED:
+    case GRPC_STATUS_CANCELLED:
+    case GRPC_STATUS_ABORTED:
+        srv->counters.requests_4xx++;
+        break;
+    default:
+        srv->counters.requests_5xx++;
+    }
 }

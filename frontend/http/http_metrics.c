@@ -1,17 +1,147 @@
 /*
- * http_metrics: GET /metrics on the metrics port, Prometheus text format 0.0.4, with
- * TorchServe's metric names (Requests2XX/4XX/5XX, ts_inference_requests_total) plus our
- * per-model batching counters (ts_batches_total, ts_max_batch_size) that show batching at work.
+ * http_metrics: GET /metrics on the metrics port, Prometheus text format 0.0.4.
+ *
+ * TorchServe's names for what it has: Requests2XX/4XX/5XX (HTTP and gRPC answers),
+ * ts_inference_requests_total, and its cumulative ts_inference_latency_microseconds and
+ * ts_queue_latency_microseconds. What TorchServe lacks, as real histograms per model and
+ * version (ts_request_latency_ms, ts_queue_wait_ms, ts_worker_time_ms,
+ * ts_time_to_first_token_ms, ts_inter_token_ms, ts_batch_size) and gauges (queue depth, busy
+ * and idle workers, open sequences). `/metrics?name[]=NAME` (repeatable) keeps only those
+ * families, as TorchServe does.
  */
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
-#include "http_server.h"
-#include "core/model.h"
 #include "core/core.h"
+#include "core/model.h"
+#include "core/sequence.h"
+#include "http_server.h"
+
+struct out {
+    struct buf b;
+    struct evkeyvalq query;
+    int filtered;
+    char host[256];
+};
+
+/* name[] as sent, or percent-encoded (libevent decodes the values of a query, not its keys) */
+static int is_name_key(const char *k)
+{
+    return !strcmp(k, "name[]") || !strcasecmp(k, "name%5B%5D");
+}
+
+/* 1 when the family is wanted (no name[] filter, or named in it); writes its HELP and TYPE. */
+static int family(struct out *o, const char *name, const char *type, const char *help)
+{
+    if (o->filtered) {
+        int want = 0;
+        struct evkeyval *kv;
+        TAILQ_FOREACH(kv, &o->query, next)
+        {
+            if (is_name_key(kv->key) && !strcmp(kv->value, name))
+                want = 1;
+        }
+        if (!want)
+            return 0;
+    }
+    buf_printf(&o->b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    return 1;
+}
+
+static void hist_lines(struct out *o, const char *name, const struct model *m, const struct hist *h,
+                       const double *bounds)
+{
+    uint64_t cum = 0;
+    for (int i = 0; i < HIST_BUCKETS; i++) {
+        cum += h->counts[i];
+        char le[32];
+        if (i < HIST_BUCKETS - 1)
+            snprintf(le, sizeof(le), "%g", bounds[i]);
+        else
+            snprintf(le, sizeof(le), "+Inf");
+        buf_printf(&o->b, "%s_bucket{model_name=\"%s\",model_version=\"%s\",le=\"%s\"} %llu\n",
+                   name, m->name, m->version, le, (unsigned long long)cum);
+    }
+    buf_printf(&o->b, "%s_sum{model_name=\"%s\",model_version=\"%s\"} %.6f\n", name, m->name,
+               m->version, h->sum);
+    buf_printf(&o->b, "%s_count{model_name=\"%s\",model_version=\"%s\"} %llu\n", name, m->name,
+               m->version, (unsigned long long)h->count);
+}
+
+/* A per-model histogram family; field picks the histogram out of a model. */
+static void histogram(struct out *o, const char *name, const char *help, size_t field,
+                      const double *bounds)
+{
+    if (!family(o, name, "histogram", help))
+        return;
+    for (struct model *m = model_first(); m; m = model_next(m))
+        hist_lines(o, name, m, (const struct hist *)((const char *)m + field), bounds);
+}
+
+/* A per-model value in TorchServe's label style. */
+static void per_model(struct out *o, const char *name, const char *type, const char *help,
+                      uint64_t (*value)(const struct model *))
+{
+    if (!family(o, name, type, help))
+        return;
+    for (struct model *m = model_first(); m; m = model_next(m))
+        buf_printf(&o->b, "%s{model_name=\"%s\",model_version=\"%s\",hostname=\"%s\",} %llu.0\n",
+                   name, m->name, m->version, o->host, (unsigned long long)value(m));
+}
+
+static uint64_t v_requests(const struct model *m)
+{
+    return m->n_requests;
+}
+static uint64_t v_latency_us(const struct model *m)
+{
+    return m->latency_us_total;
+}
+static uint64_t v_queue_us(const struct model *m)
+{
+    return m->queue_us_total;
+}
+static uint64_t v_batches(const struct model *m)
+{
+    return m->pool.n_batches;
+}
+static uint64_t v_max_batch(const struct model *m)
+{
+    return m->pool.max_batch_seen;
+}
+static uint64_t v_queue_depth(const struct model *m)
+{
+    return (uint64_t)m->queue_len;
+}
+static uint64_t v_busy(const struct model *m)
+{
+    uint64_t n = 0;
+    struct worker *w;
+    TAILQ_FOREACH(w, &m->pool.workers, link)
+    {
+        n += w->state == WORKER_READY && w->n_inflight > 0;
+    }
+    return n;
+}
+static uint64_t v_idle(const struct model *m)
+{
+    uint64_t n = 0;
+    struct worker *w;
+    TAILQ_FOREACH(w, &m->pool.workers, link)
+    {
+        n += w->state == WORKER_READY && w->n_inflight == 0;
+    }
+    return n;
+}
+static uint64_t v_sequences(const struct model *m)
+{
+    return m->seqs ? (uint64_t)sequence_open_count(m->seqs) : 0;
+}
 
 void http_metrics_handle(struct evhttp_request *req)
 {
@@ -26,35 +156,56 @@ void http_metrics_handle(struct evhttp_request *req)
         return;
     }
     http_path_free(&p);
-    char host[256] = "localhost";
-    gethostname(host, sizeof(host) - 1);
-    struct buf b;
-    buf_init(&b);
+    struct out o;
+    memset(&o, 0, sizeof(o));
+    buf_init(&o.b);
+    TAILQ_INIT(&o.query);
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (q && evhttp_parse_query_str(q, &o.query) == 0) {
+        struct evkeyval *kv;
+        TAILQ_FOREACH(kv, &o.query, next)
+        {
+            o.filtered |= is_name_key(kv->key);
+        }
+    }
+    strcpy(o.host, "localhost");
+    gethostname(o.host, sizeof(o.host) - 1);
+
     const char *names[3] = {"Requests2XX", "Requests4XX", "Requests5XX"};
     uint64_t vals[3] = {srv->counters.requests_2xx, srv->counters.requests_4xx,
                         srv->counters.requests_5xx};
     for (int i = 0; i < 3; i++)
-        buf_printf(&b,
-                   "# HELP %s Torchserve prometheus counter metric with unit: Count\n"
-                   "# TYPE %s counter\n%s{Level=\"Host\",Hostname=\"%s\",} %llu.0\n",
-                   names[i], names[i], names[i], host, (unsigned long long)vals[i]);
-    buf_printf(&b, "# HELP ts_inference_requests_total Torchserve prometheus counter metric with "
-                   "unit: Count\n# TYPE ts_inference_requests_total counter\n");
-    for (struct model *m = model_first(); m; m = model_next(m))
-        buf_printf(&b,
-                   "ts_inference_requests_total{model_name=\"%s\",model_version=\"%s\","
-                   "hostname=\"%s\",} %llu.0\n",
-                   m->name, m->version, host, (unsigned long long)m->n_requests);
-    buf_printf(&b, "# HELP ts_batches_total batches sent to workers\n"
-                   "# TYPE ts_batches_total counter\n");
-    for (struct model *m = model_first(); m; m = model_next(m))
-        buf_printf(&b, "ts_batches_total{model_name=\"%s\",model_version=\"%s\",} %llu.0\n",
-                   m->name, m->version, (unsigned long long)m->pool.n_batches);
-    buf_printf(&b, "# HELP ts_max_batch_size largest batch sent to a worker\n"
-                   "# TYPE ts_max_batch_size gauge\n");
-    for (struct model *m = model_first(); m; m = model_next(m))
-        buf_printf(&b, "ts_max_batch_size{model_name=\"%s\",model_version=\"%s\",} %llu.0\n",
-                   m->name, m->version, (unsigned long long)m->pool.max_batch_seen);
-    http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
-    buf_free(&b);
+        if (family(&o, names[i], "counter",
+                   "Torchserve prometheus counter metric with unit: Count"))
+            buf_printf(&o.b, "%s{Level=\"Host\",Hostname=\"%s\",} %llu.0\n", names[i], o.host,
+                       (unsigned long long)vals[i]);
+    per_model(&o, "ts_inference_requests_total", "counter",
+              "Torchserve prometheus counter metric with unit: Count", v_requests);
+    per_model(&o, "ts_inference_latency_microseconds", "counter",
+              "Torchserve prometheus counter metric with unit: Microseconds", v_latency_us);
+    per_model(&o, "ts_queue_latency_microseconds", "counter",
+              "Torchserve prometheus counter metric with unit: Microseconds", v_queue_us);
+    histogram(&o, "ts_request_latency_ms", "request latency, from arrival to the end, ms",
+              offsetof(struct model, h_latency), hist_ms_bounds);
+    histogram(&o, "ts_queue_wait_ms", "time in the queue before a worker took the request, ms",
+              offsetof(struct model, h_queue), hist_ms_bounds);
+    histogram(&o, "ts_worker_time_ms", "time on the worker, from dispatch to the end, ms",
+              offsetof(struct model, h_worker), hist_ms_bounds);
+    histogram(&o, "ts_time_to_first_token_ms", "time from arrival to the first frame, ms",
+              offsetof(struct model, h_ttft), hist_ms_bounds);
+    histogram(&o, "ts_inter_token_ms", "time between a stream's frames, ms",
+              offsetof(struct model, h_itl), hist_ms_bounds);
+    histogram(&o, "ts_batch_size", "requests per batch sent to a worker",
+              offsetof(struct model, pool) + offsetof(struct worker_group, batch_sizes),
+              hist_size_bounds);
+    per_model(&o, "ts_batches_total", "counter", "batches sent to workers", v_batches);
+    per_model(&o, "ts_max_batch_size", "gauge", "largest batch sent to a worker", v_max_batch);
+    per_model(&o, "ts_queue_depth", "gauge", "requests waiting for a worker", v_queue_depth);
+    per_model(&o, "ts_workers_busy", "gauge", "ready workers holding requests", v_busy);
+    per_model(&o, "ts_workers_idle", "gauge", "ready workers holding nothing", v_idle);
+    per_model(&o, "ts_sequences_open", "gauge", "open sequences", v_sequences);
+
+    evhttp_clear_headers(&o.query);
+    http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", o.b.data, o.b.len);
+    buf_free(&o.b);
 }
