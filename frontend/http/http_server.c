@@ -11,10 +11,13 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "http_guard.h"
 #include "http_tls.h"
@@ -300,6 +303,12 @@ static struct evhttp *listen_on(const struct listen_addr *a,
         return NULL;
     }
     http_guard_attach(h, bound, tls ? tls_ctx : NULL);
+    if (tls) {
+        /* OpenSSL writes a reply as several records; with Nagle on, the last one waits for the
+         * client's delayed ACK (40 ms). Accepted sockets inherit TCP_NODELAY on Linux. */
+        int one = 1;
+        setsockopt(evhttp_bound_socket_get_fd(bound), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
     LOG_INFO("listening on %s://%s:%d", a->scheme, a->host, a->port);
     return h;
 }
