@@ -665,11 +665,19 @@ int ctx_state_commit(struct ts_ctx *c)
     return 0;
 }
 
-static void drop_held(struct ts_ctx *c, struct otf_str id)
+/* A request answered with the failure gets nothing more: one in the current handle call (a
+ * ts_flush mid-call) sees ts_is_cancelled, one held for a later step is freed at that step
+ * without an answer (a paused one is stepped again for that). */
+static void drop_answered(struct ts_ctx *c, struct otf_str id)
 {
+    for (size_t i = 0; i < c->ncur; i++)
+        if (otf_str_eq(id, c->cur[i]->id))
+            c->cur[i]->cancelled = 1;
     for (struct wreq *r = c->held_head; r; r = r->next)
-        if (otf_str_eq(id, r->id))
-            r->cancelled = 1; /* the next step frees it without an answer */
+        if (otf_str_eq(id, r->id)) {
+            r->cancelled = 1;
+            r->paused = 0;
+        }
 }
 
 void ctx_fail_uncommitted(struct ts_ctx *c, int rc)
@@ -700,7 +708,7 @@ void ctx_fail_uncommitted(struct ts_ctx *c, int rc)
                 .body = otf_s(body),
             };
             otf_encode_prediction(&c->out, &e);
-            drop_held(c, p->id);
+            drop_answered(c, p->id);
         }
         otf_encode_list_end(&c->out);
         otf_response_free(&resp);

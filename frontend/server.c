@@ -98,8 +98,10 @@ static void load_one(const char *spec)
     char err[1024];
     if (model_register(&r, &m, err, sizeof(err)) != 0)
         LOG_ERROR("cannot load startup model %s: %s", spec, err);
-    else
-        worker_pool_scale(&m->pool, startup_workers(m));
+    else {
+        m->min_workers = m->max_workers = startup_workers(m);
+        worker_pool_scale(&m->pool, m->min_workers);
+    }
     free(copy);
 }
 
@@ -161,7 +163,7 @@ static char *config_path(const struct server_opts *o)
         return xstrdup(env);
     if (o->ts_config)
         return xstrdup(o->ts_config);
-    char *snap = o->ncs ? NULL : snapshot_newest("logs");
+    char *snap = o->ncs ? NULL : snapshot_newest(snapshot_dir());
     if (snap)
         return snap;
     if (access("config.properties", R_OK) == 0)
@@ -205,6 +207,7 @@ int server_main(const struct server_opts *o)
     }
     if (cp)
         LOG_INFO("config: %s", cp);
+    snapshot_init(cp);
     free(cp);
     if (check_snapshots(&srv->cfg) != 0)
         return 1;
@@ -297,6 +300,7 @@ out:
     grpc_servers_stop();
     model_register_cancel_all();
     mgmt_shutdown();
+    snapshot_shutdown();
     model_unregister_all();
     worker_pool_shutdown();
     event_free(ev_sigint);

@@ -292,7 +292,8 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
     char threads[16], maxreq[32];
     snprintf(threads, sizeof(threads), "%d", srv->cfg.worker_threads);
     snprintf(maxreq, sizeof(maxreq), "%ld", srv->cfg.max_request_size);
-    char *state = xasprintf("%s/%s-%s", srv->cfg.state_dir, w->group->name, w->group->version);
+    /* '@' is in neither names nor versions: "a-b"/"c" and "a"/"b-c" cannot share a store */
+    char *state = xasprintf("%s/%s@%s", srv->cfg.state_dir, w->group->name, w->group->version);
     char *argv[] = {srv->worker_bin,
                     "--threads",
                     threads,

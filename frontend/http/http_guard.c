@@ -169,8 +169,13 @@ static struct bufferevent *on_connection(struct event_base *base, void *arg)
         LOG_ERROR("SSL_new failed");
         abort();
     }
-    return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                          BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) { /* NULL would make evhttp serve the connection in plain text */
+        LOG_ERROR("bufferevent_openssl_socket_new failed");
+        abort();
+    }
+    return bev;
 }
 
 void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound, struct ssl_ctx_st *tls)

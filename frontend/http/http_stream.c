@@ -69,11 +69,14 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     LOG_REQ(LOG_LEVEL_INFO, c->rid, "client closed the connection");
     if (c->job)
         job_cancel(c->job);
-    /* evhttp detached the unfinished request from the dead connection: it is ours to free */
-    if (c->started)
-        evhttp_send_reply_end(c->req);
-    else
-        evhttp_request_free(c->req);
+    /* evhttp detached the unfinished request from the dead connection: it is ours to free; at
+     * shutdown (evhttp_free) the request is still attached and evhttp frees it */
+    if (!evhttp_request_get_connection(c->req)) {
+        if (c->started)
+            evhttp_send_reply_end(c->req);
+        else
+            evhttp_request_free(c->req);
+    }
     http_call_free(c);
 }
 
@@ -100,7 +103,11 @@ static void watch_reads(struct http_call *c)
     void *arg;
     bufferevent_getcb(bev, NULL, &wcb, &ecb, &arg);
     bufferevent_setcb(bev, on_watch_read, wcb, ecb, arg);
-    bufferevent_enable(bev, EV_READ);
+    /* evhttp has just enabled reading for its reply chunk: keep the bound */
+    if (evbuffer_get_length(bufferevent_get_input(bev)) > WATCH_READ_MAX)
+        bufferevent_disable(bev, EV_READ);
+    else
+        bufferevent_enable(bev, EV_READ);
 }
 
 static void send_chunk(struct http_call *c, struct evbuffer *b)

@@ -182,8 +182,9 @@ static struct mgmt_op *op_new(enum op_kind kind, mgmt_done_fn *done, void *arg, 
 /* Calls done once (unless cancelled) and frees the op. */
 static void op_finish(struct mgmt_op *op, int status, const char *type, const char *msg)
 {
-    /* what changed the model set or its workers is in the next snapshot */
-    if (status < 300 && op->kind != OP_DESCRIBE)
+    /* what changed the model set or its workers is in the next snapshot (an unregister that
+     * timed out has removed the model all the same) */
+    if ((status < 300 || op->kind == OP_UNREGISTER) && op->kind != OP_DESCRIBE)
         snapshot_save();
     if (op->done)
         op->done(op->arg, status, type, msg);
@@ -614,6 +615,7 @@ struct mgmt_op *mgmt_scale(const struct mgmt_scale_args *a, mgmt_done_fn *done, 
     LOG_INFO("scaling model %s version %s from %d to %d workers", m->name, m->version, live, n);
     worker_pool_scale(&m->pool, n);
     if (!a->synchronous) {
+        snapshot_save();
         ok(done, arg, 202, "Processing worker updates...");
         return NULL;
     }

@@ -26,10 +26,35 @@
 #define SUFFIX "-snapshot.cfg"
 
 static int disabled;
+static struct props start_props; /* the config the server started from, read once */
+static int have_props;
 
 void snapshot_disable(void)
 {
     disabled = 1;
+}
+
+const char *snapshot_dir(void)
+{
+    const char *env = getenv("LOG_LOCATION");
+    return env && *env ? env : "logs";
+}
+
+void snapshot_init(const char *config_path)
+{
+    char err[512];
+    if (config_path && props_parse_file(config_path, &start_props, err, sizeof(err)) == 0)
+        have_props = 1;
+    else if (config_path)
+        LOG_WARN("snapshot: cannot read %s again: %s; snapshots hold no settings", config_path,
+                 err);
+}
+
+void snapshot_shutdown(void)
+{
+    if (have_props)
+        props_free(&start_props);
+    have_props = 0;
 }
 
 /* ---- reading ---- */
@@ -77,11 +102,11 @@ int snapshot_check(const char *json, int models_only, char *why, size_t whylen)
                 goto out;
             }
             json_t *mar = json_object_get(v, "marName");
-            if (!json_is_object(v) || !json_is_string(mar) || !*json_string_value(mar) ||
-                strchr(json_string_value(mar), '/')) {
+            /* where it points is checked when it is registered: inside the model store */
+            if (!json_is_object(v) || !json_is_string(mar) || !*json_string_value(mar)) {
                 snprintf(why, whylen,
-                         "model %.64s version %.64s: \"marName\" must name a file in the model "
-                         "store",
+                         "model %.64s version %.64s: \"marName\" must name an archive in the "
+                         "model store",
                          name, version);
                 goto out;
             }
@@ -197,8 +222,11 @@ static json_t *models_json(void)
         json_t *v = json_object();
         json_object_set_new(v, "defaultVersion", json_boolean(m->is_default));
         json_object_set_new(v, "marName", json_string(m->url));
-        json_object_set_new(v, "minWorkers", json_integer(m->min_workers));
-        json_object_set_new(v, "maxWorkers", json_integer(m->max_workers));
+        int live = m->pool.n_workers; /* -1: never set (a startup model); what runs now */
+        json_object_set_new(v, "minWorkers",
+                            json_integer(m->min_workers >= 0 ? m->min_workers : live));
+        json_object_set_new(v, "maxWorkers",
+                            json_integer(m->max_workers >= 0 ? m->max_workers : live));
         json_object_set_new(v, "batchSize", json_integer(m->pool.batch_size));
         json_object_set_new(v, "maxBatchDelay", json_integer(m->max_batch_delay_ms));
         json_object_set_new(v, "responseTimeout", json_integer(m->pool.response_timeout_s));
@@ -214,12 +242,10 @@ static json_t *models_json(void)
 static void copy_config(FILE *f)
 {
     const char *path = srv->cfg.path;
-    struct props ps;
-    char err[512];
-    if (!path || props_parse_file(path, &ps, err, sizeof(err)) != 0)
+    if (!have_props)
         return;
-    for (size_t i = 0; i < ps.n; i++) {
-        const struct prop *p = &ps.p[i];
+    for (size_t i = 0; i < start_props.n; i++) {
+        const struct prop *p = &start_props.p[i];
         if (!strcmp(p->key, "model_snapshot") || !strcmp(p->key, "models") ||
             !strcmp(p->key, "load_models") || !strcmp(p->key, "model_store"))
             continue;
@@ -229,7 +255,6 @@ static void copy_config(FILE *f)
         }
         fprintf(f, "%s=%s\n", p->key, p->value);
     }
-    props_free(&ps);
 }
 
 static int cmp_names(const void *a, const void *b)
@@ -270,8 +295,7 @@ void snapshot_save(void)
 {
     if (disabled)
         return;
-    const char *loc =
-        srv->cfg.log_location && *srv->cfg.log_location ? srv->cfg.log_location : "logs";
+    const char *loc = snapshot_dir();
     char *cfgdir = xasprintf("%s/config", loc);
     mkdir(loc, 0755);
     mkdir(cfgdir, 0755);

@@ -157,3 +157,32 @@ def test_models_key_is_applied_at_start(tmp_path):
         assert (d["batchSize"], d["maxBatchDelay"]) == (2, 9)
     finally:
         stop(p)
+
+
+def test_startup_models_are_snapshotted_restorably(tmp_path):
+    """A model loaded with --models has no minWorkers of its own: its snapshot entry holds the
+    workers it runs, so the next start from that snapshot is not refused."""
+    tmp = str(tmp_path)
+    store = make_store(tmp)
+    mport = free_port()
+    cfg = os.path.join(tmp, "start.properties")
+    with open(cfg, "w") as f:
+        f.write(f"inference_address=http://127.0.0.1:{free_port()}\n"
+                f"management_address=http://127.0.0.1:{mport}\n"
+                f"metrics_address=http://127.0.0.1:{free_port()}\n"
+                f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n"
+                "disable_token_authorization=true\nenable_model_api=true\n"
+                "default_workers_per_model=1\n")
+    p = start(tmp, store, "--ts-config", cfg, "--models", "mlp=mlp.mar")
+    try:
+        wait_workers(mport, "mlp", "1.0", 1)
+        assert mgmt(mport, "POST", "models?url=identity_text.mar&initial_workers=1"
+                    "&synchronous=true").status_code == 200
+    finally:
+        stop(p)
+    p = start(tmp, store)
+    try:
+        wait_workers(mport, "mlp", "1.0", 1)
+        wait_workers(mport, "identity_text", "1.0", 1)
+    finally:
+        stop(p)
