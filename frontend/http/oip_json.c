@@ -645,7 +645,9 @@ static int finput(struct jcur *f, struct oip_json_req *ps)
                 return -1;
             have |= 1;
         } else if (!strcmp(key, "datatype")) {
-            const char *dt = jcur_str(f, NULL);
+            /* a second datatype would retype data already read with the first (jansson: the
+             * last one wins, for the data too) */
+            const char *dt = have & 2 ? NULL : jcur_str(f, NULL);
             if (!dt || (t->dtype = oip_dtype_from_name(dt)) < 0)
                 return -1;
             have |= 2;

@@ -215,6 +215,13 @@ def test_bad_requests(mlp_srv):
     err("/v2/models/mlp/infer", 400, "malformed JSON", data=body + b', "x": {"k": 2v"}}')
     err("/v2/models/mlp/infer", 400, "malformed JSON",
         data=body[:-2] + b', "x": tru}]}')
+    # a repeated key means what JSON parsers make of it, the last one: the data of an input
+    # whose datatype is given twice is read as the second (it was read as the first)
+    want = srv.post("/v2/models/mlp/infer", json={"inputs": [dict(ok, data=[1] * 64)]}).json()
+    dup = json.dumps(dict(ok, datatype="INT8", data=[1] * 64))[:-1] + ', "datatype": "FP32"}'
+    r = srv.post("/v2/models/mlp/infer", data=('{"inputs": [%s]}' % dup).encode())
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"] == want["outputs"]
     # nor over a number jansson refuses: 1e400 is not an infinity
     data = json.dumps({"inputs": [dict(ok, data=[0.5] * 63 + [7.0])]}).replace("7.0", "1e400")
     err("/v2/models/mlp/infer", 400, "real number overflow", data=data.encode())
