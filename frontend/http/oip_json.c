@@ -587,8 +587,9 @@ static int fdata(struct jcur *f, struct buf *b, int dt, size_t *count, int depth
         return 0;
     }
     case OIP_FP64: {
-        double v;
-        if (fnum_f64(s, &v))
+        /* an integer token is jansson's integer, as a double: "-0" is 0, not -0.0 */
+        double v = is_int ? (double)strtoll(s, NULL, 10) : 0;
+        if (!is_int && fnum_f64(s, &v))
             return -1;
         memcpy(le, &v, 8);
         buf_put(b, le, 8);

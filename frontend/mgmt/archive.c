@@ -351,8 +351,8 @@ static int extract_entry(struct xstate *x, struct archive *a, struct archive_ent
             else if (link(tfull, full) != 0)
                 rc = refuse(x, name, "cannot create hard link", errno);
             free(tfull);
-            free(trel);
         }
+        free(trel); /* "" for a link to the root too */
     } else {
         switch (type) {
         case AE_IFDIR:

@@ -156,13 +156,19 @@ def pb_seeds(build):
     raw.raw_input_contents.append(struct.pack("<I", 2) + b"hi")
     msgs.append(("infer_raw", 9, raw))
     for name, kind, m in msgs:
-        put("grpc_pb", name, bytes([kind]) + m.SerializeToString())
+        put("grpc_pb", name, bytes([kind]) + m.SerializeToString(deterministic=True))
 
 
 def http_seeds():
     put("http_guard", "post", "/predictions/mlp/1.0?x=1\nContent-Type: application/json\nContent-Length: 14\n")
     put("http_guard", "chunked", "/v2/models/mlp/infer\nTransfer-Encoding: chunked\nAccept: text/event-stream\n")
     put("http_guard", "bad", "/models/a%00b\nContent-Length: 1\nContent-Length: 2\nTransfer-Encoding: gzip\n")
+
+
+def zip_put(z, name, data, method):
+    zi = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))  # the same bytes every run
+    zi.compress_type = method
+    z.writestr(zi, data)
 
 
 def archive_seeds():
@@ -172,16 +178,16 @@ def archive_seeds():
                                      "handler": "torchscript", "modelVersion": "1.0"},
                            "archiverVersion": "0.1"}, indent=2).encode()
     zb = io.BytesIO()
-    with zipfile.ZipFile(zb, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("MAR-INF/MANIFEST.json", manifest)
-        z.writestr("mlp.pt", b"not really torchscript")
-        z.writestr("model-config.yaml", b"batchSize: 4\n")
+    with zipfile.ZipFile(zb, "w") as z:
+        zip_put(z, "MAR-INF/MANIFEST.json", manifest, zipfile.ZIP_STORED)
+        zip_put(z, "mlp.pt", b"not really torchscript", zipfile.ZIP_STORED)
+        zip_put(z, "model-config.yaml", b"batchSize: 4\n", zipfile.ZIP_STORED)
     put("archive", "mar_stored", b"\0" + zb.getvalue())
     zb = io.BytesIO()
-    with zipfile.ZipFile(zb, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("MAR-INF/MANIFEST.json", manifest)
-        z.writestr("dir/", b"")
-        z.writestr("dir/file.txt", b"hello " * 50)
+    with zipfile.ZipFile(zb, "w") as z:
+        zip_put(z, "MAR-INF/MANIFEST.json", manifest, zipfile.ZIP_DEFLATED)
+        zip_put(z, "dir/", b"", zipfile.ZIP_STORED)
+        zip_put(z, "dir/file.txt", b"hello " * 50, zipfile.ZIP_DEFLATED)
     put("archive", "mar_deflated", b"\0" + zb.getvalue())
     tb = io.BytesIO()
     with tarfile.open(fileobj=tb, mode="w", format=tarfile.GNU_FORMAT) as t:
