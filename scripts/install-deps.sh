@@ -14,6 +14,9 @@ python3-prometheus-client
 curl jq wrk nghttp2-client clang-format
 haproxy
 clang libclang-rt-14-dev zlib1g-dev"
+# the built-in Python vision handlers (image_classifier, ...), the resnet18 example and its tests;
+# python3-lru-dict: the LRU that TorchServe's stateful handlers import (from lru import LRU)
+PKGS="$PKGS python3-torchvision python3-pil python3-lru-dict"
 
 missing=""
 for p in $PKGS; do

@@ -51,6 +51,11 @@ set -- --model-name "$name" --version 1.0 --handler "$handler"
 if [ -n "$serialized" ]; then
     set -- "$@" --serialized-file "$(locate "$serialized")"
 fi
+# model_file=: an eager-mode model definition (model.py), located like the other files
+model_file=$(conf_get model_file)
+if [ -n "$model_file" ]; then
+    set -- "$@" --model-file "$(locate "$model_file")"
+fi
 if [ -n "$extras" ]; then
     list=
     old_ifs=$IFS
