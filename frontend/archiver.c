@@ -37,8 +37,9 @@ static void usage(FILE *out)
         "  --model-name NAME        model name: a letter, then letters, digits, '_', '-', '.'\n"
         "  --version, -v V          model version (default 1.0)\n"
         "  --serialized-file F      the model weights, e.g. model.pt (copied in)\n"
-        "  --handler H              a built-in handler (e.g. torchscript) or libfoo.so[:symbol];\n"
-        "                           a .so given as a path is copied into the archive\n"
+        "  --handler H              a built-in handler (e.g. torchscript), libfoo.so[:symbol] or\n"
+        "                           handler.py[:function]; a .so given as a path and a .py file\n"
+        "                           are copied into the archive\n"
         "  --extra-files A,B,...    more files or directories to copy in\n"
         "  --config-file, -c F      model-config.yaml (copied in, recorded as configFile)\n"
         "  --runtime R              runtime recorded in the manifest (default c)\n"
@@ -143,10 +144,20 @@ static int stage(const char *staging, const char *src, const char *as_name, cons
     return rc;
 }
 
-/* A handler is either a built-in name, or libfoo.so[:symbol]. A .so that exists as a file (or is
- * given with a '/') is copied in and recorded by its base name. *record is malloc'd. */
+/* A handler is a built-in name, libfoo.so[:symbol], or a Python file handler.py[:function]. A .so
+ * that exists as a file (or is given with a '/') is copied in and recorded by its base name; a
+ * .py file must exist and is always copied in. *record is malloc'd. */
 static int stage_handler(const char *staging, const char *handler, char **record)
 {
+    const char *pycolon = strchr(handler, ':');
+    size_t pylen = pycolon ? (size_t)(pycolon - handler) : strlen(handler);
+    if (pylen > 3 && !memcmp(handler + pylen - 3, ".py", 3)) {
+        char *path = xstrndup(handler, pylen);
+        int rc = stage(staging, path, NULL, "handler file");
+        *record = rc ? NULL : xasprintf("%s%s", base_name(path), pycolon ? pycolon : "");
+        free(path);
+        return rc;
+    }
     const char *so = strstr(handler, ".so");
     while (so && so[3] && so[3] != ':' && so[3] != '.')
         so = strstr(so + 3, ".so");
