@@ -4,6 +4,8 @@ import json
 import logging
 import os
 
+from ts.utils.labels import map_class_to_label  # noqa: F401  (handlers import it from here)
+
 logger = logging.getLogger(__name__)
 
 
