@@ -396,6 +396,21 @@ TEST(detect_and_corrupt)
     free(dest);
 }
 
+/* Extracts a hand-made archive and expects the extraction directory to be its model root. */
+static void expect_own_root(const char *name, enum archive_format fmt, const struct tentry *es,
+                            size_t n)
+{
+    char *arc = tpath(name), *dest = xasprintf("%s.d", arc);
+    char err[512] = "";
+    make_archive(arc, fmt, es, n);
+    CHECK_EQ_INT(archive_extract(arc, dest, NULL, err, sizeof err), 0);
+    char *root = archive_model_root(dest);
+    CHECK_STR(root, dest);
+    free(root);
+    free(arc);
+    free(dest);
+}
+
 /* torch-model-archiver --archive-format tgz: regular files only (no directory entries), every
  * one under NAME/, the manifest last. The model root is NAME/; a tree with MAR-INF at the top, or
  * with more than one top entry, is its own root. */
@@ -427,29 +442,11 @@ TEST(tgz_under_one_top_directory)
     free(arc);
     free(dest);
 
-    /* two top entries: no descent */
+    /* two top entries, or a single top-level file: no descent */
     struct tentry two[] = {{"a/x.txt", AE_IFREG, "x", 0, 0}, {"b.txt", AE_IFREG, "b", 0, 0}};
-    arc = tpath("two.tar.gz");
-    dest = tpath("dest2");
-    make_archive(arc, ARCHIVE_FMT_TGZ, two, N(two));
-    CHECK_EQ_INT(archive_extract(arc, dest, NULL, err, sizeof err), 0);
-    root = archive_model_root(dest);
-    CHECK_STR(root, dest);
-    free(root);
-    free(arc);
-    free(dest);
-
-    /* a single top-level file: no descent */
     struct tentry one[] = {{"only.txt", AE_IFREG, "x", 0, 0}};
-    arc = tpath("one.mar");
-    dest = tpath("dest3");
-    make_archive(arc, ARCHIVE_FMT_ZIP, one, N(one));
-    CHECK_EQ_INT(archive_extract(arc, dest, NULL, err, sizeof err), 0);
-    root = archive_model_root(dest);
-    CHECK_STR(root, dest);
-    free(root);
-    free(arc);
-    free(dest);
+    expect_own_root("two.tar.gz", ARCHIVE_FMT_TGZ, two, N(two));
+    expect_own_root("one.mar", ARCHIVE_FMT_ZIP, one, N(one));
 }
 
 int main(void)
