@@ -41,8 +41,9 @@ static void usage(FILE *out)
         "  --model-file F           eager-mode model definition, e.g. model.py (copied in,\n"
         "                           recorded as modelFile)\n"
         "  --handler H              a built-in handler (torchscript, image_classifier, ...),\n"
-        "                           libfoo.so[:symbol], or a Python file handler.py[:function];\n"
-        "                           a .so given as a path and a .py are copied into the archive\n"
+        "                           libfoo.so[:symbol], or a Python file handler.py[:function]\n"
+        "                           (or handler[:function] when handler.py exists); a .so given\n"
+        "                           as a path and a .py are copied into the archive\n"
         "  --requirements-file F    requirements.txt (copied in, recorded as requirementsFile;\n"
         "                           the server does not install it)\n"
         "  --extra-files A,B,...    more files to copy in; a directory's contents are copied\n"
@@ -224,6 +225,18 @@ static int stage_handler(const char *staging, const char *handler, char **record
         *record = xstrdup(handler);
         return 0;
     }
+    /* torch-model-archiver also takes a module without ".py" ("my_handler[:fn]") and copies
+     * my_handler.py; the name is recorded as given, which the worker resolves the same way */
+    char *py = xasprintf("%.*s.py", (int)hl, handler);
+    struct stat st;
+    int is_py = !strstr(handler, ".so") && stat(py, &st) == 0 && S_ISREG(st.st_mode);
+    int rc = is_py ? stage(staging, py, NULL, "handler file") : 0;
+    free(py);
+    if (is_py) {
+        *python = 1;
+        *record = rc ? NULL : xstrdup(base_name(handler));
+        return rc;
+    }
     const char *so = strstr(handler, ".so");
     while (so && so[3] && so[3] != ':' && so[3] != '.')
         so = strstr(so + 3, ".so");
@@ -234,8 +247,6 @@ static int stage_handler(const char *staging, const char *handler, char **record
     /* the path ends after ".so" plus any version suffix (".so.1"), before ":symbol" */
     const char *colon = strchr(so, ':');
     char *path = colon ? xstrndup(handler, (size_t)(colon - handler)) : xstrdup(handler);
-    struct stat st;
-    int rc = 0;
     if (stat(path, &st) == 0) {
         rc = stage(staging, path, NULL, "handler library");
         *record = xasprintf("%s%s", base_name(path), colon ? colon : "");

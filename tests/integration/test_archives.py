@@ -76,6 +76,16 @@ def test_archiver_python_flags(work):
         assert z.read("handler.py").startswith(b"def handle(")
 
 
+def test_archiver_handler_module_without_py_suffix(work):
+    """torch-model-archiver --handler handler:handle copies handler.py and records the name as
+    given."""
+    r = archiver("--model-name", "mod", "--handler", "handler:handle", cwd=work)
+    assert r.returncode == 0, r.stderr
+    names, manifest, _ = mar_members(os.path.join(work, "mod.mar"))
+    assert "handler.py" in names
+    assert manifest["runtime"] == "python" and manifest["model"]["handler"] == "handler:handle"
+
+
 @pytest.mark.parametrize("flag,value", [
     ("--handler", "missing_handler.py"),
     ("--handler", "sub/missing_handler.py:fn"),
