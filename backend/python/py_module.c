@@ -177,6 +177,20 @@ static PyObject *w_is_cancelled(PyObject *self, PyObject *arg)
     return PyBool_FromLong(ts_is_cancelled(pyh_ctx, (size_t)i));
 }
 
+/* metric(i, name, unit, kind, value): context.metrics records, to /metrics (ts_metric_add). */
+static PyObject *w_metric(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t i;
+    const char *name, *unit;
+    int kind;
+    double value;
+    if (!PyArg_ParseTuple(args, "nszid", &i, &name, &unit, &kind, &value) || check_idx(i))
+        return NULL;
+    ts_metric_add(pyh_ctx, (size_t)i, name, unit, kind, value);
+    Py_RETURN_NONE;
+}
+
 /* log(python level number, message): one worker log line per line of the message. */
 static PyObject *w_log(PyObject *self, PyObject *args)
 {
@@ -204,6 +218,7 @@ static PyMethodDef methods[] = {
     {"error", w_error, METH_VARARGS, "error answer of request i"},
     {"cont", w_cont, METH_VARARGS, "keep request i for the next step"},
     {"is_cancelled", w_is_cancelled, METH_O, "request i was cancelled"},
+    {"metric", w_metric, METH_VARARGS, "report a handler metric"},
     {"log", w_log, METH_VARARGS, "write to the worker's log"},
     {NULL, NULL, 0, NULL},
 };

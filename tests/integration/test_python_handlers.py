@@ -358,6 +358,8 @@ class Faulty:
             return []
         if body == b"describe":
             return [context.get_all_request_header(0).get("x-probe", "none")]
+        context.metrics.add_counter("PyOkCalls", 1)
+        context.metrics.add_time("PyStepTime", 2.5, None, "ms")
         return [b"ok:" + body]
 '''
 
@@ -411,6 +413,14 @@ def test_faults_and_handler_resolution(tmp):
         assert r.status_code == 200 and r.text == "hi", r.text
         r = srv.post("/predictions/faulty", data=b"fine")
         assert r.status_code == 200 and r.text == "ok:fine", r.text
+        # context.metrics records reach /metrics (wait_model's b"x" and b"fine": 2 calls)
+        text = srv.get("/metrics", api="metrics").text
+        ok = [x for x in text.splitlines()
+              if x.startswith("PyOkCalls{") and 'model_name="faulty"' in x]
+        assert len(ok) == 1 and float(ok[0].rsplit(" ", 1)[1]) == 2, ok
+        step = [x for x in text.splitlines()
+                if x.startswith("PyStepTime{") and 'model_name="faulty"' in x]
+        assert len(step) == 1 and float(step[0].rsplit(" ", 1)[1]) == 2.5, step
 
         r = wait_model(srv, "func", body=b"")
         r = srv.post("/predictions/func?q=7", json={"a": [1, 2]}, headers={"x-probe": "p"})

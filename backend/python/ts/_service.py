@@ -181,6 +181,23 @@ class Service:
         )
 
     def step(self, n):
+        try:
+            self._step(n)
+        finally:
+            self._forward_metrics(n)
+
+    # the worker measures these itself for every step (BaseHandler adds HandlerTime too)
+    _WORKER_METRICS = ("HandlerTime", "PredictionTime")
+    _KINDS = {"counter": 0, "gauge": 1, "histogram": 2}
+
+    def _forward_metrics(self, n):
+        for name, value, unit, kind, _dims, req_id in self.context.metrics.records():
+            if name in self._WORKER_METRICS or n == 0:
+                continue
+            idx = self._index.get(req_id, 0) if req_id is not None else 0
+            _ts_worker.metric(idx, name, unit, self._KINDS[kind], float(value))
+
+    def _step(self, n):
         reqs = _ts_worker.batch()
         ctx = self.context
         data = []
