@@ -187,7 +187,7 @@ class Service:
             self._forward_metrics(n)
 
     # the worker measures these itself for every step (BaseHandler adds HandlerTime too)
-    _WORKER_METRICS = ("HandlerTime", "PredictionTime")
+    _WORKER_METRICS = frozenset(("HandlerTime", "PredictionTime"))
     _KINDS = {"counter": 0, "gauge": 1, "histogram": 2}
 
     def _forward_metrics(self, n):
@@ -206,9 +206,11 @@ class Service:
         self._index = {}
         for i, (req_id, _is_new, hdrs, params) in enumerate(reqs):
             row, headers = self._row(params)
+            headers.update(hdrs)
+            # lookups by the lower-case name find a header whatever case the client sent
             for k, v in hdrs:
-                headers[k] = v
-                headers.setdefault(k.lower(), v)
+                if not k.islower():
+                    headers.setdefault(k.lower(), v)
             data.append(row)
             procs.append(RequestProcessor(headers))
             ids[i] = req_id
@@ -255,10 +257,10 @@ class Service:
                 _ts_worker.error(i, 500, f"{type(e).__name__}: {e}")
 
     def _answer(self, i, value, criterion):
-        ctx = self.context
         stop = criterion(value) if criterion is not None else None
-        status, phrase = ctx.get_response_status(i)
-        headers = ctx.get_response_headers(i)
+        rp = self.context.request_processor[i]
+        status, phrase = rp.get_response_status_code(), rp.get_response_status_phrase()
+        headers = rp.get_response_headers()
         body = encode_value(value)
         if stop is False:
             if not self.continuous:

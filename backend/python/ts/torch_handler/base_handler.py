@@ -10,7 +10,6 @@ Subclasses override any of these.
 import importlib
 import logging
 import os
-import time
 
 import torch
 
@@ -102,9 +101,9 @@ class BaseHandler:
         return data.tolist()
 
     def handle(self, data, context):
-        start_time = time.time()
+        # TorchServe's BaseHandler records HandlerTime here; the worker measures it for every
+        # step of every handler (backend/worker.c), so it is not recorded twice
         self.context = context
-        metrics = context.metrics
         if self._is_describe():
             output = [self.describe_handle()]
         else:
@@ -114,8 +113,6 @@ class BaseHandler:
                 output = self.postprocess(output)
             else:
                 output = self.explain_handle(data_preprocess, data)
-        stop_time = time.time()
-        metrics.add_time("HandlerTime", round((stop_time - start_time) * 1000, 2), None, "ms")
         return output
 
     def explain_handle(self, data_preprocess, raw_data):
