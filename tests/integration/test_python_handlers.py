@@ -364,6 +364,8 @@ class Faulty:
 '''
 
 FUNC = '''
+import torch
+
 calls = {"init": 0}
 
 
@@ -374,7 +376,7 @@ def handle(data, context):
     body = data[0]["body"]
     return [{"n": len(data), "init": calls["init"], "q": data[0].get("q", b"").decode(),
              "json": body.decode() if isinstance(body, bytes) else body,
-             "seq": context.get_request_header(0, "x-probe")}]
+             "seq": context.get_request_header(0, "x-probe"), "threads": torch.get_num_threads()}]
 
 
 def other(data, context):
@@ -425,7 +427,12 @@ def test_faults_and_handler_resolution(tmp):
         r = wait_model(srv, "func", body=b"")
         r = srv.post("/predictions/func?q=7", json={"a": [1, 2]}, headers={"x-probe": "p"})
         assert r.status_code == 200, r.text
-        assert r.json() == {"n": 1, "init": 1, "q": "7", "json": {"a": [1, 2]}, "seq": "p"}
+        # torch in the handler runs on the worker's --threads setting (one libtorch)
+        (pid,) = [p for p in srv.worker_pids() if p == worker_pid(srv, "func")]
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        threads = int(argv[argv.index(b"--threads") + 1])
+        assert r.json() == {"n": 1, "init": 1, "q": "7", "json": {"a": [1, 2]}, "seq": "p",
+                            "threads": threads}
         r = wait_model(srv, "func2", body=b"")
         assert r.text == "other"
 
