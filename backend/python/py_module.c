@@ -107,18 +107,31 @@ static int apply_meta(size_t i, int status, const char *phrase, PyObject *header
     return 0;
 }
 
+/* The arguments (i, body, status, phrase, headers) of respond and intermediate, with the status
+ * and headers applied to request i. 0, or -1 with a Python exception set. */
+static int answer_args(PyObject *args, size_t *i, const char **body, size_t *len)
+{
+    Py_ssize_t idx, n;
+    const char *phrase;
+    int status;
+    PyObject *headers;
+    if (!PyArg_ParseTuple(args, "ny#izO", &idx, body, &n, &status, &phrase, &headers) ||
+        check_idx(idx) || apply_meta((size_t)idx, status, phrase, headers))
+        return -1;
+    *i = (size_t)idx;
+    *len = (size_t)n;
+    return 0;
+}
+
 /* respond(i, body, status, phrase, headers): the final answer of request i. */
 static PyObject *w_respond(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_ssize_t i, len;
-    const char *body, *phrase;
-    int status;
-    PyObject *headers;
-    if (!PyArg_ParseTuple(args, "ny#izO", &i, &body, &len, &status, &phrase, &headers) ||
-        check_idx(i) || apply_meta((size_t)i, status, phrase, headers))
+    size_t i, len;
+    const char *body;
+    if (answer_args(args, &i, &body, &len))
         return NULL;
-    ts_set_response(pyh_ctx, (size_t)i, body, (size_t)len);
+    ts_set_response(pyh_ctx, i, body, len);
     Py_RETURN_NONE;
 }
 
@@ -127,16 +140,13 @@ static PyObject *w_respond(PyObject *self, PyObject *args)
 static PyObject *w_intermediate(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_ssize_t i, len;
-    const char *body, *phrase;
-    int status;
-    PyObject *headers;
-    if (!PyArg_ParseTuple(args, "ny#izO", &i, &body, &len, &status, &phrase, &headers) ||
-        check_idx(i) || apply_meta((size_t)i, status, phrase, headers))
+    size_t i, len;
+    const char *body;
+    if (answer_args(args, &i, &body, &len))
         return NULL;
-    if (ts_is_cancelled(pyh_ctx, (size_t)i))
+    if (ts_is_cancelled(pyh_ctx, i))
         Py_RETURN_FALSE;
-    int rc = ts_send_intermediate_response(pyh_ctx, (size_t)i, body, (size_t)len);
+    int rc = ts_send_intermediate_response(pyh_ctx, i, body, len);
     if (rc == -ECANCELED)
         Py_RETURN_FALSE;
     if (rc == 0)

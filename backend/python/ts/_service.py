@@ -25,7 +25,7 @@ import _ts_worker
 import ts
 from ts.context import Context, RequestProcessor
 from ts.protocol.otf_message_handler import encode_value
-from ts.utils.util import PredictionException, list_classes_from_module
+from ts.utils.util import PredictionException, single_class
 
 BUILTIN_HANDLERS = (
     "base_handler",
@@ -137,15 +137,10 @@ class Service:
             return
         if function:
             raise ValueError(f"handler {spec}: the module has no function {function}")
-        classes = list_classes_from_module(module)
-        if len(classes) != 1:
-            raise ValueError(
-                f"handler {spec}: expected one handler class or a handle(data, context) "
-                f"function, found classes {[c.__name__ for c in classes]}"
-            )
-        service = classes[0]()
+        cls = single_class(module, f"handler {spec} (no handle(data, context) function)")
+        service = cls()
         if not hasattr(service, "handle"):
-            raise ValueError(f"handler {spec}: class {classes[0].__name__} has no handle method")
+            raise ValueError(f"handler {spec}: class {cls.__name__} has no handle method")
         if hasattr(service, "initialize"):
             service.initialize(self.context)
         self.entry_point = service.handle

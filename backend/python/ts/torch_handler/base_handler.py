@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from ts.utils.util import list_classes_from_module, load_label_mapping
+from ts.utils.util import load_label_mapping, single_class
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +76,7 @@ class BaseHandler:
         if not os.path.isfile(model_def_path):
             raise RuntimeError(f"Missing the model definition file {model_file}")
         module = importlib.import_module(os.path.splitext(os.path.basename(model_file))[0])
-        classes = list_classes_from_module(module)
-        if len(classes) != 1:
-            raise ValueError(
-                f"{model_file}: expected exactly one class as the model definition, found "
-                f"{len(classes)}: {[c.__name__ for c in classes]}"
-            )
-        model = classes[0]()
+        model = single_class(module, f"{model_file} (the model definition)")()
         if model_pt_path:
             state_dict = torch.load(model_pt_path, map_location=self.device)
             model.load_state_dict(state_dict)
