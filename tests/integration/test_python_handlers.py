@@ -498,3 +498,73 @@ def test_kill_9_mid_batch(tmp):
         assert new != pid and maps_libpython(new)
     finally:
         srv.stop()
+
+
+EAGER_MODEL = '''
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), dim=1)
+'''
+
+EAGER_HANDLER = '''
+import torch
+
+from ts.torch_handler.base_handler import BaseHandler
+
+
+class Eager(BaseHandler):
+    def preprocess(self, data):
+        return torch.tensor([row["body"] for row in data], dtype=torch.float32)
+
+    def postprocess(self, out):
+        return [{self.mapping[str(int(i))]: float(p[i]) for i in p.argsort(descending=True)[:2]}
+                for p in out]
+
+    def describe_handle(self):
+        return {"classes": len(self.mapping), "model": type(self.model).__name__}
+'''
+
+
+def test_eager_model_py_state_dict_and_label_mapping(tmp):
+    """BaseHandler eager mode: MANIFEST modelFile (one nn.Module class) + serializedFile as its
+    state_dict, index_to_name.json as self.mapping; outputs equal torch's for the same weights."""
+    store = os.path.join(tmp, "store")
+    labels = {"0": "cat", "1": "dog", "2": "owl"}
+    d = write_model(store, "eager", EAGER_HANDLER, files={
+        "model.py": EAGER_MODEL, "index_to_name.json": json.dumps(labels)},
+        yaml="minWorkers: 1\nmaxWorkers: 1\nbatchSize: 4\nmaxBatchDelay: 100\n")
+    ns = {}
+    exec(EAGER_MODEL, ns)
+    torch.manual_seed(3)
+    ref = ns["Tiny"]().eval()
+    torch.save(ref.state_dict(), os.path.join(d, "tiny.pt"))
+    mpath = os.path.join(d, "MAR-INF", "MANIFEST.json")
+    manifest = json.load(open(mpath))
+    manifest["model"].update({"serializedFile": "tiny.pt", "modelFile": "model.py"})
+    json.dump(manifest, open(mpath, "w"))
+    srv = start_server(tmp, models=["eager"], store=store)
+    try:
+        x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, -3.0, 0.0]]
+        srv.wait_ready("eager", body={"json": x[0]})
+        with torch.no_grad():
+            p = ref(torch.tensor(x))
+        for k in range(2):
+            r = srv.post("/predictions/eager", json=x[k])
+            assert r.status_code == 200, r.text
+            got = r.json()
+            order = p[k].argsort(descending=True)[:2]
+            assert list(got) == [labels[str(int(i))] for i in order], got
+            for i in order:
+                assert abs(got[labels[str(int(i))]] - float(p[k][i])) < TOL
+        r = srv.get("/models/eager?customized=true", api="management")
+        assert r.json()[0]["customizedMetadata"] == {"classes": 3, "model": "Tiny"}, r.text
+    finally:
+        srv.stop()
