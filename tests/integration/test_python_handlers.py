@@ -7,6 +7,7 @@ client disconnect; faults (raise, PredictionException, import error, wrong numbe
 kill -9 mid-batch) give clear errors and the server keeps serving. Only a worker of a Python
 model maps libpython.
 """
+import io
 import json
 import os
 import shutil
@@ -15,13 +16,14 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 
 import pytest
 import requests
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import BUILD, PYSTUBS, start_server  # noqa: E402
+from conftest import MODEL_STORE, PYSTUBS, start_server  # noqa: E402
 from test_sequences import run_threads  # noqa: E402
 from test_streaming import Stream, sse_events  # noqa: E402
 
@@ -37,7 +39,9 @@ TOL = 1e-5
 
 
 def mlp_ref():
-    return torch.jit.load(os.path.join(BUILD, "models", "mlp_py", "model.pt")).eval()
+    """The model.pt inside model-store/mlp_py.mar, loaded by python3-torch."""
+    with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp_py.mar")) as z:
+        return torch.jit.load(io.BytesIO(z.read("model.pt"))).eval()
 
 
 def inputs(n, seed=1):
@@ -448,8 +452,9 @@ def test_faults_and_handler_resolution(tmp):
         assert d.get("loadError") == msg, d
         shutil.copytree(os.path.join(store, "missing"), os.path.join(store, "missing2"))
         r = srv.post("/models?url=missing2&model_name=missing2&initial_workers=1"
-                     "&synchronous=true", api="management")
-        assert r.status_code == 500 and r.json()["message"] == "Failed to start workers: " + msg, r.text
+                     "&synchronous=true", api="management", timeout=180)
+        assert r.status_code == 500, r.text
+        assert r.json()["message"] == "Failed to start workers: " + msg, r.text
         # and the server kept serving throughout
         assert srv.post("/predictions/faulty", data=b"again").text == "ok:again"
     finally:
