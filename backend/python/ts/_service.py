@@ -154,7 +154,8 @@ class Service:
         for name, ctype, value in params:
             if ctype == "application/json":
                 try:
-                    value = json.loads(value)
+                    # from str: json.loads(bytes) first guesses the encoding in Python
+                    value = json.loads(value.decode("utf-8"))
                 except ValueError:
                     logger.warning("parameter %s: not valid JSON, passed as bytes", name)
             elif ctype.startswith("text"):
