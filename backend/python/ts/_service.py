@@ -119,6 +119,8 @@ class Service:
             try:
                 return importlib.import_module("ts.torch_handler." + name), function or None
             except ModuleNotFoundError as e:
+                if e.name == "ts.torch_handler." + name:
+                    raise ImportError(f"built-in handler {name} is not available") from e
                 raise ImportError(_missing_module_message(name, e)) from e
         raise ImportError(
             f"unknown handler \"{spec}\": not a .py file in the archive nor a built-in name "
