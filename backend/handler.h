@@ -119,6 +119,23 @@ int ts_state_del(struct ts_ctx *ctx, size_t idx);
 /* ---- counters, reported by the worker (X-TS-Worker-* response headers, metrics) ---- */
 void ts_counter_add(struct ts_ctx *ctx, const char *name, int64_t delta);
 
+/* ---- metrics, served on /metrics per model and version (TorchServe's context.metrics) ----
+ * kind: TS_METRIC_COUNTER adds up (add_counter; the value must be >= 0), TS_METRIC_GAUGE keeps
+ * the last value (add_time, add_size and add_percent are gauges in TorchServe), and
+ * TS_METRIC_HISTOGRAM observes every value into buckets from 0.1 to 10000 (in the metric's unit).
+ * The name becomes the Prometheus family name: bytes outside [A-Za-z0-9_:] become '_', it is cut
+ * at 64 bytes; unit (e.g. "ms", "Count", "MB", "Percent"; may be NULL) goes into its HELP line.
+ * The metric travels with request idx's next response to the frontend, never to the client.
+ * The frontend keeps at most 32 distinct names per model besides HandlerTime and PredictionTime
+ * (gauges, ms, which the worker reports for every step); values past that, for a name whose kind
+ * changes, or for a name the frontend serves itself (ts_*, Requests2XX, QueueTime, ...) are
+ * dropped, and the frontend logs the name. */
+#define TS_METRIC_COUNTER 0
+#define TS_METRIC_GAUGE 1
+#define TS_METRIC_HISTOGRAM 2
+void ts_metric_add(struct ts_ctx *ctx, size_t idx, const char *name, const char *unit, int kind,
+                   double value);
+
 /* ---- logging through the worker's logger ---- */
 void ts_log(struct ts_ctx *ctx, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

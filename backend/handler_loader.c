@@ -57,6 +57,30 @@ static const struct ts_handler *check_abi(const struct ts_handler *h, const char
     return h;
 }
 
+/* dlopen(path) and the handler its symbol sym returns; what prefixes a dlopen error. */
+static const struct ts_handler *open_library(const char *path, const char *sym, const char *spec,
+                                             const char *what, char *err, size_t errlen)
+{
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        snprintf(err, errlen, "handler \"%s\"%s: %s", spec, what, dlerror());
+        return NULL;
+    }
+    dlerror();
+    /* POSIX: a function pointer round-trips through void * returned by dlsym */
+    ts_handler_get_fn *get;
+    *(void **)&get = dlsym(dl, sym);
+    if (!get) {
+        snprintf(err, errlen, "handler \"%s\": symbol %s not found in %s", spec, sym, path);
+        dlclose(dl);
+        return NULL;
+    }
+    const struct ts_handler *h = check_abi(get(), spec, err, errlen);
+    if (!h)
+        dlclose(dl);
+    return h;
+}
+
 static const struct ts_handler *load_library(const char *spec, const char *model_dir, char *err,
                                              size_t errlen)
 {
@@ -76,25 +100,8 @@ static const struct ts_handler *load_library(const char *spec, const char *model
     }
     char *path = xasprintf("%s/%s", model_dir, lib);
     free(lib);
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        snprintf(err, errlen, "handler \"%s\": %s", spec, dlerror());
-        free(path);
-        return NULL;
-    }
+    const struct ts_handler *h = open_library(path, sym, spec, "", err, errlen);
     free(path);
-    dlerror();
-    /* POSIX: a function pointer round-trips through void * returned by dlsym */
-    ts_handler_get_fn *get;
-    *(void **)&get = dlsym(dl, sym);
-    if (!get) {
-        snprintf(err, errlen, "handler \"%s\": symbol %s not found", spec, sym);
-        dlclose(dl);
-        return NULL;
-    }
-    const struct ts_handler *h = check_abi(get(), spec, err, errlen);
-    if (!h)
-        dlclose(dl);
     return h;
 }
 
@@ -133,24 +140,10 @@ static const struct ts_handler *load_python(const char *spec, int continuous, ch
     if (slash)
         *slash = '\0';
     char *path = xasprintf("%s/../lib/libts_python.so", exe);
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        snprintf(err, errlen, "handler \"%s\" needs the Python plugin: %s", spec, dlerror());
-        free(path);
-        return NULL;
-    }
+    const struct ts_handler *h =
+        open_library(path, continuous ? "ts_python_handler_continuous" : "ts_python_handler", spec,
+                     " needs the Python plugin", err, errlen);
     free(path);
-    const char *sym = continuous ? "ts_python_handler_continuous" : "ts_python_handler";
-    ts_handler_get_fn *get;
-    *(void **)&get = dlsym(dl, sym);
-    if (!get) {
-        snprintf(err, errlen, "the Python plugin has no symbol %s", sym);
-        dlclose(dl);
-        return NULL;
-    }
-    const struct ts_handler *h = check_abi(get(), spec, err, errlen);
-    if (!h)
-        dlclose(dl);
     return h;
 }
 

@@ -107,18 +107,31 @@ static int apply_meta(size_t i, int status, const char *phrase, PyObject *header
     return 0;
 }
 
+/* The arguments (i, body, status, phrase, headers) of respond and intermediate, with the status
+ * and headers applied to request i. 0, or -1 with a Python exception set. */
+static int answer_args(PyObject *args, size_t *i, const char **body, size_t *len)
+{
+    Py_ssize_t idx, n;
+    const char *phrase;
+    int status;
+    PyObject *headers;
+    if (!PyArg_ParseTuple(args, "ny#izO", &idx, body, &n, &status, &phrase, &headers) ||
+        check_idx(idx) || apply_meta((size_t)idx, status, phrase, headers))
+        return -1;
+    *i = (size_t)idx;
+    *len = (size_t)n;
+    return 0;
+}
+
 /* respond(i, body, status, phrase, headers): the final answer of request i. */
 static PyObject *w_respond(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_ssize_t i, len;
-    const char *body, *phrase;
-    int status;
-    PyObject *headers;
-    if (!PyArg_ParseTuple(args, "ny#izO", &i, &body, &len, &status, &phrase, &headers) ||
-        check_idx(i) || apply_meta((size_t)i, status, phrase, headers))
+    size_t i, len;
+    const char *body;
+    if (answer_args(args, &i, &body, &len))
         return NULL;
-    ts_set_response(pyh_ctx, (size_t)i, body, (size_t)len);
+    ts_set_response(pyh_ctx, i, body, len);
     Py_RETURN_NONE;
 }
 
@@ -127,16 +140,13 @@ static PyObject *w_respond(PyObject *self, PyObject *args)
 static PyObject *w_intermediate(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_ssize_t i, len;
-    const char *body, *phrase;
-    int status;
-    PyObject *headers;
-    if (!PyArg_ParseTuple(args, "ny#izO", &i, &body, &len, &status, &phrase, &headers) ||
-        check_idx(i) || apply_meta((size_t)i, status, phrase, headers))
+    size_t i, len;
+    const char *body;
+    if (answer_args(args, &i, &body, &len))
         return NULL;
-    if (ts_is_cancelled(pyh_ctx, (size_t)i))
+    if (ts_is_cancelled(pyh_ctx, i))
         Py_RETURN_FALSE;
-    int rc = ts_send_intermediate_response(pyh_ctx, (size_t)i, body, (size_t)len);
+    int rc = ts_send_intermediate_response(pyh_ctx, i, body, len);
     if (rc == -ECANCELED)
         Py_RETURN_FALSE;
     if (rc == 0)
@@ -177,6 +187,20 @@ static PyObject *w_is_cancelled(PyObject *self, PyObject *arg)
     return PyBool_FromLong(ts_is_cancelled(pyh_ctx, (size_t)i));
 }
 
+/* metric(i, name, unit, kind, value): context.metrics records, to /metrics (ts_metric_add). */
+static PyObject *w_metric(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t i;
+    const char *name, *unit;
+    int kind;
+    double value;
+    if (!PyArg_ParseTuple(args, "nszid", &i, &name, &unit, &kind, &value) || check_idx(i))
+        return NULL;
+    ts_metric_add(pyh_ctx, (size_t)i, name, unit, kind, value);
+    Py_RETURN_NONE;
+}
+
 /* log(python level number, message): one worker log line per line of the message. */
 static PyObject *w_log(PyObject *self, PyObject *args)
 {
@@ -204,6 +228,7 @@ static PyMethodDef methods[] = {
     {"error", w_error, METH_VARARGS, "error answer of request i"},
     {"cont", w_cont, METH_VARARGS, "keep request i for the next step"},
     {"is_cancelled", w_is_cancelled, METH_O, "request i was cancelled"},
+    {"metric", w_metric, METH_VARARGS, "report a handler metric"},
     {"log", w_log, METH_VARARGS, "write to the worker's log"},
     {NULL, NULL, 0, NULL},
 };

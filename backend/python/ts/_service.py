@@ -25,7 +25,7 @@ import _ts_worker
 import ts
 from ts.context import Context, RequestProcessor
 from ts.protocol.otf_message_handler import encode_value
-from ts.utils.util import PredictionException, list_classes_from_module
+from ts.utils.util import PredictionException, single_class
 
 BUILTIN_HANDLERS = (
     "base_handler",
@@ -119,6 +119,8 @@ class Service:
             try:
                 return importlib.import_module("ts.torch_handler." + name), function or None
             except ModuleNotFoundError as e:
+                if e.name == "ts.torch_handler." + name:
+                    raise ImportError(f"built-in handler {name} is not available") from e
                 raise ImportError(_missing_module_message(name, e)) from e
         raise ImportError(
             f"unknown handler \"{spec}\": not a .py file in the archive nor a built-in name "
@@ -137,15 +139,10 @@ class Service:
             return
         if function:
             raise ValueError(f"handler {spec}: the module has no function {function}")
-        classes = list_classes_from_module(module)
-        if len(classes) != 1:
-            raise ValueError(
-                f"handler {spec}: expected one handler class or a handle(data, context) "
-                f"function, found classes {[c.__name__ for c in classes]}"
-            )
-        service = classes[0]()
+        cls = single_class(module, f"handler {spec} (no handle(data, context) function)")
+        service = cls()
         if not hasattr(service, "handle"):
-            raise ValueError(f"handler {spec}: class {classes[0].__name__} has no handle method")
+            raise ValueError(f"handler {spec}: class {cls.__name__} has no handle method")
         if hasattr(service, "initialize"):
             service.initialize(self.context)
         self.entry_point = service.handle
@@ -159,7 +156,8 @@ class Service:
         for name, ctype, value in params:
             if ctype == "application/json":
                 try:
-                    value = json.loads(value)
+                    # from str: json.loads(bytes) first guesses the encoding in Python
+                    value = json.loads(value.decode("utf-8"))
                 except ValueError:
                     logger.warning("parameter %s: not valid JSON, passed as bytes", name)
             elif ctype.startswith("text"):
@@ -181,6 +179,23 @@ class Service:
         )
 
     def step(self, n):
+        try:
+            self._step(n)
+        finally:
+            self._forward_metrics(n)
+
+    # the worker measures these itself for every step (BaseHandler adds HandlerTime too)
+    _WORKER_METRICS = frozenset(("HandlerTime", "PredictionTime"))
+    _KINDS = {"counter": 0, "gauge": 1, "histogram": 2}
+
+    def _forward_metrics(self, n):
+        for name, value, unit, kind, _dims, req_id in self.context.metrics.records():
+            if name in self._WORKER_METRICS or n == 0:
+                continue
+            idx = self._index.get(req_id, 0) if req_id is not None else 0
+            _ts_worker.metric(idx, name, unit, self._KINDS[kind], float(value))
+
+    def _step(self, n):
         reqs = _ts_worker.batch()
         ctx = self.context
         data = []
@@ -189,9 +204,11 @@ class Service:
         self._index = {}
         for i, (req_id, _is_new, hdrs, params) in enumerate(reqs):
             row, headers = self._row(params)
+            headers.update(hdrs)
+            # lookups by the lower-case name find a header whatever case the client sent
             for k, v in hdrs:
-                headers[k] = v
-                headers.setdefault(k.lower(), v)
+                if not k.islower():
+                    headers.setdefault(k.lower(), v)
             data.append(row)
             procs.append(RequestProcessor(headers))
             ids[i] = req_id
@@ -238,10 +255,10 @@ class Service:
                 _ts_worker.error(i, 500, f"{type(e).__name__}: {e}")
 
     def _answer(self, i, value, criterion):
-        ctx = self.context
         stop = criterion(value) if criterion is not None else None
-        status, phrase = ctx.get_response_status(i)
-        headers = ctx.get_response_headers(i)
+        rp = self.context.request_processor[i]
+        status, phrase = rp.get_response_status_code(), rp.get_response_status_phrase()
+        headers = rp.get_response_headers()
         body = encode_value(value)
         if stop is False:
             if not self.continuous:

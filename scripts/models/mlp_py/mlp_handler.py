@@ -4,6 +4,8 @@ A request body is one sample, a JSON list of 64 numbers (or {"data": [...]}); th
 model's 10 outputs as a JSON list. The requests of a batch run as one forward.
 """
 
+import json
+
 import torch
 
 from ts.torch_handler.base_handler import BaseHandler
@@ -15,16 +17,13 @@ class MLPHandler(BaseHandler):
         for i, row in enumerate(data):
             x = row.get("data") if row.get("data") is not None else row.get("body")
             if isinstance(x, (bytes, bytearray)):
-                import json
-
                 x = json.loads(x)
             if isinstance(x, dict):
                 x = x.get("data", x.get("input"))
-            t = torch.as_tensor(x, dtype=torch.float32)
-            if t.shape != (64,):
-                raise ValueError(f"request {i}: expected 64 numbers, got shape {list(t.shape)}")
-            rows.append(t)
-        return torch.stack(rows)
+            if not isinstance(x, list) or len(x) != 64:
+                raise ValueError(f"request {i}: expected 64 numbers, got {str(x)[:40]}")
+            rows.append(x)
+        return torch.tensor(rows, dtype=torch.float32)
 
     def postprocess(self, data):
         return data.tolist()

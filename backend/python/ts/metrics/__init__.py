@@ -1,8 +1,12 @@
 """context.metrics: the handler's metric records (add_counter, add_time, add_size, add_percent).
 
-The worker collects the records of each handle call; records() hands them over and clears them.
+The worker collects the records of each handle call; records() hands them over and clears them,
+and the worker reports them on /metrics (ts_metric_add) by name for the model. Dimensions are not
+served (a warning names the metric once).
 Each record is a tuple (name, value, unit, metric type, {dimension: value}, request id or None).
 """
+
+import logging
 
 from ts.metrics.metric_type_enum import MetricTypes
 
@@ -14,6 +18,7 @@ class Metrics:
     def __init__(self):
         self.request_ids = None
         self._records = []
+        self._warned = set()
 
     def _add(self, name, value, unit, idx, dimensions, metric_type):
         if not isinstance(name, str) or not name:
@@ -33,6 +38,12 @@ class Metrics:
                 dims[str(d[0])] = str(d[1])
             else:
                 raise ValueError(f"metric {name}: bad dimension {d!r}")
+        if dims and name not in self._warned:
+            # /metrics labels a family by model and version only
+            self._warned.add(name)
+            logging.getLogger(__name__).warning(
+                "metric %s: dimensions %s are not served; the value is reported per model", name,
+                sorted(dims))
         self._records.append((name, value, unit, metric_type.value, dims, req_id))
 
     def add_counter(self, name, value, idx=None, dimensions=None):
@@ -51,7 +62,7 @@ class Metrics:
         self._add(name, value, unit, idx, dimensions, metric_type)
 
     def add_percent(self, name, value, idx=None, dimensions=None, metric_type=MetricTypes.GAUGE):
-        self._add(name, value, "percent", idx, dimensions, metric_type)
+        self._add(name, value, "Percent", idx, dimensions, metric_type)
 
     def records(self):
         out, self._records = self._records, []

@@ -22,7 +22,9 @@ def encode_value(val):
         buf = io.BytesIO()
         torch.save(val, buf)
         return buf.getvalue()
-    return json.dumps(val, indent=2).encode("utf-8")
+    # TorchServe indents by 2; the same JSON value without indentation is written by json's C
+    # encoder, some 25 us less per result (indent= takes the pure-Python encoder)
+    return json.dumps(val).encode("utf-8")
 
 
 def send_intermediate_predict_response(ret, req_id_map, message, code, context=None):

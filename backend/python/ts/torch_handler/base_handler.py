@@ -10,11 +10,10 @@ Subclasses override any of these.
 import importlib
 import logging
 import os
-import time
 
 import torch
 
-from ts.utils.util import list_classes_from_module, load_label_mapping
+from ts.utils.util import load_label_mapping, single_class
 
 logger = logging.getLogger(__name__)
 
@@ -77,13 +76,7 @@ class BaseHandler:
         if not os.path.isfile(model_def_path):
             raise RuntimeError(f"Missing the model definition file {model_file}")
         module = importlib.import_module(os.path.splitext(os.path.basename(model_file))[0])
-        classes = list_classes_from_module(module)
-        if len(classes) != 1:
-            raise ValueError(
-                f"{model_file}: expected exactly one class as the model definition, found "
-                f"{len(classes)}: {[c.__name__ for c in classes]}"
-            )
-        model = classes[0]()
+        model = single_class(module, f"{model_file} (the model definition)")()
         if model_pt_path:
             state_dict = torch.load(model_pt_path, map_location=self.device)
             model.load_state_dict(state_dict)
@@ -102,9 +95,9 @@ class BaseHandler:
         return data.tolist()
 
     def handle(self, data, context):
-        start_time = time.time()
+        # TorchServe's BaseHandler records HandlerTime here; the worker measures it for every
+        # step of every handler (backend/worker.c), so it is not recorded twice
         self.context = context
-        metrics = context.metrics
         if self._is_describe():
             output = [self.describe_handle()]
         else:
@@ -114,8 +107,6 @@ class BaseHandler:
                 output = self.postprocess(output)
             else:
                 output = self.explain_handle(data_preprocess, data)
-        stop_time = time.time()
-        metrics.add_time("HandlerTime", round((stop_time - start_time) * 1000, 2), None, "ms")
         return output
 
     def explain_handle(self, data_preprocess, raw_data):

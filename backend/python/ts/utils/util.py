@@ -43,6 +43,16 @@ def list_classes_from_module(module, parent_class=None):
     return classes
 
 
+def single_class(module, what):
+    """The one class module defines; ValueError naming what otherwise."""
+    classes = list_classes_from_module(module)
+    if len(classes) != 1:
+        raise ValueError(
+            f"{what}: expected exactly one class, found {[c.__name__ for c in classes]}"
+        )
+    return classes[0]
+
+
 def _has_source(cls):
     import inspect
 
