@@ -458,7 +458,10 @@ bad:;
     size_t i = 0;
     for (; s[i] && i < 24; i++)
         bad_chunk_size[i] = isprint((unsigned char)s[i]) ? s[i] : '?';
-    snprintf(bad_chunk_size + i, sizeof(bad_chunk_size) - i, "%s", s[i] ? "..." : "");
+    snprintf(bad_chunk_size + i, sizeof(bad_chunk_size) - i, "%s",
+             s[i] ? "..."
+             : i  ? ""
+                  : "(empty)"); /* never "": that means none */
     if (endptr)
         *endptr = (char *)s;
     return -1;
