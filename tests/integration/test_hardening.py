@@ -507,6 +507,17 @@ def test_unauthenticated_bodies_refused_from_headers(server_factory):
     # a body with the key is read as before; without one and without a body, 401 as before
     assert requests.post(s.url("/predictions/mlp"), json=SAMPLE).status_code == 401
     assert requests.get(s.url("/ping")).status_code == 401
+    # chunked, and on the management port (its own key); the refusal header never leaks
+    for api, req in [("inference", b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"),
+                     ("inference", b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+                     ("management", b"POST /models?url=mlp.mar HTTP/1.1\r\nHost: x\r\n"
+                                    b"Content-Length: 1000000\r\n\r\n" + b"x" * 1000000)]:
+        got = raw(s, req, api=api, timeout=30)
+        doc = assert_json_error(got, 401)
+        assert doc["type"] == "InvalidKeyException"
+        assert not any(k.startswith("x-torchserve") for k in got[1]), got[1]
 
 
 # ----------------------------------------------------------------------------------------- CORS
