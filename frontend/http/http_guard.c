@@ -275,14 +275,15 @@ static int target_problem(const char *uri, struct problem *pb)
     return 0;
 }
 
-/* evhttp parses any HTTP/x.y with x <= 1; HTTP/0.9 has no status line nor headers in its
- * answers, and no model server API can be served that way */
+/* evhttp parses any HTTP/x.y with x <= 1, and answers HTTP/0.9 in 0.9 form. nginx refuses a
+ * request line that names a major version 0 (400) and one over 1 (505, which evhttp refuses
+ * itself as malformed: 400); no model server API can be served without a status line. */
 static int version_problem(const struct evhttp_request *req, struct problem *pb)
 {
     if (req->major == 1)
         return 0;
-    return found(pb, 505, "HTTPVersionNotSupportedException",
-                 "HTTP/%d.%d is not supported: HTTP/1.0 and HTTP/1.1 are", req->major, req->minor);
+    return found(pb, 400, BAD, "HTTP/%d.%d is not supported: HTTP/1.0 and HTTP/1.1 are", req->major,
+                 req->minor);
 }
 
 static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)

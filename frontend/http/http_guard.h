@@ -12,12 +12,12 @@
  *     a server request's head; the frontend gets one by wrapping evhttp_request_new, which
  *     libevent calls through its PLT, and giving each request of our listeners a header_cb.
  *   - http_guard_check, first thing in each listener's handler, refuses an HTTP version other
- *     than 1.x (505), a target over 8 KiB (414), a header line over 8 KiB or more than 100
- *     headers (431), a target with an encoded or raw NUL or control byte (400), a Content-Length
- *     that is not plain digits or that is given twice with different values, Content-Length
- *     together with Transfer-Encoding (400: RFC 9112 section 6.3, no request smuggling) and
- *     codings other than chunked (501). Each refusal closes the connection, so bytes left over
- *     from a refused request never run as a request.
+ *     than 1.x (400, as nginx), a target over 8 KiB (414), a header line over 8 KiB or more
+ *     than 100 headers (431), a target with an encoded or raw NUL or control byte (400), a
+ *     Content-Length that is not plain digits or that is given twice with different values,
+ *     Content-Length together with Transfer-Encoding (400: RFC 9112 section 6.3, no request
+ *     smuggling) and codings other than chunked (501). Each refusal closes the connection, so
+ *     bytes left over from a refused request never run as a request.
  *   - a chunk size that is not hex or does not fit 63 bits is a malformed body (400), one over
  *     max_request_size a body too large (413): libevent 2.1 answers both 413, so the frontend
  *     reads chunk sizes itself (its evutil_strtoll, see http_guard.c).

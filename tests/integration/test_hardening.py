@@ -222,14 +222,13 @@ def test_garbage_request_line_400_json(srv):
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("line", [b"GET /ping HTTP/0.9", b"GET /ping HTTP/0.0"])
-def test_http_0x_505_json_and_closed(srv, line):
-    """HTTP/0.x used to get 200 (with an "HTTP/0.9 200 OK" line). nginx answers a version-less
-    GET in 0.9 form (the body alone) and a version it does not serve with 505; a model server's
-    answers need a status and a content type, so every 0.x request gets 505 in HTTP/1.1."""
+def test_http_0x_400_json_and_closed(srv, line):
+    """HTTP/0.x used to get 200 (with an "HTTP/0.9 200 OK" line). nginx refuses a request line
+    naming major version 0 with 400 (and one over 1 with 505); so do we, in HTTP/1.1."""
     with socket.create_connection(("127.0.0.1", srv.ports["inference"]), timeout=10) as c:
         c.sendall(line + b"\r\n\r\n")
-        assert c.recv(16).startswith(b"HTTP/1.1 505 ")
-    assert_json_error(raw(srv, line + b"\r\n\r\n"), 505, "HTTP/0.", "HTTP/1.1")
+        assert c.recv(16).startswith(b"HTTP/1.1 400 ")
+    assert_json_error(raw(srv, line + b"\r\n\r\n"), 400, "HTTP/0.", "not supported", "HTTP/1.1")
     still_answers(srv)
 
 
