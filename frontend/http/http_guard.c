@@ -286,7 +286,10 @@ static int version_problem(const struct evhttp_request *req, struct problem *pb)
                  req->minor);
 }
 
-static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
+/* Also gives, when the headers pass, the Content-Length (NULL if none) and whether the body is
+ * chunked. */
+static int headers_scan(const struct evkeyvalq *hs, struct problem *pb, const char **length,
+                        int *chunked)
 {
     const struct evkeyval *h, *cl = NULL, *te = NULL;
     int count = 0;
@@ -318,7 +321,16 @@ static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
     }
     if (cl && te)
         return found(pb, 400, BAD, "Content-Length and Transfer-Encoding together are ambiguous");
+    *length = cl ? cl->value : NULL;
+    *chunked = te != NULL;
     return 0;
+}
+
+static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
+{
+    const char *length;
+    int chunked;
+    return headers_scan(hs, pb, &length, &chunked);
 }
 
 static void answer(struct evhttp_request *req, const struct problem *pb)
@@ -373,6 +385,15 @@ static int listener_token_scope(const void *http, int *scope)
     return 0;
 }
 
+/* The header_cb of a request whose head passed on_head: never called (a head is read once);
+ * http_guard_check then need not check it again. */
+static int head_passed(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    (void)arg;
+    return 0;
+}
+
 static int on_head(struct evhttp_request *req, void *http)
 {
     heads_seen = 1;
@@ -381,16 +402,27 @@ static int on_head(struct evhttp_request *req, void *http)
     if (!listener_token_scope(http, &scope))
         return 0;
     const struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-    const char *cl = evhttp_find_header(in, "Content-Length");
-    const char *te = evhttp_find_header(in, "Transfer-Encoding");
-    if (!te && (!cl || cl[strspn(cl, "0")] == '\0'))
-        return 0; /* no body: nothing to save, the handler answers */
-    if (!te && plain_length(cl) && atol(cl) > srv->cfg.max_request_size)
-        return 0; /* evhttp refuses it from the headers (413 first, as nginx and Netty) */
     struct problem pb;
-    if (request_problem(req, &pb) == 0) {
-        if (scope == HTTP_NO_TOKEN || !http_token_refused(req, scope))
+    const char *cl = NULL;
+    int chunked = 0;
+    int bad = version_problem(req, &pb) || target_problem(evhttp_request_get_uri(req), &pb) ||
+              headers_scan(in, &pb, &cl, &chunked);
+    if (bad) { /* the scan stopped early: the framing headers as evhttp reads them */
+        cl = evhttp_find_header(in, "Content-Length");
+        chunked = evhttp_find_header(in, "Transfer-Encoding") != NULL;
+    }
+    if (!chunked && (!cl || cl[strspn(cl, "0")] == '\0')) {
+        if (!bad)
+            evhttp_request_set_header_cb(req, head_passed);
+        return 0; /* no body: nothing to save, http_guard_check answers a problem */
+    }
+    if (!chunked && plain_length(cl) && atol(cl) > srv->cfg.max_request_size)
+        return 0; /* evhttp refuses it from the headers (413 first, as nginx and Netty) */
+    if (!bad) {
+        if (scope == HTTP_NO_TOKEN || !http_token_refused(req, scope)) {
+            evhttp_request_set_header_cb(req, head_passed);
             return 0;
+        }
         found(&pb, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, "%s", AUTH_FAIL_MSG);
     }
     char v[sizeof(pb.type) + sizeof(pb.msg) + 16];
@@ -477,7 +509,8 @@ int http_guard_check(struct evhttp_request *req)
                  "judged (token, limits) after their body is read");
     }
     struct problem pb;
-    if (take_refusal(req, &pb) == 0 && request_problem(req, &pb) == 0) {
+    if (take_refusal(req, &pb) == 0 &&
+        (req->header_cb == head_passed || request_problem(req, &pb) == 0)) {
         if (req->minor > 1)
             req->minor = 1; /* answered as what we are: HTTP/1.1 (RFC 9110 section 6.2) */
         return 0;
