@@ -29,6 +29,9 @@ void http_path_free(struct http_path *p);
  * auth_scope; /token on the management API takes the API key). 1 when req has been answered
  * here; either way p is parsed and freed by the caller. */
 int http_api_begin(struct evhttp_request *req, char rid[40], struct http_path *p, int scope);
+/* 1 when req, on a listener of scope (an enum auth_scope), would be refused for its token: the
+ * check http_api_begin makes, without answering. Needs only the request line and headers. */
+int http_token_refused(struct evhttp_request *req, int scope);
 /* Query parameter value (decoded), NULL if absent. Free with free(). */
 char *http_query_get(struct evhttp_request *req, const char *key);
 
