@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "properties.h"
+#include "rlog.h"
 #include "util.h"
 
 enum kind {
@@ -33,6 +34,7 @@ enum kind {
     K_METRICS,    /* char *, log | prometheus | legacy */
     K_GRPC_HOST,  /* char *, a bare host name or address */
     K_POS_DOUBLE, /* double > 0 */
+    K_SIZE,       /* long > 0 bytes: "10MB", "512KB", "4096" (rlog_parse_size) */
 };
 
 struct key {
@@ -102,6 +104,11 @@ static const struct key keys[] = {
     {"model_snapshot", K_JSON, F(snapshot_json), 0, 0},
     {"state_dir", K_STR, F(state_dir), 0, 0},
     {"log_location", K_STR, F(log_location), 0, 0},
+    /* ours: access_log.log, model_log.log and ts_log.log rotate at log_max_size, keeping
+     * log_max_files rotated files each (log4j2.xml's job in TorchServe) */
+    {"log_max_size", K_SIZE, F(log_max_size), 0, 0},
+    {"log_max_files", K_INT, F(log_max_files), 1, 1000},
+    {"enable_access_log", K_BOOL, F(enable_access_log), 0, 0},
     {"oip_stream_response", K_STR, F(oip_stream_response), 0, 0},
 };
 
@@ -119,7 +126,7 @@ static const struct {
 } unsupported[] = {
     {"number_of_netty_threads", WARN, NULL, "there is no Netty: one libevent loop serves HTTP"},
     {"netty_client_threads", WARN, NULL, "there is no Netty: workers speak over Unix sockets"},
-    {"async_logging", WARN, NULL, "logging is line-buffered stderr"},
+    {"async_logging", WARN, NULL, "the access and model logs are always written by a thread"},
     {"prefer_direct_buffer", WARN, NULL, "a JVM setting"},
     {"use_native_io", WARN, NULL, "a JVM setting"},
     {"io_ratio", WARN, NULL, "a JVM setting"},
@@ -202,6 +209,9 @@ void config_defaults(struct config *c)
     c->ts_header_key_sequence_end = xstrdup("ts_request_sequence_end");
     c->state_dir = NULL; /* default: <run dir>/state, see server.c */
     c->log_location = xstrdup("logs/");
+    c->log_max_size = 100L << 20;
+    c->log_max_files = 5;
+    c->enable_access_log = 1;
     c->oip_stream_response = xstrdup("triton");
 }
 
@@ -341,6 +351,10 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
         if (strcmp(v, "prometheus"))
             return "expected prometheus (log and legacy are TorchServe's, not supported)";
         set_str(field, v);
+        return NULL;
+    case K_SIZE:
+        if (rlog_parse_size(v, (long *)field))
+            return "expected a size in bytes, e.g. 10MB, 512KB or 4096";
         return NULL;
     case K_JSON: {
         if (!*v) {

@@ -62,6 +62,9 @@ struct config {
     int snapshot_line;
     char *state_dir;           /* our key: state_dir; default <run dir>/state */
     char *log_location;        /* logs/ */
+    long log_max_size;         /* our key: rotate each log past this many bytes (100 MiB) */
+    int log_max_files;         /* our key: rotated files kept per log (5) */
+    int enable_access_log;     /* our key: access_log.log (true) */
     char *oip_stream_response; /* our key: triton (default) | mlserver */
 };
 

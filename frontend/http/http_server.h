@@ -48,6 +48,9 @@ void http_send_error(struct evhttp_request *req, const char *req_id, int status,
 char *http_error_json(int status, const char *type, const char *msg);
 const char *http_reason(int status);
 
+/* The request's access-log line is written once its answer has been sent (http_access.c). */
+void http_access_begin(struct evhttp_request *req);
+
 /* per-listener entry points */
 void http_inference_handle(struct evhttp_request *req);
 void http_management_handle(struct evhttp_request *req);
