@@ -16,7 +16,10 @@
 
 /* 1 when access lines are wanted (enable_access_log and the file is open). */
 int access_log_on(void);
-/* bytes < 0: unknown. status: "200", "OK", ... */
+/* The clock start_us is read from: wall-clock microseconds (one clock read per line). */
+int64_t access_log_clock_us(void);
+/* bytes < 0: unknown. status: "200", "OK", ... start_us: access_log_clock_us() at arrival. A
+ * line longer than 1 KiB (a long target) is cut, its newline kept. */
 void access_log_line(const char *client, const char *method, const char *target, const char *proto,
                      const char *status, long long bytes, int64_t start_us, const char *rid);
 

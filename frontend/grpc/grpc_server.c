@@ -42,6 +42,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "core/access_log.h"
 #include "core/core.h"
 #include "grpc_drive.h"
 #include "log.h"
@@ -87,7 +88,7 @@ struct gcall {
     grpc_metadata_array md;
     const struct grpc_method *method;
     char id[24];
-    int64_t start_us;  /* the call arrived (access log) */
+    int64_t start_us;  /* the call arrived (access log's clock) */
     size_t sent_bytes; /* response messages queued (access log) */
     struct gtag t_new, t_close, t_recv, t_send;
     int pending; /* references: outstanding batches + 1 while owned (see top) */
@@ -344,7 +345,7 @@ static void on_new(struct gcall *c, int success)
     if (!s->shut_down)
         arm_new_call(s);
     snprintf(c->id, sizeof(c->id), "g%llu", (unsigned long long)++G.next_id);
-    c->start_us = ts_now_us();
+    c->start_us = access_log_clock_us();
     if (G.busy_calls++ == 0)
         grpc_drive_busy(1);
 
