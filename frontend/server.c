@@ -325,6 +325,8 @@ int server_main(const struct server_opts *o)
     }
     if (grpc_servers_start() != 0)
         goto out;
+    if (http_metrics_log_start() != 0)
+        goto out;
     load_startup_models(o);
 
     printf("Model server started.\n");
@@ -338,6 +340,7 @@ int server_main(const struct server_opts *o)
     event_base_dispatch(srv->base);
     rc = 0;
 out:
+    http_metrics_log_stop();
     http_servers_stop();
     /* before mgmt_shutdown: cancelled gRPC calls detach from their pending operations */
     grpc_servers_stop();

@@ -95,6 +95,8 @@ static const struct key keys[] = {
     {"allowed_urls", K_STR, F(allowed_urls), 0, 0},
     {"enable_metrics_api", K_BOOL, F(enable_metrics_api), 0, 0},
     {"metrics_mode", K_METRICS, F(metrics_mode), 0, 0},
+    /* TorchServe's system-metrics period; here: how often metrics_mode=log writes them */
+    {"metric_time_interval", K_INT, F(metric_time_interval), 1, 86400},
     {"initial_worker_port", K_INT, F(initial_worker_port), 1, 65535},
     {"worker_threads", K_INT, F(worker_threads), 1, 1024},
     {"ts_header_key_sequence_id", K_STR, F(ts_header_key_sequence_id), 0, 0},
@@ -149,7 +151,6 @@ static const struct {
     {"model_metrics_auto_detect", WARN, NULL, "the metrics API serves a fixed set (README)"},
     {"disable_system_metrics", WARN, NULL, "no system metrics are collected"},
     {"system_metrics_cmd", WARN, NULL, "no system metrics are collected"},
-    {"metric_time_interval", WARN, NULL, "no system metrics are collected"},
     {"keystore", REFUSE, "",
      "Java keystores are not read: use certificate_file and "
      "private_key_file (PEM)"},
@@ -202,6 +203,7 @@ void config_defaults(struct config *c)
     c->allowed_urls = xstrdup("file://.*|http(s)?://.*");
     c->enable_metrics_api = 1;
     c->metrics_mode = xstrdup("prometheus");
+    c->metric_time_interval = -1; /* unset: 60 s in log mode */
     c->initial_worker_port = 9000;
     c->worker_threads = 1;
     c->ts_header_key_sequence_id = xstrdup("ts_request_sequence_id");
@@ -345,11 +347,12 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
         set_str(field, v);
         return NULL;
     case K_METRICS:
-        if (!strcmp(v, "log") || !strcmp(v, "legacy"))
+        if (!strcmp(v, "legacy"))
             return "not supported by torchserve-c: metrics are served in Prometheus format on "
-                   "the metrics API (metrics_mode=prometheus)";
-        if (strcmp(v, "prometheus"))
-            return "expected prometheus (log and legacy are TorchServe's, not supported)";
+                   "the metrics API (metrics_mode=prometheus) or written to ts_metrics.log "
+                   "(metrics_mode=log)";
+        if (strcmp(v, "prometheus") && strcmp(v, "log"))
+            return "expected prometheus or log (legacy is TorchServe's, not supported)";
         set_str(field, v);
         return NULL;
     case K_SIZE:

@@ -55,6 +55,10 @@ void http_access_begin(struct evhttp_request *req);
 void http_inference_handle(struct evhttp_request *req);
 void http_management_handle(struct evhttp_request *req);
 void http_metrics_handle(struct evhttp_request *req);
+/* metrics_mode=log: ts_metrics.log every metric_time_interval s (http_metrics.c); stop writes
+ * the last values. 0, or -1 after logging why. */
+int http_metrics_log_start(void);
+void http_metrics_log_stop(void);
 /* OPTIONS / and GET /api-description: an OpenAPI document of the port's API (no token). */
 void http_api_description(struct evhttp_request *req, const char *rid, int management);
 

@@ -268,7 +268,7 @@ TEST(bad_values)
     expect_error("enable_model_api=yes\n",
                  "DIR/config.properties:1: enable_model_api: expected true or false, got 'yes'");
     expect_error("metrics_mode=json\n",
-                 "DIR/config.properties:1: metrics_mode: expected prometheus (log and legacy are "
+                 "DIR/config.properties:1: metrics_mode: expected prometheus or log (legacy is "
                  "TorchServe's, not supported), got 'json'");
     expect_error("ts_header_key_sequence_id=\n",
                  "DIR/config.properties:1: ts_header_key_sequence_id: must not be empty, got ''");
@@ -294,10 +294,10 @@ TEST(unsupported_keys)
     expect_error("service_envelope=kserve\n",
                  "DIR/config.properties:1: service_envelope is not supported by torchserve-c: "
                  "requests use TorchServe's default format only");
-    expect_error("metrics_mode=log\n",
+    expect_error("metrics_mode=legacy\n",
                  "DIR/config.properties:1: metrics_mode: not supported by torchserve-c: metrics "
-                 "are served in Prometheus format on the metrics API (metrics_mode=prometheus), "
-                 "got 'log'");
+                 "are served in Prometheus format on the metrics API (metrics_mode=prometheus) "
+                 "or written to ts_metrics.log (metrics_mode=log), got 'legacy'");
     struct config c;
     char err[512];
     CHECK_EQ_INT(load("workflow_store=wf\nnumber_of_gpu=2\ninstall_py_dep_per_model=false\n", &c,
