@@ -163,7 +163,7 @@ static void worker_families(struct out *o)
         for (size_t i = 0; i < m->custom.n; i++) {
             const struct custom_metric *c = &m->custom.v[i];
             struct model *prev = model_first();
-            while (prev != m && !custom_metrics_find(&prev->custom, c->name))
+            while (prev != m && !custom_metrics_find(&prev->custom, c->name, c->name_len))
                 prev = model_next(prev);
             if (prev != m)
                 continue; /* its family was written with an earlier model */
@@ -173,7 +173,8 @@ static void worker_families(struct out *o)
             if (!family(o, c->name, kind_type(c->kind), help))
                 continue;
             for (struct model *k = m; k; k = model_next(k)) {
-                const struct custom_metric *kc = custom_metrics_find(&k->custom, c->name);
+                const struct custom_metric *kc =
+                    custom_metrics_find(&k->custom, c->name, c->name_len);
                 if (!kc || kc->kind != c->kind)
                     continue;
                 if (c->kind == 'h')
