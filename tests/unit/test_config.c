@@ -70,6 +70,10 @@ TEST(defaults)
     CHECK_STR(c.allowed_urls, "file://.*|http(s)?://.*");
     CHECK_EQ_INT(c.enable_metrics_api, 1);
     CHECK_STR(c.metrics_mode, "prometheus");
+    CHECK_EQ_INT(c.metric_time_interval, -1);
+    CHECK(c.log_max_size == 100L << 20);
+    CHECK_EQ_INT(c.log_max_files, 5);
+    CHECK_EQ_INT(c.enable_access_log, 1);
     CHECK_EQ_INT(c.initial_worker_port, 9000);
     CHECK_EQ_INT(c.worker_threads, 1);
     CHECK_STR(c.ts_header_key_sequence_id, "ts_request_sequence_id");
@@ -270,6 +274,11 @@ TEST(bad_values)
     expect_error("metrics_mode=json\n",
                  "DIR/config.properties:1: metrics_mode: expected prometheus or log (legacy is "
                  "TorchServe's, not supported), got 'json'");
+    expect_error("log_max_size=10XB\n",
+                 "DIR/config.properties:1: log_max_size: expected a size in bytes, e.g. 10MB, "
+                 "512KB or 4096, got '10XB'");
+    expect_error("log_max_files=0\n",
+                 "DIR/config.properties:1: log_max_files: must be between 1 and 1000, got '0'");
     expect_error("ts_header_key_sequence_id=\n",
                  "DIR/config.properties:1: ts_header_key_sequence_id: must not be empty, got ''");
     expect_error("models=[1]\n",
