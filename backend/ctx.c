@@ -53,6 +53,7 @@ void ctx_destroy(struct ts_ctx *c)
     free(c->model_name);
     free(c->model_dir);
     free(c->serialized_file);
+    free(c->handler_spec);
     free(c->state_dir);
     state_close(c->state);
     yflat_free(&c->cfg);
@@ -293,6 +294,11 @@ int ts_batch_size(struct ts_ctx *ctx)
     return ctx->batch_size;
 }
 
+const char *ts_handler_spec(struct ts_ctx *ctx)
+{
+    return ctx->handler_spec ? ctx->handler_spec : "";
+}
+
 const char *ts_serialized_file(struct ts_ctx *ctx)
 {
     return ctx->serialized_file ? ctx->serialized_file : "";
@@ -371,6 +377,22 @@ const void *ts_get_body(struct ts_ctx *ctx, size_t idx, size_t *len, const char 
     if (!p && r && r->n_params)
         p = param_out(&r->params[0], len, ctype);
     return p;
+}
+
+size_t ts_header_count(struct ts_ctx *ctx, size_t idx)
+{
+    struct wreq *r = req_at(ctx, idx);
+    return r ? r->n_headers : 0;
+}
+
+const char *ts_header_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r || i >= r->n_headers)
+        return NULL;
+    if (name)
+        *name = r->headers[i].key;
+    return r->headers[i].val;
 }
 
 size_t ts_param_count(struct ts_ctx *ctx, size_t idx)

@@ -80,6 +80,7 @@ struct ts_ctx {
     char *model_name;
     char *model_dir;
     char *serialized_file;
+    char *handler_spec;
     int batch_size;
     struct yflat cfg;
     char load_err[1024];

@@ -60,6 +60,9 @@ typedef const struct ts_handler *ts_handler_get_fn(void);
 const char *ts_model_name(struct ts_ctx *ctx);
 const char *ts_model_dir(struct ts_ctx *ctx);
 int ts_batch_size(struct ts_ctx *ctx);
+/* The handler string the model was loaded with (MANIFEST.json model.handler, or the register
+ * request's handler). */
+const char *ts_handler_spec(struct ts_ctx *ctx);
 /* MANIFEST.json model.serializedFile (may be ""). */
 const char *ts_serialized_file(struct ts_ctx *ctx);
 /* model-config.yaml value by dotted path, e.g. "handler.delay_ms", "batchSize". NULL if absent. */
@@ -77,6 +80,9 @@ const void *ts_get_param(struct ts_ctx *ctx, size_t idx, const char *name, size_
                          const char **ctype);
 /* The request body: the parameter named "body", else "data", else the first one. */
 const void *ts_get_body(struct ts_ctx *ctx, size_t idx, size_t *len, const char **ctype);
+/* All request headers, in arrival order: the count, and name/value of header i. */
+size_t ts_header_count(struct ts_ctx *ctx, size_t idx);
+const char *ts_header_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name);
 size_t ts_param_count(struct ts_ctx *ctx, size_t idx);
 const void *ts_param_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name, size_t *len,
                         const char **ctype);

@@ -178,6 +178,8 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     char *msg = otf_strdup(r->msg);
     if (r->code != 200) {
         LOG_ERROR("worker %d (model %s) failed to load: %s", w->id, g ? g->name : "-", msg);
+        if (g)
+            snprintf(g->load_error, sizeof(g->load_error), "%s", msg);
         free(msg);
         return; /* it exits with code 2; the reaper handles it */
     }
@@ -185,6 +187,7 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     w->ready_since_us = ts_now_us();
     evtimer_del(w->timer);
     if (g) {
+        g->load_error[0] = '\0';
         g->continuous = strstr(msg, "continuous=1") != NULL;
         w->load_ms = ts_wall_ms() - w->start_wall_ms;
         LOG_INFO("worker %d (pid %d) loaded model %s %s in %lld ms%s", w->id, (int)w->pid, g->name,

@@ -56,6 +56,7 @@ struct worker_group {
     uint64_t n_batches; /* batches sent */
     uint64_t max_batch_seen;
     struct hist batch_sizes; /* requests per batch sent */
+    char load_error[512];    /* what the last failed load reported; "" after a good load */
     const struct worker_group_ops *ops;
 };
 
