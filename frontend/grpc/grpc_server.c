@@ -42,6 +42,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "core/access_log.h"
 #include "core/core.h"
 #include "grpc_drive.h"
 #include "log.h"
@@ -87,6 +88,8 @@ struct gcall {
     grpc_metadata_array md;
     const struct grpc_method *method;
     char id[24];
+    int64_t start_us;  /* the call arrived (access log's clock) */
+    size_t sent_bytes; /* response messages queued (access log) */
     struct gtag t_new, t_close, t_recv, t_send;
     int pending; /* references: outstanding batches + 1 while owned (see top) */
     int owned;   /* the service holds the call (between dispatch and finish/cancel) */
@@ -318,6 +321,7 @@ static void arm_recv(struct gcall *c, int with_initial_metadata)
 /* Answers a call without involving a service (auth failure, unknown method). */
 static void reject(struct gcall *c, grpc_status_code code, const char *msg)
 {
+    grpc_access(c->call, c->details.method, c->start_us, code, 0, c->id);
     c->status = code;
     c->status_details = grpc_slice_from_copied_string(msg);
     c->status_queued = 1;
@@ -341,6 +345,7 @@ static void on_new(struct gcall *c, int success)
     if (!s->shut_down)
         arm_new_call(s);
     snprintf(c->id, sizeof(c->id), "g%llu", (unsigned long long)++G.next_id);
+    c->start_us = access_log_clock_us();
     if (G.busy_calls++ == 0)
         grpc_drive_busy(1);
 
@@ -512,6 +517,7 @@ static int queue_send(struct gcall *c, struct gmsg *m, int code, const char *tex
     if (m) {
         STAILQ_INSERT_TAIL(&c->out, m, link);
         c->out_bytes += m->len;
+        c->sent_bytes += m->len;
         backlog_check(c);
     }
     if (code >= 0) {
@@ -540,8 +546,12 @@ static void let_go(struct gcall *c, struct gmsg *m, int code, const char *text)
         return;
     }
     c->owned = 0;
-    if (code >= 0)
+    if (code >= 0) {
         grpc_count_status(code);
+        const char *rid = gcall_metadata(c, "x-request-id");
+        grpc_access(c->call, c->details.method, c->start_us, code, c->sent_bytes + (m ? m->len : 0),
+                    rid ? rid : c->id);
+    }
     queue_send(c, m, code, text);
     c->next_released = G.released;
     G.released = c;

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
 
 struct gcall;
@@ -107,6 +108,9 @@ const char *gcall_id(const struct gcall *c);
 /* TorchServe's HTTP -> gRPC status table (GRPCUtils.getGRPCStatusCode). */
 /* Counts a call's final status in Requests2XX/4XX/5XX (srv->counters), as HTTP answers are. */
 void grpc_count_status(int code);
+/* The access-log line of an answered call (grpc_status.c): bytes of response messages sent. */
+void grpc_access(grpc_call *call, grpc_slice method, int64_t start_us, int code, size_t bytes,
+                 const char *rid);
 int grpc_status_from_http(int http_status);
 
 #endif

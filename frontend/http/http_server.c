@@ -279,6 +279,7 @@ static struct evhttp *http_inference, *http_management, *http_metrics;
 static void on_inference(struct evhttp_request *req, void *arg)
 {
     (void)arg;
+    http_access_begin(req);
     if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_inference_handle(req);
 }
@@ -286,6 +287,7 @@ static void on_inference(struct evhttp_request *req, void *arg)
 static void on_management(struct evhttp_request *req, void *arg)
 {
     (void)arg;
+    http_access_begin(req);
     if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_management_handle(req);
 }
@@ -293,6 +295,7 @@ static void on_management(struct evhttp_request *req, void *arg)
 static void on_metrics(struct evhttp_request *req, void *arg)
 {
     (void)arg;
+    http_access_begin(req);
     if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_metrics_handle(req);
 }

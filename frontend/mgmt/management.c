@@ -515,7 +515,9 @@ static void register_prepared(void *arg, struct model *m, int rc, const char *er
         op_free(op);
         return;
     }
-    if (op->target <= 0) {
+    /* as TorchServe: no workers only when neither initial_workers nor the model's own
+     * minWorkers asks for any */
+    if (op->target <= 0 && m->mc.min_workers <= 0) {
         m->min_workers = m->max_workers = 0;
         char *msg = xasprintf("Model \"%s\" Version: %s registered with 0 initial workers. Use "
                               "scale workers API to add workers for the model.",
@@ -529,6 +531,8 @@ static void register_prepared(void *arg, struct model *m, int rc, const char *er
         m->mc.max_workers <= MC_MAX_WORKERS) {
         n = m->mc.min_workers;
         max = m->mc.max_workers;
+    } else if (n <= 0) { /* minWorkers without a usable maxWorkers */
+        n = max = m->mc.min_workers;
     }
     m->min_workers = n;
     m->max_workers = max;

@@ -7,6 +7,8 @@
 # Runs the frontend under valgrind --tool=callgrind twice, serving N/2 and then 3N/2 sequential
 # keep-alive requests (python3-requests, the 64-float sample), and prints the difference of the
 # two instruction totals divided by N: start-up, model loading and shutdown cancel out.
+# Env: EXTRA_CONFIG: config.properties lines (';'-separated) added to the server's config, for
+# an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false".
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
@@ -30,6 +32,7 @@ grpc_management_port=$(port)
 disable_token_authorization=true
 default_workers_per_model=1
 C
+    tr ';' '\n' <<<"${EXTRA_CONFIG:-}" >>"$d/config.properties"
     (cd "$d" && exec valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" \
         "$BUILD/bin/torchserve-c" --start --foreground --ncs --model-store "$d" \
         --ts-config config.properties --models mlp=mlp.mar >/dev/null 2>"$d/err.log") &
