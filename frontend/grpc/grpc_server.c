@@ -32,7 +32,6 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <stdio.h>
@@ -654,31 +653,6 @@ const char *gcall_metadata(struct gcall *c, const char *key)
 
 /* ---- start / stop ---- */
 
-/* Insecure, or TLS with certificate_file and private_key_file when enable_grpc_ssl is set (the
- * files were checked at start, http_tls). NULL (logged) if a file cannot be read. */
-static grpc_server_credentials *server_credentials(void)
-{
-    if (!srv->cfg.enable_grpc_ssl)
-        return grpc_insecure_server_credentials_create();
-    struct buf cert, key;
-    buf_init(&cert);
-    buf_init(&key);
-    grpc_server_credentials *creds = NULL;
-    if (!srv->cfg.certificate_file || !srv->cfg.private_key_file ||
-        buf_read_file(&cert, srv->cfg.certificate_file, 1 << 20) != 0 ||
-        buf_read_file(&key, srv->cfg.private_key_file, 1 << 20) != 0) {
-        LOG_ERROR("enable_grpc_ssl: cannot read certificate_file / private_key_file");
-    } else {
-        buf_put_u8(&cert, 0); /* PEM as C strings */
-        buf_put_u8(&key, 0);
-        grpc_ssl_pem_key_cert_pair pair = {(const char *)key.data, (const char *)cert.data};
-        creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
-    }
-    buf_free(&cert);
-    buf_free(&key);
-    return creds;
-}
-
 static int add_server(struct gsrv *s, const char *name, const char *addr, int port,
                       const struct grpc_method *methods, enum auth_scope scope)
 {
@@ -716,7 +690,7 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     const char *host = addr && *addr ? addr : "127.0.0.1";
     char *target = strchr(host, ':') && host[0] != '[' ? xasprintf("[%s]:%d", host, port)
                                                        : xasprintf("%s:%d", host, port);
-    grpc_server_credentials *creds = server_credentials();
+    grpc_server_credentials *creds = grpc_server_credentials_from_config();
     if (!creds) {
         free(target);
         grpc_server_destroy(s->server);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 #include <protobuf-c/protobuf-c.h>
 
 struct gcall;
@@ -112,5 +113,10 @@ void grpc_count_status(int code);
 void grpc_access(grpc_call *call, grpc_slice method, int64_t start_us, int code, size_t bytes,
                  const char *rid);
 int grpc_status_from_http(int http_status);
+
+/* grpc_tls.c: insecure credentials, or TLS from certificate_file and private_key_file when
+ * enable_grpc_ssl is set (the files were checked at start, http_tls); NULL (logged) if a file
+ * cannot be read. */
+grpc_server_credentials *grpc_server_credentials_from_config(void);
 
 #endif
