@@ -116,6 +116,8 @@ def test_mlp_py_equals_torch_and_only_python_workers_map_libpython(server_factor
     for i in range(len(x)):
         r = srv.post("/predictions/mlp_py", json=x[i].tolist())
         assert r.status_code == 200, r.text
+        # a result the handler returns as a list goes out as JSON, labelled so
+        assert r.headers["content-type"] == "application/json", r.headers
         got = torch.tensor(r.json())
         assert got.shape == (10,)
         assert torch.allclose(got, want[i], atol=TOL, rtol=0), (got, want[i])

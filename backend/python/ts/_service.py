@@ -24,7 +24,7 @@ import _ts_worker
 
 import ts
 from ts.context import Context, RequestProcessor
-from ts.protocol.otf_message_handler import encode_value
+from ts.protocol.otf_message_handler import default_content_type, encode_value
 from ts.utils.util import PredictionException, single_class
 
 BUILTIN_HANDLERS = (
@@ -259,6 +259,9 @@ class Service:
         rp = self.context.request_processor[i]
         status, phrase = rp.get_response_status_code(), rp.get_response_status_phrase()
         headers = rp.get_response_headers()
+        if not any(k.lower() == "content-type" for k in headers):
+            headers = dict(headers)
+            headers["content-type"] = default_content_type(value)
         body = encode_value(value)
         if stop is False:
             if not self.continuous:

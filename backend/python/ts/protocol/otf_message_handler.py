@@ -27,6 +27,19 @@ def encode_value(val):
     return json.dumps(val).encode("utf-8")
 
 
+def default_content_type(val):
+    """The Content-Type of a result whose handler set none: JSON for what encode_value dumps,
+    text for a str, bytes as they are. (TorchServe sends no Content-Type then; an HTTP answer
+    without one is taken for text/html by libevent and by browsers.)"""
+    if isinstance(val, (bytes, bytearray)):
+        return "application/octet-stream"
+    if isinstance(val, str):
+        return "text/plain; charset=utf-8"
+    if type(val).__module__.startswith("torch"):
+        return "application/octet-stream"  # torch.save bytes
+    return "application/json"
+
+
 def send_intermediate_predict_response(ret, req_id_map, message, code, context=None):
     """Streams ret[idx] to the client of request req_id_map[idx] now, for each idx.
 
@@ -38,6 +51,8 @@ def send_intermediate_predict_response(ret, req_id_map, message, code, context=N
     for idx, req_id in req_id_map.items():
         if code != 200:
             context.set_response_status(code, message, idx)
+        if not any(k.lower() == "content-type" for k in context.get_response_headers(idx)):
+            context.set_response_content_type(idx, default_content_type(ret[idx]))
         if not context._send_intermediate(req_id, encode_value(ret[idx])):
             cancelled.append(req_id)
     if cancelled:
