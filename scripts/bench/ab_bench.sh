@@ -9,9 +9,11 @@
 # (trivial_server, the bare libevent HTTP server), A, B, the ceiling, B, A, ... so that a drift
 # of the shared machine's speed hits both builds alike. Each run is wrk -t2 -c32 -dDURATION
 # after WARMUP seconds of the same load (not counted), and reports req/s, the server's CPU per
-# request (frontend + its workers, /proc/<pid>/stat ticks) and non-200 answers. The summary gives
-# each build's mean req/s, its ratio to the mean ceiling of that configuration, and B/A.
-# Env: DURATION (default 10), WARMUP (default 2), ROUNDS (default 2).
+# request (frontend + its workers, /proc/<pid>/stat ticks) and non-200 answers; then seq_client
+# sends SEQ_N sequential requests on one connection and reports the p50 overhead over the
+# worker's own forward (ovh_p50, microseconds). The summary gives each build's mean req/s, its
+# ratio to the mean ceiling of that configuration, B/A, CPU per request and ovh_p50.
+# Env: DURATION (default 10), WARMUP (default 2), ROUNDS (default 2), SEQ_N (default 2000).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,6 +27,7 @@ CONFIGS=("$@")
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 ROUNDS=${ROUNDS:-2}
+SEQ_N=${SEQ_N:-2000}
 PY=/usr/bin/python3
 SAMPLE=$ROOT/scripts/models/mlp/sample.json
 
@@ -45,6 +48,7 @@ cleanup() {
 trap cleanup EXIT
 
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/trivial_server" "$ROOT/scripts/bench/trivial_server.c" -levent
+gcc -O2 -Wall -Wextra -Werror -o "$WORK/seq_client" "$ROOT/scripts/bench/seq_client.c"
 $PY - "$SAMPLE" "$WORK/oip.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -138,8 +142,8 @@ for _ in $(seq 50); do grep -q listening "$WORK/trivial.out" && break; sleep 0.1
 wrk -t2 -c32 -d"${MACHINE_WARMUP:-10}s" -s "$ROOT/scripts/bench/post.lua" \
     "http://127.0.0.1:$tport/predictions/mlp" > /dev/null 2>&1 || true
 
-declare -A SUM N CPU
-printf "%-14s %-6s %10s %10s %6s\n" config run "req/s" "cpu_us/req" non200
+declare -A SUM N CPU OVH
+printf "%-14s %-6s %10s %10s %6s %8s\n" config run "req/s" "cpu_us/req" non200 ovh_p50
 for cfg in "${CONFIGS[@]}"; do
     IFS=: read -r w bs delay api <<< "$cfg"
     path=/predictions/mlp body=$SAMPLE
@@ -148,6 +152,7 @@ for cfg in "${CONFIGS[@]}"; do
         order="A B"
         [ $((r % 2)) = 0 ] && order="B A"
         for x in C $order C; do
+            ovh=-
             if [ "$x" = C ]; then
                 read -r rps cpu bad < <(run_wrk "$tport" "$path" "$body" "")
             else
@@ -155,10 +160,14 @@ for cfg in "${CONFIGS[@]}"; do
                 [ "$x" = B ] && build=$B
                 start "$build" "$w" "$bs" "$delay"
                 read -r rps cpu bad < <(run_wrk "$SRV_PORT" "$path" "$body" "$SRV_PID")
+                ovh=$("$WORK/seq_client" "$SRV_PORT" "$path" "$body" "$SEQ_N" 200 |
+                    sed -n 's/.*ovh_p50=\([0-9.]*\).*/\1/p')
+                ovh=${ovh:-0}
                 stop
+                OVH[$cfg$x]=$(awk -v a="${OVH[$cfg$x]:-0}" -v b="$ovh" 'BEGIN { print a + b }')
                 CPU[$cfg$x]=$(awk -v a="${CPU[$cfg$x]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
             fi
-            printf "%-14s %-6s %10s %10s %6s\n" "$cfg" "$x" "$rps" "$cpu" "$bad"
+            printf "%-14s %-6s %10s %10s %6s %8s\n" "$cfg" "$x" "$rps" "$cpu" "$bad" "$ovh"
             SUM[$cfg$x]=$(awk -v a="${SUM[$cfg$x]:-0}" -v b="$rps" 'BEGIN { print a + b }')
             N[$cfg$x]=$(( ${N[$cfg$x]:-0} + 1 ))
         done
@@ -167,13 +176,15 @@ done
 
 echo
 echo "== summary: wrk -t2 -c32 -d${DURATION}s, $ROUNDS rounds; A=$A B=$B; $(nproc) cores"
-printf "%-14s %10s %10s %10s %7s %7s %7s %11s %11s\n" config ceiling "A req/s" "B req/s" \
-    "A/ceil" "B/ceil" "B/A" "A cpu_us" "B cpu_us"
+printf "%-14s %10s %10s %10s %7s %7s %7s %9s %9s %7s %7s\n" config ceiling "A req/s" "B req/s" \
+    "A/ceil" "B/ceil" "B/A" "A cpu_us" "B cpu_us" "A ovh" "B ovh"
 for cfg in "${CONFIGS[@]}"; do
     awk -v c="${SUM[${cfg}C]}" -v nc="${N[${cfg}C]}" -v a="${SUM[${cfg}A]}" -v b="${SUM[${cfg}B]}" \
-        -v n="$ROUNDS" -v ca="${CPU[${cfg}A]}" -v cb="${CPU[${cfg}B]}" -v cfg="$cfg" 'BEGIN {
+        -v n="$ROUNDS" -v ca="${CPU[${cfg}A]}" -v cb="${CPU[${cfg}B]}" -v cfg="$cfg" \
+        -v oa="${OVH[${cfg}A]}" -v ob="${OVH[${cfg}B]}" 'BEGIN {
         c /= nc; a /= n; b /= n
-        printf "%-14s %10.0f %10.0f %10.0f %7.2f %7.2f %7.2f %11.1f %11.1f\n", cfg, c, a, b,
-            a / c, b / c, b / a, ca / n, cb / n }'
+        printf "%-14s %10.0f %10.0f %10.0f %7.2f %7.2f %7.2f %9.1f %9.1f %7.0f %7.0f\n", cfg, c,
+            a, b, a / c, b / c, b / a, ca / n, cb / n, oa / n, ob / n }'
 done
-echo "(config WORKERS:BATCH:DELAY:API; cpu_us = frontend + workers CPU per request)"
+echo "(config WORKERS:BATCH:DELAY:API; cpu_us = frontend + workers CPU per request;"
+echo " ovh = seq_client p50 latency minus the worker's forward, one connection, us)"
