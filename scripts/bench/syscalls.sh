@@ -18,52 +18,14 @@ WORKERS=${2:-1}
 BATCH=${3:-1}
 N=${4:-20000}
 CLIENTS=${5:-32}
-PY=/usr/bin/python3
-SAMPLE=$ROOT/scripts/models/mlp/sample.json
+NAME=syscalls
+# shellcheck source=scripts/bench/lib.sh
+. "$ROOT/scripts/bench/lib.sh"
 
-WORK=$(mktemp -d -t tsc-sys.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-mkdir -p "$WORK/store/mlp"
-(cd "$WORK/store/mlp" && $PY -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall()' \
-    "$ROOT/model-store/mlp.mar")
-cat > "$WORK/store/mlp/model-config.yaml" <<EOF
-minWorkers: $WORKERS
-maxWorkers: $WORKERS
-batchSize: $BATCH
-maxBatchDelay: 5
-responseTimeout: 120
-handler:
-  input_shape: [64]
-EOF
-port=$(free_port)
-cat > "$WORK/config.properties" <<EOF
-inference_address=http://127.0.0.1:$port
-management_address=http://127.0.0.1:$(free_port)
-metrics_address=http://127.0.0.1:$(free_port)
-grpc_inference_port=$(free_port)
-grpc_management_port=$(free_port)
-disable_token_authorization=true
-EOF
-(cd "$WORK" && TMPDIR=$WORK exec "$BUILD/bin/torchserve-c" --start --foreground --model-store store \
-    --models mlp --ts-config config.properties > out.log 2> server.log) &
-SRV=$!
-PIDS+=("$SRV")
-code=000
-for _ in $(seq 600); do
-    code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
-        --data-binary @"$SAMPLE" "http://127.0.0.1:$port/predictions/mlp" || true)
-    [ "$code" = 200 ] && [ "$(ps -o pid= --ppid "$SRV" | wc -l)" -ge "$WORKERS" ] && break
-    sleep 0.05
-done
-[ "$code" = 200 ] || { echo "syscalls: the server never served" >&2; tail "$WORK/server.log" >&2; exit 1; }
+bench_init tsc-sys
+start_mlp "$BUILD" "$WORKERS" "$BATCH" 5
+port=$SRV_PORT
+SRV=$SRV_PID
 # warm up (first forwards, buffers grown), not counted
 h2load --h1 -n 2000 -c "$CLIENTS" -t 2 -d "$SAMPLE" -H 'Content-Type: application/json' \
     "http://127.0.0.1:$port/predictions/mlp" > /dev/null

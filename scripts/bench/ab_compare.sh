@@ -1,7 +1,8 @@
 #!/bin/bash
 # A/B throughput of two builds on the same machine, in the same run, alternated (issue 16).
+# (Not named *_bench.sh: make bench runs those with a single build.)
 #
-#   scripts/bench/ab_bench.sh BUILD_A BUILD_B [CONFIG...]
+#   scripts/bench/ab_compare.sh BUILD_A BUILD_B [CONFIG...]
 #
 # CONFIG is WORKERS:BATCH:DELAY:API with API http (/predictions/mlp, the 64-float sample) or oip
 # (/v2/models/mlp/infer, the same floats as an FP32 tensor); default: 1:1:0:http 2:1:0:http
@@ -28,38 +29,23 @@ DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 ROUNDS=${ROUNDS:-2}
 SEQ_N=${SEQ_N:-2000}
-PY=/usr/bin/python3
-SAMPLE=$ROOT/scripts/models/mlp/sample.json
+NAME=ab_compare
+# shellcheck source=scripts/bench/lib.sh
+. "$ROOT/scripts/bench/lib.sh"
 
 for b in "$A" "$B"; do
     for f in "$b/bin/torchserve-c" "$b/bin/torchserve-c-worker"; do
-        [ -x "$f" ] || { echo "ab_bench: $f missing: run make all" >&2; exit 1; }
+        [ -x "$f" ] || { echo "ab_compare: $f missing: run make all" >&2; exit 1; }
     done
 done
-[ -e "$ROOT/model-store/mlp.mar" ] || { echo "ab_bench: run make models" >&2; exit 1; }
+[ -e "$ROOT/model-store/mlp.mar" ] || { echo "ab_compare: run make models" >&2; exit 1; }
 
-WORK=$(mktemp -d -t tsc-ab.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_init tsc-ab
 
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/trivial_server" "$ROOT/scripts/bench/trivial_server.c" -levent
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/seq_client" "$ROOT/scripts/bench/seq_client.c"
-$PY - "$SAMPLE" "$WORK/oip.json" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-x = d["data"] if isinstance(d, dict) else d
-while isinstance(x[0], list):
-    x = [v for r in x for v in r]
-json.dump({"inputs": [{"name": "input__0", "shape": [1, 64], "datatype": "FP32", "data": x}]},
-          open(sys.argv[2], "w"))
-EOF
+oip_body "$WORK/oip.json"
 
-free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 tree_ticks() { # PID: its CPU ticks and its children's (the workers)
     local t w
@@ -85,54 +71,6 @@ run_wrk() {
         'BEGIN { printf "%s %.1f %s\n", r, d * 1e6 / hz / (r * s), bad }'
 }
 
-# start BUILD WORKERS BATCH DELAY -> sets SRV_PID SRV_PORT
-start() {
-    local d=$WORK/srv
-    rm -rf "$d"
-    mkdir -p "$d/store/mlp"
-    (cd "$d/store/mlp" && $PY -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall()' \
-        "$ROOT/model-store/mlp.mar")
-    cat > "$d/store/mlp/model-config.yaml" <<EOF
-minWorkers: $2
-maxWorkers: $2
-batchSize: $3
-maxBatchDelay: $4
-responseTimeout: 120
-handler:
-  input_shape: [64]
-EOF
-    SRV_PORT=$(free_port)
-    cat > "$d/config.properties" <<EOF
-inference_address=http://127.0.0.1:$SRV_PORT
-management_address=http://127.0.0.1:$(free_port)
-metrics_address=http://127.0.0.1:$(free_port)
-grpc_inference_port=$(free_port)
-grpc_management_port=$(free_port)
-disable_token_authorization=true
-EOF
-    (cd "$d" && TMPDIR=$d exec "$1/bin/torchserve-c" --start --foreground --model-store store \
-        --models mlp --ts-config config.properties > out.log 2> server.log) &
-    SRV_PID=$!
-    PIDS+=("$SRV_PID")
-    local code=000
-    for _ in $(seq 600); do
-        code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
-            --data-binary @"$SAMPLE" "http://127.0.0.1:$SRV_PORT/predictions/mlp" || true)
-        [ "$code" = 200 ] && break
-        sleep 0.05
-    done
-    [ "$code" = 200 ] || { echo "ab_bench: $1 never served:" >&2; tail "$d/server.log" >&2; exit 1; }
-    # every worker up (the first answer needs only one)
-    for _ in $(seq 600); do
-        [ "$(ps -o pid= --ppid "$SRV_PID" | wc -l)" -ge "$2" ] && break
-        sleep 0.05
-    done
-    sleep 1
-}
-stop() {
-    kill "$SRV_PID"
-    wait "$SRV_PID" 2>/dev/null || true
-}
 
 tport=$(free_port)
 "$WORK/trivial_server" "$tport" > "$WORK/trivial.out" &
@@ -158,12 +96,12 @@ for cfg in "${CONFIGS[@]}"; do
             else
                 build=$A
                 [ "$x" = B ] && build=$B
-                start "$build" "$w" "$bs" "$delay"
+                start_mlp "$build" "$w" "$bs" "$delay"
                 read -r rps cpu bad < <(run_wrk "$SRV_PORT" "$path" "$body" "$SRV_PID")
                 ovh=$("$WORK/seq_client" "$SRV_PORT" "$path" "$body" "$SEQ_N" 200 |
                     sed -n 's/.*ovh_p50=\([0-9.]*\).*/\1/p')
                 ovh=${ovh:-0}
-                stop
+                stop_mlp
                 OVH[$cfg$x]=$(awk -v a="${OVH[$cfg$x]:-0}" -v b="$ovh" 'BEGIN { print a + b }')
                 CPU[$cfg$x]=$(awk -v a="${CPU[$cfg$x]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
             fi
