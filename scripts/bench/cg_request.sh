@@ -78,16 +78,32 @@ C
     local vp=$!
     client "$p" 1 "$BODY" 900
     # the valgrind process the wrapper exec'd is the frontend's child
-    [ "$WHO" = worker ] && callgrind_control -i on "$(ps -o pid= --ppid $vp | tr -d ' ')" >/dev/null
+    local wp=
+    if [ "$WHO" = worker ]; then
+        wp=$(ps -o pid= --ppid $vp | tr -d ' ')
+        callgrind_control -i on "$wp" >/dev/null
+    fi
     client "$p" "$n" "$BODY" 60
+    local out=$d/cg.out
+    if [ -n "$wp" ]; then
+        # dumped now: at shutdown a slow valgrind would be killed before writing its file
+        callgrind_control --dump "$wp" >/dev/null
+        for _ in $(seq 300); do
+            out=$(grep -l '^totals:' "$d"/cg.out.* 2>/dev/null | head -1 || true)
+            [ -n "$out" ] && break
+            sleep 0.2
+        done
+    fi
     kill -TERM $vp
     wait $vp || true
-    for _ in $(seq 100); do grep -q '^totals:' "$d/cg.out" 2>/dev/null && break; sleep 0.2; done
-    awk '/^totals:/ {print $2}' "$d/cg.out"
-    [ -n "${CG_KEEP:-}" ] && cp "$d/cg.out" "$CG_KEEP/cg.out"
+    for _ in $(seq 100); do grep -q '^totals:' "$out" 2>/dev/null && break; sleep 0.2; done
+    grep -q '^totals:' "$out" || { echo "cg_request: no callgrind totals for $WHO" >&2; exit 1; }
+    awk '/^totals:/ {print $2}' "$out"
+    [ -n "${CG_KEEP:-}" ] && cp "$out" "$CG_KEEP/cg.out"
     [ -n "${CG_DEBUG:-}" ] && echo "kept $d" >&2 || rm -rf "$d"
 }
 
 a=$(run $((N / 2)))
 b=$(run $((N * 3 / 2)))
+[ -n "$a" ] && [ -n "$b" ] || exit 1
 echo "$WHO instructions per request: $(( (b - a) / N )) ($BUILD, N=$N)"
