@@ -58,9 +58,18 @@ ARCHIVER_LIBS := -larchive -ljansson -lyaml -luuid
 
 BINS := $(BUILD)/bin/torchserve-c $(BUILD)/bin/torchserve-c-worker $(BUILD)/bin/torchserve-c-archiver
 
+# The Python handler: a plugin the worker dlopens only for a Python model (backend/python/), and
+# our `ts` package next to it in $(BUILD)/lib/python/. Debian's libpython3.11, never the python
+# first on PATH.
+PYTHON_CONFIG := /usr/bin/python3.11-config
+PY_SRCS       := $(wildcard backend/python/*.c)
+PY_PLUGIN     := $(BUILD)/lib/libts_python.so
+PY_PKG        := $(patsubst backend/python/%,$(BUILD)/lib/python/%,\
+                   $(shell find backend/python/ts -name '*.py' 2>/dev/null))
+
 .PHONY: all deps models run test test-unit test-integration test-smoke bench clean format \
         format-check pystubs check-layers fuzz fuzz-build fuzz-run
-all: $(BINS) pystubs
+all: $(BINS) $(PY_PLUGIN) $(PY_PKG) pystubs
 
 deps:
 	@scripts/install-deps.sh
@@ -105,6 +114,18 @@ $(BUILD)/bin/torchserve-c-worker: $(call obj,$(BACKEND_SRCS) $(COMMON_SRCS)) $(B
 $(BUILD)/bin/torchserve-c-archiver: $(call obj,$(ARCHIVER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(ARCHIVER_LIBS)
+
+$(BUILD)/obj/backend/python/%.o: backend/python/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC $(shell $(PYTHON_CONFIG) --includes) -MMD -MP -c $< -o $@
+
+$(PY_PLUGIN): $(call obj,$(PY_SRCS))
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(shell $(PYTHON_CONFIG) --embed --ldflags)
+
+$(BUILD)/lib/python/%.py: backend/python/%.py
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 # Python gRPC stubs for the tests and scripts/ clients
 PYSTUBS := $(patsubst proto/%.proto,$(BUILD)/py/%_pb2.py,$(PROTOS))

@@ -23,6 +23,7 @@
 #include "worker.h"
 
 #define PREDICTION_MSG "Prediction success"
+#define CTX_METRICS_MAX 8192 /* bytes of metric lines one request holds until it answers */
 
 void ctx_init(struct ts_ctx *c, int fd, size_t max_field)
 {
@@ -52,6 +53,7 @@ void ctx_destroy(struct ts_ctx *c)
     free(c->model_name);
     free(c->model_dir);
     free(c->serialized_file);
+    free(c->handler_spec);
     free(c->state_dir);
     state_close(c->state);
     yflat_free(&c->cfg);
@@ -100,6 +102,8 @@ struct wreq *wreq_from_otf(const struct otf_request *q)
         r->params[i].value = dup_otf(q->params[i].value, &r->params[i].len);
     }
     r->is_new = 1;
+    buf_init(&r->metrics);
+    r->read_us = ts_now_us();
     return r;
 }
 
@@ -131,6 +135,7 @@ void wreq_free(struct wreq *r)
     free(r->body);
     free_kvs(r->rheaders, r->n_rheaders);
     free(r->state_copy);
+    buf_free(&r->metrics);
     free(r);
 }
 
@@ -210,7 +215,7 @@ static void open_frame_for(struct ts_ctx *c, const struct wreq *r)
 void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, size_t len,
                           const char *stream_next)
 {
-    size_t nh = r->n_rheaders + c->n_counters + 2;
+    size_t nh = r->n_rheaders + c->n_counters + 3;
     struct otf_kv *kv = xcalloc(nh, sizeof(*kv));
     char(*vals)[24] = xcalloc(c->n_counters + 1, sizeof(*vals));
     char **keys = xcalloc(c->n_counters + 1, sizeof(*keys));
@@ -232,6 +237,10 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
     snprintf(vals[c->n_counters], sizeof(vals[0]), "%zu", c->ncur);
     kv[k].key = otf_s("x-ts-worker-batch");
     kv[k++].val = otf_s(vals[c->n_counters]);
+    if (r->metrics.len) {
+        kv[k].key = otf_s(OTF_METRICS_KEY);
+        kv[k++].val = otf_sn((const char *)r->metrics.data, r->metrics.len);
+    }
 
     open_frame_for(c, r);
     struct otf_prediction p = {
@@ -244,6 +253,7 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
         .body = otf_sn(body ? body : "", len),
     };
     otf_encode_prediction(&c->out, &p);
+    buf_reset(&r->metrics);
     for (size_t i = 0; i < c->n_counters; i++)
         free(keys[i]);
     free(keys);
@@ -282,6 +292,11 @@ const char *ts_model_dir(struct ts_ctx *ctx)
 int ts_batch_size(struct ts_ctx *ctx)
 {
     return ctx->batch_size;
+}
+
+const char *ts_handler_spec(struct ts_ctx *ctx)
+{
+    return ctx->handler_spec ? ctx->handler_spec : "";
 }
 
 const char *ts_serialized_file(struct ts_ctx *ctx)
@@ -362,6 +377,22 @@ const void *ts_get_body(struct ts_ctx *ctx, size_t idx, size_t *len, const char 
     if (!p && r && r->n_params)
         p = param_out(&r->params[0], len, ctype);
     return p;
+}
+
+size_t ts_header_count(struct ts_ctx *ctx, size_t idx)
+{
+    struct wreq *r = req_at(ctx, idx);
+    return r ? r->n_headers : 0;
+}
+
+const char *ts_header_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name)
+{
+    struct wreq *r = req_at(ctx, idx);
+    if (!r || i >= r->n_headers)
+        return NULL;
+    if (name)
+        *name = r->headers[i].key;
+    return r->headers[i].val;
 }
 
 size_t ts_param_count(struct ts_ctx *ctx, size_t idx)
@@ -462,6 +493,11 @@ void ts_set_header(struct ts_ctx *ctx, size_t idx, const char *key, const char *
     struct wreq *r = req_at(ctx, idx);
     if (!r || !key)
         return;
+    if (!strcasecmp(key, OTF_METRICS_KEY)) {
+        LOG_REQ(LOG_LEVEL_ERROR, r->id, "handler %s: header %s is reserved (use ts_metric_add)",
+                ctx->h->name, key);
+        return;
+    }
     for (size_t i = 0; i < r->n_rheaders; i++)
         if (!strcasecmp(r->rheaders[i].key, key)) {
             free(r->rheaders[i].val);
@@ -748,6 +784,38 @@ void ts_counter_add(struct ts_ctx *ctx, const char *name, int64_t delta)
     ctx->counters[ctx->n_counters].name = xstrdup(name);
     ctx->counters[ctx->n_counters].total = delta;
     ctx->n_counters++;
+}
+
+void ctx_metric(struct wreq *r, char kind, const char *name, const char *unit, double value)
+{
+    /* a request that continues for many steps without answering holds its metrics meanwhile */
+    if (r->metrics.len > CTX_METRICS_MAX) {
+        LOG_REQ(LOG_LEVEL_DEBUG, r->id, "metric %s dropped: %zu bytes of metrics wait already",
+                name ? name : "", r->metrics.len);
+        return;
+    }
+    if (otf_metric_encode(&r->metrics, kind, name, unit, value))
+        LOG_REQ(LOG_LEVEL_ERROR, r->id, "metric %s: no name, or a value that is not finite",
+                name ? name : "(null)");
+}
+
+void ts_metric_add(struct ts_ctx *ctx, size_t idx, const char *name, const char *unit, int kind,
+                   double value)
+{
+    static const char kinds[] = {'c', 'g', 'h'};
+    struct wreq *r = req_at(ctx, idx);
+    if (!r)
+        return;
+    if (kind < TS_METRIC_COUNTER || kind > TS_METRIC_HISTOGRAM) {
+        LOG_REQ(LOG_LEVEL_ERROR, r->id, "metric %s: unknown kind %d", name ? name : "", kind);
+        return;
+    }
+    if (kind == TS_METRIC_COUNTER && value < 0) {
+        LOG_REQ(LOG_LEVEL_ERROR, r->id, "metric %s: a counter cannot go down (%g)",
+                name ? name : "", value);
+        return;
+    }
+    ctx_metric(r, kinds[kind], name, unit, value);
 }
 
 void ts_log(struct ts_ctx *ctx, int level, const char *fmt, ...)

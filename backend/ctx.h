@@ -57,6 +57,9 @@ struct wreq {
     size_t body_len;
     struct wkv *rheaders;
     size_t n_rheaders;
+    /* metric lines (OTF_METRICS_KEY) waiting for the request's next prediction */
+    struct buf metrics;
+    int64_t read_us; /* when its 'I' frame was read (PredictionTime starts there) */
     /* state API: the copy ts_state_get handed out; fresh: a start request dropped old state */
     void *state_copy;
     int state_fresh;
@@ -77,6 +80,7 @@ struct ts_ctx {
     char *model_name;
     char *model_dir;
     char *serialized_file;
+    char *handler_spec;
     int batch_size;
     struct yflat cfg;
     char load_err[1024];
@@ -136,6 +140,9 @@ int ctx_state_commit(struct ts_ctx *c);
 void ctx_fail_uncommitted(struct ts_ctx *c, int rc);
 /* A sequence ended (any 'S' event): drops its state from the LRU and LMDB, committed at once. */
 void ctx_state_drop(struct ts_ctx *c, const char *seq_id);
+
+/* Adds a metric line to r's next prediction (kind 'c', 'g' or 'h'; see otf.h). */
+void ctx_metric(struct wreq *r, char kind, const char *name, const char *unit, double value);
 
 /* Error body {"code": status, "type": ..., "message": msg}, malloc'd. */
 char *ctx_error_json(int status, const char *msg);

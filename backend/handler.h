@@ -60,6 +60,9 @@ typedef const struct ts_handler *ts_handler_get_fn(void);
 const char *ts_model_name(struct ts_ctx *ctx);
 const char *ts_model_dir(struct ts_ctx *ctx);
 int ts_batch_size(struct ts_ctx *ctx);
+/* The handler string the model was loaded with (MANIFEST.json model.handler, or the register
+ * request's handler). */
+const char *ts_handler_spec(struct ts_ctx *ctx);
 /* MANIFEST.json model.serializedFile (may be ""). */
 const char *ts_serialized_file(struct ts_ctx *ctx);
 /* model-config.yaml value by dotted path, e.g. "handler.delay_ms", "batchSize". NULL if absent. */
@@ -77,6 +80,9 @@ const void *ts_get_param(struct ts_ctx *ctx, size_t idx, const char *name, size_
                          const char **ctype);
 /* The request body: the parameter named "body", else "data", else the first one. */
 const void *ts_get_body(struct ts_ctx *ctx, size_t idx, size_t *len, const char **ctype);
+/* All request headers, in arrival order: the count, and name/value of header i. */
+size_t ts_header_count(struct ts_ctx *ctx, size_t idx);
+const char *ts_header_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name);
 size_t ts_param_count(struct ts_ctx *ctx, size_t idx);
 const void *ts_param_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name, size_t *len,
                         const char **ctype);
@@ -112,6 +118,23 @@ int ts_state_del(struct ts_ctx *ctx, size_t idx);
 
 /* ---- counters, reported by the worker (X-TS-Worker-* response headers, metrics) ---- */
 void ts_counter_add(struct ts_ctx *ctx, const char *name, int64_t delta);
+
+/* ---- metrics, served on /metrics per model and version (TorchServe's context.metrics) ----
+ * kind: TS_METRIC_COUNTER adds up (add_counter; the value must be >= 0), TS_METRIC_GAUGE keeps
+ * the last value (add_time, add_size and add_percent are gauges in TorchServe), and
+ * TS_METRIC_HISTOGRAM observes every value into buckets from 0.1 to 10000 (in the metric's unit).
+ * The name becomes the Prometheus family name: bytes outside [A-Za-z0-9_:] become '_', it is cut
+ * at 64 bytes; unit (e.g. "ms", "Count", "MB", "Percent"; may be NULL) goes into its HELP line.
+ * The metric travels with request idx's next response to the frontend, never to the client.
+ * The frontend keeps at most 32 distinct names per model besides HandlerTime and PredictionTime
+ * (gauges, ms, which the worker reports for every step); values past that, for a name whose kind
+ * changes, or for a name the frontend serves itself (ts_*, Requests2XX, QueueTime, ...) are
+ * dropped, and the frontend logs the name. */
+#define TS_METRIC_COUNTER 0
+#define TS_METRIC_GAUGE 1
+#define TS_METRIC_HISTOGRAM 2
+void ts_metric_add(struct ts_ctx *ctx, size_t idx, const char *name, const char *unit, int kind,
+                   double value);
 
 /* ---- logging through the worker's logger ---- */
 void ts_log(struct ts_ctx *ctx, int level, const char *fmt, ...)

@@ -1,5 +1,5 @@
 /*
- * handler_loader: built-ins by name, else dlopen from the model directory.
+ * handler_loader: built-ins by name, else dlopen from the model directory, else the Python plugin.
  *
  * A library path is taken relative to the model directory and may not climb out of it ("..") or
  * be absolute: the archive decides what runs, not a path that happens to exist on the host.
@@ -9,9 +9,11 @@
 #include "handler_loader.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -55,6 +57,30 @@ static const struct ts_handler *check_abi(const struct ts_handler *h, const char
     return h;
 }
 
+/* dlopen(path) and the handler its symbol sym returns; what prefixes a dlopen error. */
+static const struct ts_handler *open_library(const char *path, const char *sym, const char *spec,
+                                             const char *what, char *err, size_t errlen)
+{
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        snprintf(err, errlen, "handler \"%s\"%s: %s", spec, what, dlerror());
+        return NULL;
+    }
+    dlerror();
+    /* POSIX: a function pointer round-trips through void * returned by dlsym */
+    ts_handler_get_fn *get;
+    *(void **)&get = dlsym(dl, sym);
+    if (!get) {
+        snprintf(err, errlen, "handler \"%s\": symbol %s not found in %s", spec, sym, path);
+        dlclose(dl);
+        return NULL;
+    }
+    const struct ts_handler *h = check_abi(get(), spec, err, errlen);
+    if (!h)
+        dlclose(dl);
+    return h;
+}
+
 static const struct ts_handler *load_library(const char *spec, const char *model_dir, char *err,
                                              size_t errlen)
 {
@@ -74,30 +100,55 @@ static const struct ts_handler *load_library(const char *spec, const char *model
     }
     char *path = xasprintf("%s/%s", model_dir, lib);
     free(lib);
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        snprintf(err, errlen, "handler \"%s\": %s", spec, dlerror());
-        free(path);
-        return NULL;
-    }
+    const struct ts_handler *h = open_library(path, sym, spec, "", err, errlen);
     free(path);
-    dlerror();
-    /* POSIX: a function pointer round-trips through void * returned by dlsym */
-    ts_handler_get_fn *get;
-    *(void **)&get = dlsym(dl, sym);
-    if (!get) {
-        snprintf(err, errlen, "handler \"%s\": symbol %s not found", spec, sym);
-        dlclose(dl);
-        return NULL;
-    }
-    const struct ts_handler *h = check_abi(get(), spec, err, errlen);
-    if (!h)
-        dlclose(dl);
     return h;
 }
 
-const struct ts_handler *handler_loader_find(const char *spec, const char *model_dir, char *err,
-                                             size_t errlen)
+/* TorchServe's built-in Python handlers, served by the Python plugin. */
+static const char *const python_builtins[] = {
+    "base_handler",    "image_classifier", "object_detector",
+    "image_segmenter", "text_classifier",  "vision_handler",
+};
+
+static int is_python(const char *spec, size_t modlen, const char *runtime)
+{
+    if (runtime && (!strcmp(runtime, "python") || !strcmp(runtime, "python3")))
+        return 1;
+    if (has_suffix(spec, modlen, ".py"))
+        return 1;
+    for (size_t i = 0; i < sizeof(python_builtins) / sizeof(python_builtins[0]); i++)
+        if (strlen(python_builtins[i]) == modlen && !memcmp(spec, python_builtins[i], modlen))
+            return 1;
+    return 0;
+}
+
+/* The Python plugin lives next to the worker: <dir of the executable>/../lib. Loaded only here,
+ * so a worker of any other model never maps libpython. */
+static const struct ts_handler *load_python(const char *spec, int continuous, char *err,
+                                            size_t errlen)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) {
+        snprintf(err, errlen, "handler \"%s\": cannot find the worker's path: %s", spec,
+                 strerror(errno));
+        return NULL;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    char *path = xasprintf("%s/../lib/libts_python.so", exe);
+    const struct ts_handler *h =
+        open_library(path, continuous ? "ts_python_handler_continuous" : "ts_python_handler", spec,
+                     " needs the Python plugin", err, errlen);
+    free(path);
+    return h;
+}
+
+const struct ts_handler *handler_loader_find(const char *spec, const char *runtime, int continuous,
+                                             const char *model_dir, char *err, size_t errlen)
 {
     if (!spec)
         spec = "";
@@ -108,10 +159,13 @@ const struct ts_handler *handler_loader_find(const char *spec, const char *model
     size_t liblen = colon ? (size_t)(colon - spec) : strlen(spec);
     if (has_suffix(spec, liblen, ".so") || memmem(spec, liblen, ".so.", 4))
         return load_library(spec, model_dir, err, errlen);
+    if (is_python(spec, liblen, runtime))
+        return load_python(spec, continuous, err, errlen);
     snprintf(err, errlen,
              "unknown handler \"%s\" (built-in: torchscript, identity_text, char_lm, stateful, "
              "lstm_stateful; or "
-             "libfoo.so[:symbol] in the model archive)",
+             "libfoo.so[:symbol] in the model archive; or a Python handler: handler.py[:function], "
+             "a TorchServe built-in name, or runtime python in MANIFEST.json)",
              spec);
     return NULL;
 }

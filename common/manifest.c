@@ -27,6 +27,8 @@ static void set_empty(struct manifest *m)
     m->model_version = xstrdup("");
     m->serialized_file = xstrdup("");
     m->handler = xstrdup("");
+    m->model_file = xstrdup("");
+    m->requirements_file = xstrdup("");
     m->config_file = xstrdup("");
     m->envelope = xstrdup("");
     m->created_on = xstrdup("");
@@ -106,6 +108,10 @@ int manifest_load(const char *model_dir, struct manifest *m, char *err, size_t e
                  take_str(model, "serializedFile", "model.serializedFile", &m->serialized_file,
                           path, err, errlen) ||
                  take_str(model, "handler", "model.handler", &m->handler, path, err, errlen) ||
+                 take_str(model, "modelFile", "model.modelFile", &m->model_file, path, err,
+                          errlen) ||
+                 take_str(model, "requirementsFile", "model.requirementsFile",
+                          &m->requirements_file, path, err, errlen) ||
                  take_str(model, "configFile", "model.configFile", &m->config_file, path, err,
                           errlen) ||
                  take_str(model, "envelope", "model.envelope", &m->envelope, path, err, errlen)))) {
@@ -135,7 +141,9 @@ char *manifest_to_json(const struct manifest *m)
     put(model, "modelName", m->model_name);
     put(model, "serializedFile", m->serialized_file);
     put(model, "handler", m->handler);
+    put(model, "modelFile", m->model_file);
     put(model, "modelVersion", m->model_version);
+    put(model, "requirementsFile", m->requirements_file);
     put(model, "configFile", m->config_file);
     put(model, "envelope", m->envelope);
     json_object_set_new(root, "model", model);
@@ -159,6 +167,8 @@ void manifest_free(struct manifest *m)
     free(m->model_version);
     free(m->serialized_file);
     free(m->handler);
+    free(m->model_file);
+    free(m->requirements_file);
     free(m->config_file);
     free(m->envelope);
     free(m->created_on);

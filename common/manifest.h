@@ -1,7 +1,8 @@
 /*
  * manifest: MAR-INF/MANIFEST.json of a model archive (TorchServe's layout):
- * {"createdOn", "runtime", "model": {"modelName", "serializedFile", "handler", "modelVersion",
- *  "configFile", "extensions", "envelope", ...}, "archiverVersion"}. Pure (jansson).
+ * {"createdOn", "runtime", "model": {"modelName", "serializedFile", "handler", "modelFile",
+ *  "modelVersion", "requirementsFile", "configFile", "extensions", "envelope", ...},
+ *  "archiverVersion"}. Pure (jansson).
  */
 #ifndef TS_MANIFEST_H
 #define TS_MANIFEST_H
@@ -9,15 +10,17 @@
 #include <stddef.h>
 
 struct manifest {
-    char *runtime;          /* "" if absent */
-    char *model_name;       /* "" if absent */
-    char *model_version;    /* "" if absent */
-    char *serialized_file;  /* "" if absent */
-    char *handler;          /* "" if absent */
-    char *config_file;      /* "" if absent */
-    char *envelope;         /* "" if absent */
-    char *created_on;       /* "dd/mm/YYYY HH:MM:SS", "" if absent */
-    char *archiver_version; /* "" if absent */
+    char *runtime;           /* "" if absent */
+    char *model_name;        /* "" if absent */
+    char *model_version;     /* "" if absent */
+    char *serialized_file;   /* "" if absent */
+    char *handler;           /* "" if absent */
+    char *model_file;        /* eager-mode model.py, "" if absent */
+    char *requirements_file; /* "" if absent; never installed (no pip) */
+    char *config_file;       /* "" if absent */
+    char *envelope;          /* "" if absent */
+    char *created_on;        /* "dd/mm/YYYY HH:MM:SS", "" if absent */
+    char *archiver_version;  /* "" if absent */
 };
 
 /* Reads <model_dir>/MAR-INF/MANIFEST.json. A missing file gives an empty manifest (as

@@ -9,6 +9,9 @@
  */
 #include "otf.h"
 
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -367,4 +370,86 @@ long otf_decode_command(const uint8_t *p, size_t len, size_t max_field, struct o
         return rc;
     }
     return (long)r.off;
+}
+
+/* ---------------------------------------------------------------- worker metrics */
+
+static int name_char(char c, int first)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+           (!first && c >= '0' && c <= '9');
+}
+
+static int unit_char(char c)
+{
+    return name_char(c, 0) || c == '%' || c == '/' || c == '.' || c == '-';
+}
+
+int otf_metric_encode(struct buf *b, char kind, const char *name, const char *unit, double value)
+{
+    if ((kind != 'c' && kind != 'g' && kind != 'h') || !name || !*name || !isfinite(value))
+        return -EINVAL;
+    char n[OTF_METRIC_NAME_MAX + 1], u[OTF_METRIC_UNIT_MAX + 1];
+    size_t k = 0;
+    if (name[0] >= '0' && name[0] <= '9')
+        n[k++] = '_';
+    for (size_t i = 0; name[i] && k < OTF_METRIC_NAME_MAX; i++, k++)
+        n[k] = name_char(name[i], k == 0) ? name[i] : '_';
+    n[k] = '\0';
+    k = 0;
+    for (size_t i = 0; unit && unit[i] && k < OTF_METRIC_UNIT_MAX; i++)
+        u[k++] = unit_char(unit[i]) ? unit[i] : '_';
+    if (!k)
+        u[k++] = '-';
+    u[k] = '\0';
+    buf_printf(b, "%c %s %s %.17g\n", kind, n, u, value);
+    return 0;
+}
+
+/* The field ending at the next space (or the line end for the last one), into out. */
+static const char *field(const char *p, const char *end, char stop, char *out, size_t max)
+{
+    size_t k = 0;
+    while (p < end && *p != stop) {
+        if (k == max)
+            return NULL;
+        out[k++] = *p++;
+    }
+    if (p == end || k == 0)
+        return NULL;
+    out[k] = '\0';
+    return p + 1;
+}
+
+long otf_metric_next(const char *p, size_t len, struct otf_metric *m)
+{
+    if (len == 0)
+        return 0;
+    const char *end = p + len, *q = p;
+    char num[40];
+    if (len < 2 || (p[0] != 'c' && p[0] != 'g' && p[0] != 'h') || p[1] != ' ')
+        return TS_E_PROTOCOL;
+    m->kind = p[0];
+    q = field(p + 2, end, ' ', m->name, OTF_METRIC_NAME_MAX);
+    if (!q || !name_char(m->name[0], 1))
+        return TS_E_PROTOCOL;
+    for (const char *c = m->name; *c; c++)
+        if (!name_char(*c, 0))
+            return TS_E_PROTOCOL;
+    q = field(q, end, ' ', m->unit, OTF_METRIC_UNIT_MAX);
+    if (!q)
+        return TS_E_PROTOCOL;
+    for (const char *c = m->unit; *c; c++)
+        if (!unit_char(*c))
+            return TS_E_PROTOCOL;
+    if (!strcmp(m->unit, "-"))
+        m->unit[0] = '\0';
+    q = field(q, end, '\n', num, sizeof(num) - 1);
+    if (!q)
+        return TS_E_PROTOCOL;
+    char *e;
+    m->value = strtod(num, &e);
+    if (*e || e == num || !isfinite(m->value))
+        return TS_E_PROTOCOL;
+    return q - p;
 }

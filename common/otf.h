@@ -37,6 +37,22 @@
 /* Header that marks streaming frames, as TorchServe defines it. */
 #define OTF_STREAM_NEXT "ts_stream_next"
 
+/* Metrics a worker reports with a prediction (our extension; TorchServe's Python worker prints
+ * them on stdout instead). The header's value is lines "KIND NAME UNIT VALUE\n": KIND 'c'
+ * counter, 'g' gauge, 'h' histogram; NAME [A-Za-z_:][A-Za-z0-9_:]*; UNIT [A-Za-z0-9_%/.-]+ ("-"
+ * for none); VALUE a finite number. The frontend takes the header out of the prediction before
+ * any transport sees it, and handlers cannot set it (ts_set_header refuses the name). */
+#define OTF_METRICS_KEY "ts_worker_metrics"
+#define OTF_METRIC_NAME_MAX 64
+#define OTF_METRIC_UNIT_MAX 24
+
+struct otf_metric {
+    char kind; /* 'c', 'g' or 'h' */
+    char name[OTF_METRIC_NAME_MAX + 1];
+    char unit[OTF_METRIC_UNIT_MAX + 1]; /* "" for none */
+    double value;
+};
+
 /* Sequence events (our extension) */
 enum otf_seq_event {
     OTF_SEQ_END = 1,     /* client ended the sequence */
@@ -144,6 +160,14 @@ long otf_decode_response(const uint8_t *p, size_t len, size_t max_field, struct 
 void otf_response_free(struct otf_response *r);
 long otf_decode_command(const uint8_t *p, size_t len, size_t max_field, struct otf_command *out);
 void otf_command_free(struct otf_command *c);
+
+/* Appends one metric line. The name and unit are made valid (other bytes become '_', a leading
+ * digit gets a '_' before it, both are cut at their maximum); -EINVAL for an unknown kind, an
+ * empty name or a value that is not finite (nothing appended). */
+int otf_metric_encode(struct buf *b, char kind, const char *name, const char *unit, double value);
+/* The next metric line of [p, p+len): bytes consumed (> 0), 0 at the end, or TS_E_PROTOCOL for
+ * a line that is not one as otf_metric_encode writes them (the rest cannot be trusted). */
+long otf_metric_next(const char *p, size_t len, struct otf_metric *m);
 
 /* Header lookups on decoded lists (last match wins, as proto3 maps do). */
 const struct otf_kv *otf_find_kv(const struct otf_kv *kv, size_t n, const char *key);

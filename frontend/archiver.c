@@ -6,6 +6,7 @@
  * plain directory. Everything is checked before the output is touched, and the output is only
  * replaced with -f, so a failed run never leaves a half-written or clobbered archive.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <getopt.h>
@@ -37,11 +38,20 @@ static void usage(FILE *out)
         "  --model-name NAME        model name: a letter, then letters, digits, '_', '-', '.'\n"
         "  --version, -v V          model version (default 1.0)\n"
         "  --serialized-file F      the model weights, e.g. model.pt (copied in)\n"
-        "  --handler H              a built-in handler (e.g. torchscript) or libfoo.so[:symbol];\n"
-        "                           a .so given as a path is copied into the archive\n"
-        "  --extra-files A,B,...    more files or directories to copy in\n"
+        "  --model-file F           eager-mode model definition, e.g. model.py (copied in,\n"
+        "                           recorded as modelFile)\n"
+        "  --handler H              a built-in handler (torchscript, image_classifier, ...),\n"
+        "                           libfoo.so[:symbol], or a Python file handler.py[:function]\n"
+        "                           (or handler[:function] when handler.py exists); a .so given\n"
+        "                           as a path and a .py are copied into the archive\n"
+        "  --requirements-file F    requirements.txt (copied in, recorded as requirementsFile;\n"
+        "                           the server does not install it)\n"
+        "  --extra-files A,B,...    more files to copy in; a directory's contents are copied\n"
+        "                           recursively into the archive root, as torch-model-archiver\n"
+        "                           does\n"
         "  --config-file, -c F      model-config.yaml (copied in, recorded as configFile)\n"
-        "  --runtime R              runtime recorded in the manifest (default c)\n"
+        "  --runtime R              c or python (python3 is taken as python); default python\n"
+        "                           for a .py or TorchServe built-in handler, else c\n"
         "  --export-path DIR        where the archive is written (default .)\n"
         "  --archive-format FMT     default (NAME.mar, zip), tgz (NAME.tar.gz) or\n"
         "                           no-archive (directory DIR/NAME/)\n"
@@ -143,10 +153,90 @@ static int stage(const char *staging, const char *src, const char *as_name, cons
     return rc;
 }
 
-/* A handler is either a built-in name, or libfoo.so[:symbol]. A .so that exists as a file (or is
- * given with a '/') is copied in and recorded by its base name. *record is malloc'd. */
-static int stage_handler(const char *staging, const char *handler, char **record)
+/* An extra file is copied under its base name; a directory's entries are copied (recursively)
+ * into the archive root, as torch-model-archiver does, so a handler finds them in model_dir. */
+static int stage_extra(const char *staging, const char *src)
 {
+    struct stat st;
+    if (stat(src, &st) != 0)
+        return fail("extra file '%s' not found: %s", src, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return stage(staging, src, NULL, "extra file");
+    DIR *d = opendir(src);
+    if (!d)
+        return fail("extra file '%s': %s", src, strerror(errno));
+    int rc = 0;
+    struct dirent *de;
+    while (!rc && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char *p = xasprintf("%s/%s", src, de->d_name);
+        rc = stage(staging, p, NULL, "extra file");
+        free(p);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* TorchServe's built-in Python handlers: names, not files, served by our ts package. */
+static int is_python_builtin(const char *h)
+{
+    static const char *const names[] = {"base_handler", "image_classifier", "object_detector",
+                                        "image_segmenter", "text_classifier"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(h, names[i]))
+            return 1;
+    return 0;
+}
+
+/* A Python handler file: "path/handler.py" or "path/handler.py:function". It must exist; it is
+ * copied in and recorded as "handler.py[:function]". */
+static int stage_py_handler(const char *staging, const char *handler, const char *py_end,
+                            char **record)
+{
+    char *path = xstrndup(handler, (size_t)(py_end - handler));
+    const char *fn = *py_end == ':' ? py_end : "";
+    int rc = 0;
+    struct stat st;
+    if (*fn && !fn[1])
+        rc = fail("handler '%s': no function name after ':'", handler);
+    else if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        rc = fail("handler file '%s' not found", path);
+    else
+        rc = stage(staging, path, NULL, "handler file");
+    *record = rc ? NULL : xasprintf("%s%s", base_name(path), fn);
+    free(path);
+    return rc;
+}
+
+/* A handler is a built-in name, libfoo.so[:symbol] or handler.py[:function]. A .so that exists
+ * as a file (or is given with a '/') is copied in and recorded by its base name; a .py always is.
+ * *python is set for a .py or a TorchServe built-in name. *record is malloc'd. */
+static int stage_handler(const char *staging, const char *handler, char **record, int *python)
+{
+    size_t hl = strcspn(handler, ":");
+    *python = 0;
+    if (hl >= 3 && !strncmp(handler + hl - 3, ".py", 3)) {
+        *python = 1;
+        return stage_py_handler(staging, handler, handler + hl, record);
+    }
+    if (is_python_builtin(handler)) {
+        *python = 1;
+        *record = xstrdup(handler);
+        return 0;
+    }
+    /* torch-model-archiver also takes a module without ".py" ("my_handler[:fn]") and copies
+     * my_handler.py; the name is recorded as given, which the worker resolves the same way */
+    char *py = xasprintf("%.*s.py", (int)hl, handler);
+    struct stat st;
+    int is_py = !strstr(handler, ".so") && stat(py, &st) == 0 && S_ISREG(st.st_mode);
+    int rc = is_py ? stage(staging, py, NULL, "handler file") : 0;
+    free(py);
+    if (is_py) {
+        *python = 1;
+        *record = rc ? NULL : xstrdup(base_name(handler));
+        return rc;
+    }
     const char *so = strstr(handler, ".so");
     while (so && so[3] && so[3] != ':' && so[3] != '.')
         so = strstr(so + 3, ".so");
@@ -157,8 +247,6 @@ static int stage_handler(const char *staging, const char *handler, char **record
     /* the path ends after ".so" plus any version suffix (".so.1"), before ":symbol" */
     const char *colon = strchr(so, ':');
     char *path = colon ? xstrndup(handler, (size_t)(colon - handler)) : xstrdup(handler);
-    struct stat st;
-    int rc = 0;
     if (stat(path, &st) == 0) {
         rc = stage(staging, path, NULL, "handler library");
         *record = xasprintf("%s%s", base_name(path), colon ? colon : "");
@@ -184,7 +272,7 @@ int main(int argc, char **argv)
 {
     const char *model_name = NULL, *version = "1.0", *serialized = NULL, *handler = NULL;
     const char *extra = NULL, *config_file = NULL, *export_path = ".", *format = "default";
-    const char *runtime = "c";
+    const char *runtime = NULL, *model_file = NULL, *requirements = NULL;
     int force = 0;
     enum {
         O_NAME = 256,
@@ -194,6 +282,8 @@ int main(int argc, char **argv)
         O_EXPORT,
         O_FORMAT,
         O_RUNTIME,
+        O_MODEL_FILE,
+        O_REQUIREMENTS,
     };
     static const struct option opts[] = {
         {"model-name", required_argument, NULL, O_NAME},
@@ -205,6 +295,8 @@ int main(int argc, char **argv)
         {"export-path", required_argument, NULL, O_EXPORT},
         {"archive-format", required_argument, NULL, O_FORMAT},
         {"runtime", required_argument, NULL, O_RUNTIME},
+        {"model-file", required_argument, NULL, O_MODEL_FILE},
+        {"requirements-file", required_argument, NULL, O_REQUIREMENTS},
         {"force", no_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -239,6 +331,12 @@ int main(int argc, char **argv)
         case O_RUNTIME:
             runtime = optarg;
             break;
+        case O_MODEL_FILE:
+            model_file = optarg;
+            break;
+        case O_REQUIREMENTS:
+            requirements = optarg;
+            break;
         case 'f':
             force = 1;
             break;
@@ -264,8 +362,11 @@ int main(int argc, char **argv)
     if (ts_check_model_name(model_name, why, sizeof(why)) ||
         ts_check_model_version(version, why, sizeof(why)))
         return fail("%s", why);
-    if (!*runtime)
-        return fail("--runtime must not be empty");
+    /* the worker serves these two; anything else would be recorded and then not honoured */
+    if (runtime && !strcmp(runtime, "python3"))
+        runtime = "python";
+    if (runtime && strcmp(runtime, "c") && strcmp(runtime, "python"))
+        return fail("unsupported --runtime '%s' (expected c or python)", runtime);
 
     enum archive_format fmt;
     const char *suffix;
@@ -295,10 +396,19 @@ int main(int argc, char **argv)
     }
 
     /* checks of the inputs that need no staging */
-    if (serialized && stat(serialized, &st) != 0) {
-        fail("serialized file '%s' not found: %s", serialized, strerror(errno));
-        free(out);
-        return 1;
+    const char *named[][2] = {{"serialized file", serialized},
+                              {"model file", model_file},
+                              {"requirements file", requirements}};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        if (!named[i][1])
+            continue;
+        int e = stat(named[i][1], &st) != 0 ? errno : 0;
+        if (e || !S_ISREG(st.st_mode)) {
+            fail("%s '%s' not found: %s", named[i][0], named[i][1],
+                 e ? strerror(e) : "not a regular file");
+            free(out);
+            return 1;
+        }
     }
     if (config_file) {
         struct yflat y;
@@ -324,10 +434,17 @@ int main(int argc, char **argv)
 
     int rc = 0;
     char *handler_rec = NULL;
+    int python = 0;
     if (serialized)
         rc = stage(staging, serialized, NULL, "serialized file");
+    if (!rc && model_file)
+        rc = stage(staging, model_file, NULL, "model file");
+    if (!rc && requirements)
+        rc = stage(staging, requirements, NULL, "requirements file");
     if (!rc)
-        rc = stage_handler(staging, handler, &handler_rec);
+        rc = stage_handler(staging, handler, &handler_rec, &python);
+    if (!rc && !runtime)
+        runtime = python ? "python" : "c";
     if (!rc && config_file)
         rc = stage(staging, config_file, NULL, "config file");
     if (!rc && extra) {
@@ -336,7 +453,7 @@ int main(int argc, char **argv)
             while (*f == ' ')
                 f++;
             if (*f)
-                rc = stage(staging, f, NULL, "extra file");
+                rc = stage_extra(staging, f);
         }
         free(list);
     }
@@ -351,6 +468,8 @@ int main(int argc, char **argv)
         m.model_version = (char *)version;
         m.serialized_file = serialized ? (char *)base_name(serialized) : NULL;
         m.handler = handler_rec;
+        m.model_file = model_file ? (char *)base_name(model_file) : NULL;
+        m.requirements_file = requirements ? (char *)base_name(requirements) : NULL;
         m.config_file = config_file ? (char *)base_name(config_file) : NULL;
         m.archiver_version = ARCHIVER_VERSION;
         char *json = manifest_to_json(&m);

@@ -4,16 +4,22 @@
 set -eu
 
 # haproxy: the balancer of deploy/run-cluster.sh (and its tests); python3-yaml: the tests that
-# read deploy/kubernetes/; clang and libclang-rt-14-dev: the libFuzzer targets (make fuzz)
+# read deploy/kubernetes/ and the Python handlers' model_yaml_config; libpython3.11-dev: the
+# Python handler plugin (build/lib/libts_python.so); clang and libclang-rt-14-dev: the libFuzzer
+# targets (make fuzz)
 PKGS="build-essential pkg-config
 libevent-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 protobuf-compiler-grpc libprotobuf-dev liblmdb-dev libyaml-dev libjansson-dev libarchive-dev
 uuid-dev libtorch-dev libopenblas0-pthread libssl-dev openssl
 python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch python3-yaml
 python3-prometheus-client
+libpython3.11-dev
 curl jq wrk nghttp2-client clang-format
 haproxy
 clang libclang-rt-14-dev zlib1g-dev"
+# the built-in Python vision handlers (image_classifier, ...), the resnet18 example and its tests;
+# python3-lru-dict: the LRU that TorchServe's stateful handlers import (from lru import LRU)
+PKGS="$PKGS python3-torchvision python3-pil python3-lru-dict"
 
 missing=""
 for p in $PKGS; do

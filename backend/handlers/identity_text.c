@@ -5,6 +5,7 @@
  * give single-spaced input back. Before each word the request waits delay_ms (yaml
  * handler.delay_ms, default 500; per request: header x-delay-ms) - by ts_continue(), never by
  * sleeping, so one worker steps up to batch_size streams together. The final response is empty.
+ * Metrics (/metrics): StreamedWords (counter) and WordBytes (histogram of the words' lengths).
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -117,6 +118,9 @@ static void it_handle(void *state, struct ts_ctx *ctx, size_t n)
         memcpy(chunk + clen, u->text + start, wlen);
         clen += wlen;
         ts_counter_add(ctx, "tokens", 1); /* before sending: the chunk reports it */
+        /* handler metrics (ts_metric_add), served on /metrics with the model's labels */
+        ts_metric_add(ctx, i, "StreamedWords", "Count", TS_METRIC_COUNTER, 1);
+        ts_metric_add(ctx, i, "WordBytes", "Bytes", TS_METRIC_HISTOGRAM, (double)wlen);
         ts_send_intermediate_response(ctx, i, chunk, clen);
         free(chunk);
         u->sent++;

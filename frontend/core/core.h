@@ -19,6 +19,9 @@ struct model;
 
 struct metrics_counters {
     uint64_t requests_2xx, requests_4xx, requests_5xx;
+    /* TorchServe's host-level gauges, ms: the last request's wait in a queue, and the last
+     * batch's time with its worker beyond the worker's own PredictionTime (the frame trip) */
+    double queue_time_ms, worker_thread_time_ms;
 };
 
 struct server {

@@ -7,7 +7,10 @@
 #ifndef TS_METRICS_H
 #define TS_METRICS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "otf.h"
 
 #define HIST_BUCKETS 16 /* HIST_BUCKETS - 1 bounds, then +Inf */
 
@@ -31,5 +34,33 @@ static inline void hist_observe(struct hist *h, const double *bounds, double v)
     h->sum += v;
     h->count++;
 }
+
+/* ---- the metrics workers report (OTF_METRICS_KEY): handlers' custom metrics, HandlerTime and
+ * PredictionTime. One table per model, at most CUSTOM_METRICS_MAX distinct names besides those
+ * two: a handler that makes names up per request cannot grow the frontend's memory or /metrics
+ * without bound. */
+#define CUSTOM_METRICS_MAX 32
+
+struct custom_metric {
+    char name[OTF_METRIC_NAME_MAX + 1];
+    char unit[OTF_METRIC_UNIT_MAX + 1];
+    char kind;    /* 'c' counter (sum), 'g' gauge (last value), 'h' histogram */
+    double value; /* counter: the sum; gauge: the last value */
+    struct hist h;
+};
+
+struct custom_metrics {
+    struct custom_metric *v;
+    size_t n;         /* entries in v */
+    size_t n_custom;  /* of them, the handler's own (not HandlerTime or PredictionTime) */
+    uint64_t refused; /* values dropped (cap, kind changed, reserved name) */
+};
+
+/* Records one value. 0, or -1 with why (the name over the cap, a kind that differs from the
+ * name's first one, a name the frontend serves itself). */
+int custom_metrics_record(struct custom_metrics *cm, const struct otf_metric *m, char *why,
+                          size_t n);
+const struct custom_metric *custom_metrics_find(const struct custom_metrics *cm, const char *name);
+void custom_metrics_free(struct custom_metrics *cm);
 
 #endif

@@ -78,6 +78,7 @@ static void job_ended(struct job *j, int was_running)
     if (j->dispatched_us) {
         int64_t queued = j->dispatched_us - j->created_us;
         hist_observe(&m->h_queue, hist_ms_bounds, (double)queued / 1000.0);
+        srv->counters.queue_time_ms = (double)queued / 1000.0;
         m->queue_us_total += (uint64_t)queued;
         hist_observe(&m->h_worker, hist_ms_bounds, (double)(now - j->dispatched_us) / 1000.0);
     }
@@ -137,11 +138,41 @@ static void group_changed(struct worker_group *g, const char *why)
         events->workers_changed(m);
 }
 
+/* The worker's metric lines for m. A bad line ends the list (the worker is ours: a bug, logged);
+ * a refused value is logged the first time and every 1,000th time after. */
+static void group_metrics(struct worker_group *g, struct job *j, struct otf_str lines)
+{
+    struct model *m = model_of_group(g);
+    const char *p = lines.p;
+    size_t left = lines.len > 0 ? (size_t)lines.len : 0;
+    struct otf_metric om;
+    long n;
+    while ((n = otf_metric_next(p, left, &om)) > 0) {
+        p += n;
+        left -= (size_t)n;
+        char why[160];
+        if (custom_metrics_record(&m->custom, &om, why, sizeof(why))) {
+            if (m->custom.refused % 1000 == 1)
+                LOG_WARN("model %s %s: metric refused (%llu so far): %s", m->name, m->version,
+                         (unsigned long long)m->custom.refused, why);
+            continue;
+        }
+        /* the first frame of a job: its time with the worker less the worker's own */
+        if (j && j->frames == 0 && j->dispatched_us && !strcmp(om.name, "PredictionTime")) {
+            double ms = (double)(ts_now_us() - j->dispatched_us) / 1000.0 - om.value;
+            srv->counters.worker_thread_time_ms = ms > 0 ? ms : 0;
+        }
+    }
+    if (n < 0)
+        LOG_WARN("model %s %s: a worker sent a malformed metric line", m->name, m->version);
+}
+
 static const struct worker_group_ops model_group_ops = {
     .ready = group_ready,
     .gone = group_gone,
     .slots = group_slots,
     .changed = group_changed,
+    .metrics = group_metrics,
 };
 
 /* ---- the registry ---- */
@@ -161,6 +192,7 @@ void model_free(struct model *m)
     if (m->batch_timer)
         event_free(m->batch_timer);
     manifest_free(&m->manifest);
+    custom_metrics_free(&m->custom);
     if (m->tmp_dir && ts_rmtree(m->tmp_dir) != 0)
         LOG_WARN("could not remove %s", m->tmp_dir);
     free(m->name);

@@ -53,6 +53,7 @@ struct model {
      * ts_inference_latency_microseconds and ts_queue_latency_microseconds */
     struct hist h_latency, h_queue, h_worker, h_ttft, h_itl;
     uint64_t latency_us_total, queue_us_total;
+    struct custom_metrics custom; /* what its workers report: HandlerTime, handlers' metrics */
     LIST_ENTRY(model) link;
 };
 

@@ -6,8 +6,13 @@
  * free slots, the first queued request of each sequence pinned to that worker whose previous
  * request is done (or, under continuousBatching, still streaming); a sequence served is moved to
  * the back, so no sequence starves. A closed sequence stays in the table as a tombstone (its id,
- * why and when it closed) so that a late request learns what happened; the oldest tombstones are
- * evicted beyond SEQ_MAX_TOMBSTONES.
+ * why and when it closed) so that a late request learns what happened (410) instead of silently
+ * starting a new sequence under that id, which is what an id never seen does. The oldest
+ * tombstones are evicted beyond SEQ_MAX_TOMBSTONES per model: a tombstone costs its id (at most
+ * SEQ_ID_MAX bytes), the record and its two timers, under 1 KiB, so the bound caps what a client
+ * can make the frontend hold at ~4 MiB per model however many ids it ends; it is far above
+ * maxNumSequence (default batchSize x workers), so a closed id is remembered through thousands of
+ * later closures. Only an id evicted from there can open a new sequence again.
  *
  * A sequence record is referenced by the jobs attached to it (n_jobs); it is freed only when it
  * is a tombstone nobody points at, or when its model goes away (after every job was failed).
@@ -331,6 +336,23 @@ int sequence_id_check(const char *id, char *msg, size_t msglen)
     return 0;
 }
 
+#define SEQ_GEN_PREFIX "ts-seq-"
+
+/* Whether id has the form of the ids we generate: "ts-seq-" and a UUID. */
+static int is_generated_id(const char *id)
+{
+    size_t pl = sizeof(SEQ_GEN_PREFIX) - 1;
+    if (strncmp(id, SEQ_GEN_PREFIX, pl) || strlen(id) != pl + 36)
+        return 0;
+    for (size_t i = 0; i < 36; i++) {
+        char c = id[pl + i];
+        int dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return 0;
+    }
+    return 1;
+}
+
 int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request *r, int *status,
                     char *msg, size_t msglen)
 {
@@ -359,11 +381,26 @@ int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request
         j->seq_id = xstrdup(s->id);
         return 1;
     }
-    int start = r->start || !id;
+    /* A request without an id, with the start flag, or with a client-chosen id never seen (as
+     * TorchServe's frontend does: clients and sticky routers choose ids) opens a sequence. An id
+     * that is a tombstone was closed: without the start flag it gets 410, never a silent new
+     * sequence; nor does an unknown id of our own making (above). */
+    if (id && !s && !r->start && is_generated_id(id)) {
+        /* a server made this id and this one does not know it: its sequence lived in an
+         * instance that restarted or died (or was evicted from the tombstones). Starting it
+         * afresh would answer from an empty state as if nothing happened. */
+        *status = 404;
+        snprintf(msg, msglen,
+                 "Sequence %s not found: the server that made this id no longer holds it; start "
+                 "a new sequence (without an id, or with %s: true)",
+                 id, srv->cfg.ts_header_key_sequence_start);
+        return TS_E_BAD_INPUT;
+    }
+    int start = r->start || !id || !s;
     if (!id) {
         char u[37];
         ts_uuid_secure(u);
-        snprintf(gen, sizeof(gen), "ts-seq-%s", u);
+        snprintf(gen, sizeof(gen), SEQ_GEN_PREFIX "%s", u);
         id = gen;
     }
     if (start) {
@@ -399,13 +436,6 @@ int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request
         }
         s = seq_new(t, id);
     } else {
-        if (!s) {
-            *status = 404;
-            snprintf(msg, msglen,
-                     "Sequence %s not found: start a sequence with %s: true or without an id", id,
-                     srv->cfg.ts_header_key_sequence_start);
-            return TS_E_BAD_INPUT;
-        }
         if (s->state != SEQ_OPEN) {
             *status = 410;
             closed_reason(s, msg, msglen);

@@ -5,7 +5,10 @@
  * at most one request per sequence, so order within a sequence holds while many sequences share
  * a batch. Every end of life (end header, cancel, idle, session timeout) is an explicit event:
  * the pinned worker is told with an 'S' frame, and the id is remembered as closed, so a later
- * request gets a distinct error instead of silently starting a new sequence.
+ * request gets a distinct error (410) instead of silently starting a new sequence. A
+ * client-chosen id never seen starts a new sequence, as in TorchServe; so do a request without
+ * an id (one is generated, "ts-seq-<uuid>") and a start flag on a closed id. An unknown id of the
+ * generated form is 404: some server made it, and its sequence is gone (instance died).
  *
  * Loop thread only. A model owns its sequence table (struct model.seqs); a sequence holds queue
  * references on its queued jobs; a job points at its sequence while it is queued or running.
@@ -53,9 +56,10 @@ void sequence_table_free(struct seq_table *t);
 #define SEQ_ID_MAX 256
 int sequence_id_check(const char *id, char *msg, size_t msglen);
 
-/* Attaches the job to its sequence and queues it. Returns 0 when queued; 1 when the request
- * was a cancel that has been carried out (reply 200 with msg, do not expect frames); or a
- * negative code with *status (400, 404, 409, 410, 429, 503) and msg for the client. */
+/* Attaches the job to its sequence (a new one for an unknown id) and queues it. Returns 0 when
+ * queued; 1 when the request was a cancel that has been carried out (reply 200 with msg, do not
+ * expect frames); or a negative code with *status (400, 404 for a cancel of an unknown id or an
+ * unknown generated id, 409, 410, 429, 503) and msg for the client. */
 int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request *r, int *status,
                     char *msg, size_t msglen);
 /* TorchServe-style exception name for a sequence_submit status. */

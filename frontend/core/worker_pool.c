@@ -197,6 +197,8 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     char *msg = otf_strdup(r->msg);
     if (r->code != 200) {
         LOG_ERROR("worker %d (model %s) failed to load: %s", w->id, g ? g->name : "-", msg);
+        if (g)
+            snprintf(g->load_error, sizeof(g->load_error), "%s", msg);
         free(msg);
         return; /* it exits with code 2; the reaper handles it */
     }
@@ -204,10 +206,11 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     w->ready_since_us = ts_now_us();
     evtimer_del(w->timer);
     if (g) {
+        g->load_error[0] = '\0';
         g->continuous = strstr(msg, "continuous=1") != NULL;
+        w->load_ms = ts_wall_ms() - w->start_wall_ms;
         LOG_INFO("worker %d (pid %d) loaded model %s %s in %lld ms%s", w->id, (int)w->pid, g->name,
-                 g->version, (long long)(ts_wall_ms() - w->start_wall_ms),
-                 g->continuous ? " (continuous batching)" : "");
+                 g->version, (long long)w->load_ms, g->continuous ? " (continuous batching)" : "");
         g->ops->ready(g, w);
     }
     free(msg);
@@ -215,7 +218,22 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
 
 /* The worker gets its next batch before the answers of this frame are written to the clients:
  * its compute then overlaps our reply writing instead of waiting behind it. */
-static void handle_response(struct worker *w, const struct otf_response *r)
+/* Takes the worker's metric lines out of the prediction (they are never a client's) and hands
+ * them to the group. Our worker appends them last. */
+static void take_metrics(struct worker *w, struct otf_prediction *p, struct job *j)
+{
+    for (size_t k = p->n_headers; k-- > 0;) {
+        if (!otf_str_eq(p->headers[k].key, OTF_METRICS_KEY))
+            continue;
+        struct otf_str lines = p->headers[k].val;
+        memmove(&p->headers[k], &p->headers[k + 1], (p->n_headers - k - 1) * sizeof(*p->headers));
+        p->n_headers--;
+        if (w->group && w->group->ops->metrics)
+            w->group->ops->metrics(w->group, j, lines);
+    }
+}
+
+static void handle_response(struct worker *w, struct otf_response *r)
 {
     w->steps++;
     if (r->code != 200 && r->n_preds == 0) {
@@ -226,11 +244,12 @@ static void handle_response(struct worker *w, const struct otf_response *r)
     struct job **jobs = xcalloc(r->n_preds + 1, sizeof(*jobs));
     int *finals = xcalloc(r->n_preds + 1, sizeof(*finals));
     for (size_t i = 0; i < r->n_preds; i++) {
-        const struct otf_prediction *p = &r->preds[i];
+        struct otf_prediction *p = &r->preds[i];
         struct job *j;
         TAILQ_FOREACH(j, &w->inflight, link)
         if (otf_str_eq(p->id, j->id))
             break;
+        take_metrics(w, p, j);
         if (!j)
             continue; /* cancelled: its frames are dropped */
         const struct otf_kv *sn = otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT);

@@ -38,6 +38,10 @@ struct worker_group_ops {
     void (*slots)(struct worker_group *g);
     /* A worker died, failed for good, or is respawning; alive = worker_pool_alive(g). */
     void (*changed)(struct worker_group *g, const char *why);
+    /* A prediction carried the worker's metric lines (OTF_METRICS_KEY, taken out of the
+     * prediction before any sink sees it). j: its job, before the frame is delivered; NULL when
+     * the job is gone. */
+    void (*metrics)(struct worker_group *g, struct job *j, struct otf_str lines);
 };
 
 /* One model's workers and what they load. The strings are the owner's, immutable while the group
@@ -52,6 +56,7 @@ struct worker_group {
     uint64_t n_batches; /* batches sent */
     uint64_t max_batch_seen;
     struct hist batch_sizes; /* requests per batch sent */
+    char load_error[512];    /* what the last failed load reported; "" after a good load */
     const struct worker_group_ops *ops;
 };
 
@@ -74,6 +79,7 @@ struct worker {
     int n_paused;          /* of the in-flight jobs */
     struct event *timer;   /* startup / response timeout, back-off */
     int64_t start_wall_ms; /* for describe */
+    int64_t load_ms;       /* spawn to load reply (WorkerLoadTime), 0 until loaded */
     int64_t last_io_us;
     int retries; /* consecutive failures, for back-off */
     unsigned long oom_kills_at_spawn;

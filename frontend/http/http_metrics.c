@@ -6,8 +6,10 @@
  * ts_queue_latency_microseconds. What TorchServe lacks, as real histograms per model and
  * version (ts_request_latency_ms, ts_queue_wait_ms, ts_worker_time_ms,
  * ts_time_to_first_token_ms, ts_inter_token_ms, ts_batch_size) and gauges (queue depth, busy
- * and idle workers, open sequences). `/metrics?name[]=NAME` (repeatable) keeps only those
- * families, as TorchServe does.
+ * and idle workers, open sequences). TorchServe's QueueTime, WorkerThreadTime and WorkerLoadTime
+ * gauges; HandlerTime, PredictionTime and handlers' own metrics as the workers report them
+ * (ts_metric_add), labelled with the model and version. `/metrics?name[]=NAME` (repeatable) keeps
+ * only those families, as TorchServe does.
  */
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -143,6 +145,71 @@ static uint64_t v_sequences(const struct model *m)
     return m->seqs ? (uint64_t)sequence_open_count(m->seqs) : 0;
 }
 
+static const char *kind_type(char kind)
+{
+    return kind == 'c' ? "counter" : kind == 'g' ? "gauge" : "histogram";
+}
+
+/* The workers' metrics (HandlerTime, PredictionTime, handlers' own): one family per name across
+ * models, typed by the first model that reported it (a model that reported the name as another
+ * kind is left out of that family). */
+static void worker_families(struct out *o)
+{
+    for (struct model *m = model_first(); m; m = model_next(m)) {
+        for (size_t i = 0; i < m->custom.n; i++) {
+            const struct custom_metric *c = &m->custom.v[i];
+            struct model *prev = model_first();
+            while (prev != m && !custom_metrics_find(&prev->custom, c->name))
+                prev = model_next(prev);
+            if (prev != m)
+                continue; /* its family was written with an earlier model */
+            char help[96];
+            snprintf(help, sizeof(help), "Torchserve prometheus %s metric with unit: %s",
+                     kind_type(c->kind), c->unit[0] ? c->unit : "none");
+            if (!family(o, c->name, kind_type(c->kind), help))
+                continue;
+            for (struct model *k = m; k; k = model_next(k)) {
+                const struct custom_metric *kc = custom_metrics_find(&k->custom, c->name);
+                if (!kc || kc->kind != c->kind)
+                    continue;
+                if (c->kind == 'h')
+                    hist_lines(o, c->name, k, &kc->h, hist_ms_bounds);
+                else
+                    buf_printf(&o->b,
+                               "%s{model_name=\"%s\",model_version=\"%s\",Level=\"Model\","
+                               "Hostname=\"%s\",} %.10g\n",
+                               c->name, k->name, k->version, o->host, kc->value);
+            }
+        }
+    }
+}
+
+/* TorchServe's QueueTime, WorkerThreadTime (host gauges, last value) and WorkerLoadTime (per
+ * worker, named W-<id>-<model>_<version> as TorchServe's W-<port>-...). */
+static void torchserve_gauges(struct out *o)
+{
+    const char *help = "Torchserve prometheus gauge metric with unit: Milliseconds";
+    if (family(o, "QueueTime", "gauge", help))
+        buf_printf(&o->b, "QueueTime{Level=\"Host\",Hostname=\"%s\",} %.3f\n", o->host,
+                   srv->counters.queue_time_ms);
+    if (family(o, "WorkerThreadTime", "gauge", help))
+        buf_printf(&o->b, "WorkerThreadTime{Level=\"Host\",Hostname=\"%s\",} %.3f\n", o->host,
+                   srv->counters.worker_thread_time_ms);
+    if (!family(o, "WorkerLoadTime", "gauge", help))
+        return;
+    for (struct model *m = model_first(); m; m = model_next(m)) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &m->pool.workers, link)
+        {
+            if (w->load_ms > 0)
+                buf_printf(&o->b,
+                           "WorkerLoadTime{WorkerName=\"W-%d-%s_%s\",Level=\"Host\","
+                           "Hostname=\"%s\",} %lld.0\n",
+                           w->id, m->name, m->version, o->host, (long long)w->load_ms);
+        }
+    }
+}
+
 void http_metrics_handle(struct evhttp_request *req)
 {
     char rid[40];
@@ -204,6 +271,8 @@ void http_metrics_handle(struct evhttp_request *req)
     per_model(&o, "ts_workers_busy", "gauge", "ready workers holding requests", v_busy);
     per_model(&o, "ts_workers_idle", "gauge", "ready workers holding nothing", v_idle);
     per_model(&o, "ts_sequences_open", "gauge", "open sequences", v_sequences);
+    torchserve_gauges(&o);
+    worker_families(&o);
 
     evhttp_clear_headers(&o.query);
     http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", o.b.data, o.b.len);

@@ -425,6 +425,29 @@ static int check_links(struct xstate *x)
     return rc;
 }
 
+char *archive_model_root(const char *dir)
+{
+    char *mar_inf = xasprintf("%s/MAR-INF", dir);
+    struct stat st;
+    int has_mar_inf = lstat(mar_inf, &st) == 0;
+    free(mar_inf);
+    DIR *d = has_mar_inf ? NULL : opendir(dir);
+    if (!d)
+        return xstrdup(dir);
+    char *only = NULL;
+    int count = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && count++ == 0)
+            only = xasprintf("%s/%s", dir, de->d_name);
+    closedir(d);
+    /* lstat: a top entry that is a link is not followed, the tree is used as it is */
+    if (count == 1 && lstat(only, &st) == 0 && S_ISDIR(st.st_mode))
+        return only;
+    free(only);
+    return xstrdup(dir);
+}
+
 int archive_extract(const char *src, const char *dest_dir, const struct archive_limits *lim,
                     char *err, size_t errlen)
 {

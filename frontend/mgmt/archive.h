@@ -29,6 +29,10 @@ int archive_detect(const char *src, enum archive_format *fmt);
  * (or emptied, if it existed before). A directory src is refused: the caller uses it in place. */
 int archive_extract(const char *src, const char *dest_dir, const struct archive_limits *lim,
                     char *err, size_t errlen);
+/* The model root of an extracted tree: dir itself, unless dir has no MAR-INF and holds exactly
+ * one entry, a directory, as torch-model-archiver --archive-format tgz writes (every entry under
+ * NAME/); then dir/NAME. Always a malloc'd path. */
+char *archive_model_root(const char *dir);
 /* Packs every file under src_dir (recursively, relative paths, name order) into out_path as zip
  * (deflate) or tgz, written to a temporary name and renamed into place. ARCHIVE_FMT_DIR copies the
  * tree to the directory out_path instead. 0, -errno or TS_E_BAD_ARCHIVE with err set. */

@@ -141,6 +141,8 @@ json_t *describe_model(const struct model *m)
         json_array_append_new(ws, e);
     }
     json_object_set_new(o, "workers", ws);
+    if (m->pool.load_error[0])
+        json_object_set_new(o, "loadError", json_string(m->pool.load_error));
     json_t *q = json_object();
     json_object_set_new(q, "remainingCapacity", json_integer(m->queue_max - m->queue_len));
     json_object_set_new(q, "pendingRequests", json_integer(m->queue_len));

@@ -218,12 +218,16 @@ static int op_check_workers(struct mgmt_op *op, int timed_out)
         return 1;
     }
     if (any_failed(m) || (timed_out && op->kind == OP_REGISTER)) {
+        /* the worker's reason (e.g. a handler import error) is what the client needs to see */
+        char *msg = xasprintf("Failed to start workers%s%s", *m->pool.load_error ? ": " : "",
+                              m->pool.load_error);
         if (op->kind == OP_REGISTER) {
             LOG_WARN("model %s %s: workers failed to start; unregistering it", m->name, m->version);
             op->model = NULL;
             model_unregister(m);
         }
-        op_finish(op, 500, "InternalServerException", "Failed to start workers");
+        op_finish(op, 500, "InternalServerException", msg);
+        free(msg);
         return 1;
     }
     if (timed_out) {

@@ -291,7 +291,8 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
             budget_release(m->extracted_bytes - used);
             m->extracted_bytes = used;
         }
-        m->dir = xstrdup(m->tmp_dir);
+        /* torch-model-archiver's tgz puts every entry under NAME/ */
+        m->dir = archive_model_root(m->tmp_dir);
     }
 
     char merr[512];
@@ -367,6 +368,10 @@ static int model_commit(struct model *m, const struct model_reg *r, char *err, s
     }
     LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)", m->name,
              m->version, r->url, m->pool.batch_size, m->max_batch_delay_ms);
+    if (m->manifest.requirements_file && *m->manifest.requirements_file)
+        LOG_WARN("model %s: %s from the archive is not installed (pip install is not available); "
+                 "its packages must come from Debian python3-* packages",
+                 m->name, m->manifest.requirements_file);
     return 0;
 }
 

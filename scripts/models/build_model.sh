@@ -2,7 +2,8 @@
 # Builds one example model into model-store/NAME.mar.
 #   scripts/models/build_model.sh NAME BUILD_DIR
 # 1. /usr/bin/python3 scripts/models/NAME/build.py BUILD_DIR/models/NAME   (if build.py exists)
-# 2. BUILD_DIR/bin/torchserve-c-archiver with handler / serialized file / extra files from
+# 2. BUILD_DIR/bin/torchserve-c-archiver with handler (a .py is located like the files) /
+#    serialized file / extra files from
 #    scripts/models/NAME/archive.conf (key=value lines: handler=, serialized_file=, extra_files=
 #    a comma-separated list; a file is looked up in the build output first, then next to
 #    archive.conf) and scripts/models/NAME/model-config.yaml.
@@ -47,9 +48,21 @@ serialized=$(conf_get serialized_file)
 extras=$(conf_get extra_files)
 [ -n "$handler" ] || { echo "$0: $conf: handler= is required" >&2; exit 1; }
 
+# a Python handler file (x.py or x.py:function) is looked up like the other files
+case ${handler%%:*} in
+*.py)
+    hfile=$(locate "${handler%%:*}")
+    case $handler in *:*) handler=$hfile:${handler#*:} ;; *) handler=$hfile ;; esac ;;
+esac
+
 set -- --model-name "$name" --version 1.0 --handler "$handler"
 if [ -n "$serialized" ]; then
     set -- "$@" --serialized-file "$(locate "$serialized")"
+fi
+# model_file=: an eager-mode model definition (model.py), located like the other files
+model_file=$(conf_get model_file)
+if [ -n "$model_file" ]; then
+    set -- "$@" --model-file "$(locate "$model_file")"
 fi
 if [ -n "$extras" ]; then
     list=

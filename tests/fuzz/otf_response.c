@@ -49,8 +49,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             in_frame(p->headers[k].key, data, n);
             in_frame(p->headers[k].val, data, n);
         }
-        /* what worker_pool.c asks of every prediction */
+        /* what worker_pool.c and model.c ask of every prediction */
         (void)otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT);
+        const struct otf_kv *mk = otf_find_kv(p->headers, p->n_headers, OTF_METRICS_KEY);
+        if (mk) {
+            struct otf_metric m;
+            const char *q = mk->val.p;
+            size_t left = (size_t)mk->val.len;
+            long k;
+            while ((k = otf_metric_next(q, left, &m)) > 0) {
+                FUZZ_CHECK((size_t)k <= left && strlen(m.name) <= OTF_METRIC_NAME_MAX);
+                q += k;
+                left -= (size_t)k;
+            }
+            FUZZ_CHECK(k == 0 || k == TS_E_PROTOCOL);
+        }
         free(otf_strdup(p->id));
         otf_encode_prediction(&b, p);
     }

@@ -8,8 +8,9 @@ deploy/run-cluster.sh, and the container and Kubernetes files checked against ou
 - gRPC (h2c) through the balancer: stateless calls spread, sequences sticky through the
   response metadata, StreamPredictions2, the OIP service;
 - management and metrics are not reachable through the balancer;
-- kill -9 of an instance: stateless requests under load all succeed, its sequences get 404
-  (never a silent new sequence elsewhere), the other instances' sequences go on;
+- kill -9 of an instance: stateless requests under load all succeed, its server-made sequences
+  get 404 elsewhere (never a silent new sequence), its client-chosen ids start afresh elsewhere
+  (as in TorchServe), the other instances' sequences go on;
 - SIGTERM to run-cluster.sh leaves no process behind; a start-up failure neither;
 - the Kubernetes manifests, the KServe runtime and the Dockerfile agree with our config, and
   HAProxy accepts the in-cluster configuration.
@@ -183,7 +184,7 @@ class Seq:
     def step(self, value):
         headers = {}
         if self.id is None and self.client_id:
-            headers = {SEQ: self.client_id, START: "true"}
+            headers = {SEQ: self.client_id}  # no start flag: an unknown id starts one
         elif self.id is not None:
             headers = {SEQ: self.id}
         r = self.c.post("/predictions/stateful", self.s, data=str(value), headers=headers)
@@ -232,7 +233,8 @@ def test_sticky_sequences_server_and_client_ids(cluster):
     """24 concurrent sequences of 6 random steps, half with server-made ids, half with ids the
     client chose: every step answers the running sum, all steps of a sequence land on one
     instance, and both kinds use several instances. That instance holds the state (a direct
-    request continues it), the others do not know the id (404)."""
+    request continues it); the others do not know the id: a server-made one is 404 there, a
+    client-chosen one starts a new sequence from nothing (as TorchServe does)."""
     c = cluster
     rng = random.Random(7)
     seqs = [Seq(c) for _ in range(12)] + [Seq(c, f"client-{uuid.uuid4()}") for _ in range(12)]
@@ -259,6 +261,10 @@ def test_sticky_sequences_server_and_client_ids(cluster):
             if name == home:  # 0 ends the sequence
                 assert r.status_code == 200 and int(r.text) == s.total, (s.id, r.text)
                 assert r.headers.get(END) == "true"
+            elif s.client_id:
+                assert r.status_code == 200 and r.text == "1", (s.id, name, r.text)
+                r = c.direct(name, "/predictions/stateful", data="0", headers={SEQ: s.id})
+                assert r.status_code == 200 and r.text == "1", (s.id, name, r.text)
             else:
                 assert r.status_code == 404, (s.id, name, r.status_code, r.text)
                 assert "SequenceNotFoundException" in r.text
@@ -355,8 +361,9 @@ def test_management_and_metrics_not_reachable_through_the_balancer(cluster):
 def test_failover_kill_9_one_instance(cluster):
     """Sequences on every instance, stateless load from 4 clients, then kill -9 of the instance
     holding the first sequence: every stateless request (before, during and after) succeeds;
-    the dead instance's sequences get 404 "not found" on a live instance, never a 200 that
-    would be a silent new sequence; the other sequences continue with the right sums; HAProxy
+    the dead instance's server-made sequences get 404 "not found" on a live instance, never a
+    200 that would be a silent new sequence, while its client-chosen ids start afresh there (as
+    TorchServe does); the other sequences continue with the right sums; HAProxy
     marks the instance down and its workers are gone."""
     c = cluster
     seqs = [Seq(c) for _ in range(9)] + [Seq(c, f"fo-{uuid.uuid4()}") for _ in range(9)]
@@ -404,9 +411,12 @@ def test_failover_kill_9_one_instance(cluster):
 
     for s in on_victim:
         r = c.post("/predictions/stateful", data="5", headers={SEQ: s.id})
-        assert r.status_code == 404, (s.id, r.status_code, r.text)
-        assert f"Sequence {s.id} not found" in r.json()["message"]
         assert r.headers[INSTANCE] != victim
+        if s.client_id:
+            assert r.status_code == 200 and r.text == "5", (s.id, r.status_code, r.text)
+        else:
+            assert r.status_code == 404, (s.id, r.status_code, r.text)
+            assert f"Sequence {s.id} not found" in r.json()["message"]
     for s in survivors:
         s.step(7)
         s.step(0)

@@ -2,6 +2,8 @@
 counted with HTTP ones, name[] filtering, and a text prometheus_client parses."""
 import json
 import os
+import re
+import subprocess
 import sys
 import time
 
@@ -80,3 +82,116 @@ def test_counters_histograms_and_filter(server_factory):
     # name[] keeps only the families asked for
     only = s.get("/metrics?name[]=ts_queue_depth&name[]=Requests4XX", api="metrics").text
     assert set(families(only)) == {"ts_queue_depth", "Requests4XX"}, only
+
+
+def worker_sample(fams, family, suffix, model):
+    """A worker-reported metric's sample for model (model_name/model_version labels)."""
+    for s_ in fams[family].samples:
+        if s_.name == family + suffix and s_.labels.get("model_name") == model:
+            assert s_.labels.get("model_version"), s_.labels
+            return s_.value
+    raise AssertionError(f"{family}{suffix} {model} not found")
+
+
+def test_handler_metrics_and_torchserve_latencies(server_factory):
+    s = server_factory(models=["mlp", "identity_text"],
+                       yaml={"identity_text": {"handler": {"delay_ms": 1}}})
+    s.wait_ready("mlp", body={"json": SAMPLE})
+    s.wait_ready("identity_text", body={"data": "warm"})
+    before = families(s.get("/metrics", api="metrics").text)
+    words0 = worker_sample(before, "StreamedWords", "_total", "identity_text")
+    wb0 = worker_sample(before, "WordBytes", "_count", "identity_text")
+    wbs0 = worker_sample(before, "WordBytes", "_sum", "identity_text")
+    # a custom metric from a handler (identity_text: StreamedWords, WordBytes), never on the wire
+    r = requests.post(s.url("/predictions/identity_text"), data="a bb ccc", timeout=10)
+    assert r.status_code == 200 and r.text == "a bb ccc"
+    assert not any("metric" in k.lower() for k in r.headers), r.headers
+    n, lat = 10, []
+    sess = requests.Session()
+    for _ in range(n):
+        t0 = time.monotonic()
+        r = sess.post(s.url("/predictions/mlp"), json=SAMPLE, timeout=10)
+        assert r.status_code == 200
+        assert not any("metric" in k.lower() for k in r.headers), r.headers
+        lat.append((time.monotonic() - t0) * 1000)
+    text = s.get("/metrics", api="metrics").text
+    fams = families(text)
+    assert fams["StreamedWords"].type == "counter"
+    assert worker_sample(fams, "StreamedWords", "_total", "identity_text") - words0 == 3
+    assert fams["WordBytes"].type == "histogram"
+    assert worker_sample(fams, "WordBytes", "_count", "identity_text") - wb0 == 3
+    assert worker_sample(fams, "WordBytes", "_sum", "identity_text") - wbs0 == 6
+    assert "# HELP StreamedWords Torchserve prometheus counter metric with unit: Count" in text
+    # TorchServe's latency metrics by name: worker-measured, per model, in ms, below the
+    # slowest round trip the client saw
+    for name in ("HandlerTime", "PredictionTime"):
+        assert fams[name].type == "gauge"
+        v = worker_sample(fams, name, "", "mlp")
+        assert 0 < v <= max(lat), (name, v, lat)
+    assert worker_sample(fams, "HandlerTime", "", "mlp") <= \
+        worker_sample(fams, "PredictionTime", "", "mlp")
+    for name in ("QueueTime", "WorkerThreadTime"):
+        (smp,) = fams[name].samples
+        assert smp.labels["Level"] == "Host" and 0 <= smp.value <= max(lat), (name, smp)
+    loads = {re.sub(r"^W-\d+-", "", x.labels["WorkerName"]): x.value
+             for x in fams["WorkerLoadTime"].samples}
+    assert set(loads) == {"mlp_1.0", "identity_text_1.0"}, loads
+    assert all(0 < v < 60000 for v in loads.values()), loads
+    only = s.get("/metrics?name[]=HandlerTime", api="metrics").text
+    assert set(families(only)) == {"HandlerTime"}, only
+
+
+# A library handler that reports 40 names, one reserved name and a name whose kind changes.
+NAMES_HANDLER_C = r"""
+#include "handler.h"
+static int init(struct ts_ctx *ctx, void **state) { (void)ctx; *state = 0; return 0; }
+static void handle(void *state, struct ts_ctx *ctx, size_t n)
+{
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        char name[16];
+        ts_metric_add(ctx, i, "bad name-1", "ms x", TS_METRIC_GAUGE, 2.5);
+        for (int k = 0; k < 40; k++) {
+            name[0] = 'm'; name[1] = (char)('0' + k / 10); name[2] = (char)('0' + k % 10);
+            name[3] = 0;
+            ts_metric_add(ctx, i, name, "Count", TS_METRIC_COUNTER, 1);
+        }
+        ts_metric_add(ctx, i, "ts_inference_requests_total", "Count", TS_METRIC_COUNTER, 1);
+        ts_metric_add(ctx, i, "m00", "Count", TS_METRIC_GAUGE, 5);
+        ts_set_response(ctx, i, "ok", 2);
+    }
+}
+static const struct ts_handler h = {TS_HANDLER_ABI_VERSION, "names", 0, init, handle, 0, 0};
+const struct ts_handler *ts_handler_v1(void) { return &h; }
+"""
+
+
+def test_handler_metric_names_bounded(server_factory, tmp_path):
+    store = tmp_path / "store"
+    d = store / "names"
+    (d / "MAR-INF").mkdir(parents=True)
+    (tmp_path / "names.c").write_text(NAMES_HANDLER_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I",
+                    os.path.join(os.path.dirname(__file__), "..", "..", "backend"),
+                    "-o", str(d / "libnames.so"), str(tmp_path / "names.c")], check=True)
+    (d / "MAR-INF" / "MANIFEST.json").write_text(
+        json.dumps({"model": {"modelName": "names", "handler": "libnames.so"}}))
+    s = server_factory(models=["names"], store=str(store))
+    s.wait_ready("names", body={"data": "x"})
+    for _ in range(2):
+        assert s.post("/predictions/names", data="x").text == "ok"
+    fams = families(s.get("/metrics", api="metrics").text)
+    own = sorted(f for f in fams if re.fullmatch(r"m\d\d|bad_name_1", f))
+    # 32 names per model besides HandlerTime and PredictionTime: the sanitised first name, then
+    # m00..m30
+    assert own == ["bad_name_1"] + [f"m{k:02d}" for k in range(31)], own
+    assert worker_sample(fams, "bad_name_1", "", "names") == 2.5
+    assert "# HELP bad_name_1 Torchserve prometheus gauge metric with unit: ms_x" in \
+        s.get("/metrics", api="metrics").text
+    assert worker_sample(fams, "m00", "_total", "names") == 3  # the gauge m00 was refused
+    assert "HandlerTime" in fams and "PredictionTime" in fams
+    # the frontend's own family is not shadowed: names has no such sample
+    assert all(x.labels.get("model_name") != "names" or x.value == 3
+               for x in fams["ts_inference_requests"].samples)
+    log = s.log()
+    assert "metric refused" in log and "m31: the model has 32 metric names already" in log, log

@@ -5,6 +5,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -87,6 +88,83 @@ def test_torchserve_http_scenario(server_factory):
 
     run_threads([lambda: seq([1, 3, 5, 7, 9], "odd"), lambda: seq([2, 4, 6, 8, 10], "even")])
     assert got == {"odd": "1 4 9 16 25", "even": "2 6 12 20 30"}
+
+
+def curl_t(srv, sid, value, tmp_path):
+    """TorchServe's stateful example, as its README runs it:
+    curl -H "ts_request_sequence_id: seq_0" URL/predictions/stateful -T sample1.txt"""
+    f = tmp_path / f"{sid}-{value}.txt"
+    f.write_text(str(value))
+    r = subprocess.run(["curl", "-s", "-i", "-H", f"{SEQ}: {sid}", "-T", str(f),
+                        srv.url("/predictions/stateful")], capture_output=True, text=True,
+                       timeout=30)
+    rest = r.stdout.replace("\r\n", "\n")
+    while True:  # curl -T sends Expect: 100-continue; -i shows the interim answer too
+        head, _, rest = rest.partition("\n\n")
+        if not head.split()[1].startswith("1"):
+            return int(head.split()[1]), head, rest
+
+
+def test_client_chosen_ids_start_sequences_curl_flow(server_factory, tmp_path):
+    """Ids the server has never seen start sequences without any start flag, as TorchServe's
+    frontend does (its stateful example's curl flow): two concurrent client-chosen ids get their
+    own running sums; once ended (0) or cancelled the id gets 410, and it stays refused."""
+    srv = server_factory(models=["stateful"], yaml={"stateful": PLAIN})
+    wait_ready(srv)
+    got = {}
+
+    def seq(sid, values):
+        sums = []
+        for v in values:
+            status, head, body = curl_t(srv, sid, v, tmp_path)
+            assert status == 200, (head, body)
+            assert f"{SEQ}: {sid}" in head, head
+            sums.append(int(body))
+        got[sid] = sums
+
+    run_threads([lambda: seq("seq_0", [1, 3, 5, 7, 9]), lambda: seq("seq_1", [2, 4, 6, 8, 10])])
+    assert got == {"seq_0": [1, 4, 9, 16, 25], "seq_1": [2, 6, 12, 20, 30]}
+    status, head, body = curl_t(srv, "seq_0", 0, tmp_path)
+    assert status == 200 and int(body) == 25 and f"{END}: true" in head, (head, body)
+    for _ in range(2):
+        status, _, body = curl_t(srv, "seq_0", 1, tmp_path)
+        assert status == 410 and "was ended" in body, body
+    r = step(srv, "seq_1", 0, headers={CANCEL: "true"})
+    assert r.status_code == 200, r.text
+    r = step(srv, "seq_1", 1)
+    assert r.status_code == 410 and "was cancelled" in r.json()["message"], r.text
+    # a cancel of an id never seen does not open one
+    r = step(srv, "seq_never", 0, headers={CANCEL: "true"})
+    assert r.status_code == 404, r.text
+    r = step(srv, "seq_never", 5)
+    assert r.status_code == 200 and r.text == "5", r.text
+    # an explicit start on a closed id is a deliberate restart, as before
+    r = step(srv, "seq_0", 4, headers={START: "true"})
+    assert r.status_code == 200 and r.text == "4", r.text
+
+
+def test_client_chosen_ids_count_against_max_num_sequence(server_factory):
+    """A client-chosen id takes a sequence slot like any start: with maxNumSequence 2, a third
+    new id is refused with 429, and an id over 256 bytes is refused with 400 before taking one."""
+    yaml = dict(PLAIN, batchSize=1, minWorkers=1, maxWorkers=1, maxNumSequence=2,
+                sequenceMaxIdleMSec=60000)
+    srv = server_factory(models=["stateful"], yaml={"stateful": yaml})
+    wait_ready(srv)
+    r = step(srv, "a" * 257, 1)
+    assert r.status_code == 400 and "longer than 256 bytes" in r.json()["message"], r.text
+    deadline = time.time() + 10
+    while True:  # the readiness probe's sequence may still hold a slot
+        r = step(srv, "chosen-1", 1)
+        if r.status_code != 429 or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert r.status_code == 200, r.text
+    assert step(srv, "chosen-2", 2).status_code == 200
+    r = step(srv, "chosen-3", 3)
+    assert r.status_code == 429 and "maxNumSequence 2" in r.json()["message"], r.text
+    assert step(srv, "chosen-1", 0).status_code == 200
+    r = step(srv, "chosen-3", 3)
+    assert r.status_code == 200 and r.text == "3", r.text
 
 
 def test_no_crosstalk_64_sequences(server_factory):

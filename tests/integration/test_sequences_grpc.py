@@ -124,9 +124,48 @@ def test_unary_predictions_with_sequence_id(grpc_srv):
     assert r.prediction == b"4"
     r = st.Predictions(msg(6, "grpc-u"), timeout=10)
     assert r.prediction == b"10" and r.sequence_id == "grpc-u"
+    # an id never seen starts a sequence, as in TorchServe; once ended it is refused
+    r = st.Predictions(msg(1, "grpc-never-started"), timeout=10)
+    assert r.prediction == b"1" and r.sequence_id == "grpc-never-started"
+    r = st.Predictions(msg(2, "grpc-never-started", end=True), timeout=10)
+    assert r.prediction == b"3"
     with pytest.raises(grpc.RpcError) as e:
         st.Predictions(msg(1, "grpc-never-started"), timeout=10)
-    assert e.value.code() != grpc.StatusCode.OK
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "ended" in e.value.details()
+
+
+def test_stream_predictions2_client_chosen_ids_without_start(grpc_srv):
+    """TorchServe's `torchserve_grpc_client.py infer_stream2 stateful seq_0 ...` sends a
+    client-chosen sequence_id and no start flag: two such streams at once each get their running
+    sums; after the end, the id is refused (410) and the stream carries on."""
+    _, st = grpc_srv
+    got = {}
+    errors = []
+
+    def run(sid, values):
+        try:
+            reqs = [msg(v, sid) for v in values[:-1]] + [msg(values[-1], sid, end=True)]
+            out = list(st.StreamPredictions2(iter(reqs), timeout=30))
+            assert all(not o.HasField("status") for o in out), out
+            assert all(o.sequence_id == sid for o in out), out
+            got[sid] = [int(o.prediction) for o in out]
+        except BaseException as e:  # noqa: B036 - reported by the main thread
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=("seq_0", [1, 3, 5])),
+          threading.Thread(target=run, args=("seq_1", [2, 4, 6]))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+    assert got == {"seq_0": [1, 4, 9], "seq_1": [2, 6, 12]}
+    out = list(st.StreamPredictions2(iter([msg(1, "seq_0"), msg(8, "seq_2")]), timeout=30))
+    assert out[0].HasField("status") and out[0].status.code != 0, out
+    assert "ended" in out[0].status.message and out[0].sequence_id == "seq_0"
+    assert out[1].prediction == b"8" and out[1].sequence_id == "seq_2"
 
 
 def test_sequence_id_in_response_metadata(grpc_srv):
@@ -143,7 +182,8 @@ def test_sequence_id_in_response_metadata(grpc_srv):
     stream = st.StreamPredictions(msg(2, "grpc-md"), timeout=10)
     assert [m.prediction for m in stream] == [b"7"]
     assert dict(stream.initial_metadata()).get("ts_request_sequence_id") == "grpc-md"
+    st.Predictions(msg(0, "grpc-md", end=True), timeout=10)
     with pytest.raises(grpc.RpcError) as e:
-        st.Predictions(msg(1, "grpc-md-never-started"), timeout=10)
-    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        st.Predictions(msg(1, "grpc-md"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "ts_request_sequence_id" not in dict(e.value.initial_metadata())

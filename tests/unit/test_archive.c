@@ -396,6 +396,59 @@ TEST(detect_and_corrupt)
     free(dest);
 }
 
+/* Extracts a hand-made archive and expects the extraction directory to be its model root. */
+static void expect_own_root(const char *name, enum archive_format fmt, const struct tentry *es,
+                            size_t n)
+{
+    char *arc = tpath(name), *dest = xasprintf("%s.d", arc);
+    char err[512] = "";
+    make_archive(arc, fmt, es, n);
+    CHECK_EQ_INT(archive_extract(arc, dest, NULL, err, sizeof err), 0);
+    char *root = archive_model_root(dest);
+    CHECK_STR(root, dest);
+    free(root);
+    free(arc);
+    free(dest);
+}
+
+/* torch-model-archiver --archive-format tgz: regular files only (no directory entries), every
+ * one under NAME/, the manifest last. The model root is NAME/; a tree with MAR-INF at the top, or
+ * with more than one top entry, is its own root. */
+TEST(tgz_under_one_top_directory)
+{
+    mktmp();
+    struct tentry es[] = {
+        {"resnet/model.py", AE_IFREG, "import torch\n", 0, 0},
+        {"resnet/sub/labels.json", AE_IFREG, "{}", 0, 0},
+        {"resnet/MAR-INF/MANIFEST.json", AE_IFREG, "{\"runtime\": \"python\"}", 0, 0}};
+    char *arc = tpath("resnet.tar.gz"), *dest = tpath("dest");
+    make_archive(arc, ARCHIVE_FMT_TGZ, es, N(es));
+    char err[512] = "";
+    CHECK_EQ_INT(archive_extract(arc, dest, NULL, err, sizeof err), 0);
+    char *root = archive_model_root(dest);
+    char *want = tpath("dest/resnet");
+    CHECK_STR(root, want);
+    char *p = xasprintf("%s/MAR-INF/MANIFEST.json", root);
+    char *text = read_all(p);
+    CHECK_STR(text, "{\"runtime\": \"python\"}");
+    free(text);
+    free(p);
+    /* the root of the root is itself: MAR-INF is there */
+    char *again = archive_model_root(root);
+    CHECK_STR(again, want);
+    free(again);
+    free(root);
+    free(want);
+    free(arc);
+    free(dest);
+
+    /* two top entries, or a single top-level file: no descent */
+    struct tentry two[] = {{"a/x.txt", AE_IFREG, "x", 0, 0}, {"b.txt", AE_IFREG, "b", 0, 0}};
+    struct tentry one[] = {{"only.txt", AE_IFREG, "x", 0, 0}};
+    expect_own_root("two.tar.gz", ARCHIVE_FMT_TGZ, two, N(two));
+    expect_own_root("one.mar", ARCHIVE_FMT_ZIP, one, N(one));
+}
+
 int main(void)
 {
     tbase_make("test_archive");
@@ -412,6 +465,7 @@ int main(void)
     RUN(zip_is_deflated);
     RUN(copy_tree_format);
     RUN(detect_and_corrupt);
+    RUN(tgz_under_one_top_directory);
     tbase_remove();
     return tap_done();
 }

@@ -46,7 +46,9 @@ TEST(reads_torchserve_manifest)
                    "    \"modelName\": \"mnist\",\n"
                    "    \"serializedFile\": \"mnist_cnn.pt\",\n"
                    "    \"handler\": \"mnist_handler.py\",\n"
+                   "    \"modelFile\": \"model.py\",\n"
                    "    \"modelVersion\": 2,\n"
+                   "    \"requirementsFile\": \"requirements.txt\",\n"
                    "    \"configFile\": \"model-config.yaml\",\n"
                    "    \"extensions\": null,\n"
                    "    \"description\": \"ignored\"\n"
@@ -59,6 +61,8 @@ TEST(reads_torchserve_manifest)
     CHECK_STR(m.model_name, "mnist");
     CHECK_STR(m.serialized_file, "mnist_cnn.pt");
     CHECK_STR(m.handler, "mnist_handler.py");
+    CHECK_STR(m.model_file, "model.py");
+    CHECK_STR(m.requirements_file, "requirements.txt");
     CHECK_STR(m.model_version, "2");
     CHECK_STR(m.config_file, "model-config.yaml");
     CHECK_STR(m.runtime, "python");
@@ -112,6 +116,8 @@ TEST(round_trip)
     w.model_version = "1.0";
     w.serialized_file = "add.pt";
     w.handler = "torchscript";
+    w.model_file = "model.py";
+    w.requirements_file = "requirements.txt";
     w.config_file = "model-config.yaml";
     w.archiver_version = "0.1.0";
     char *json = manifest_to_json(&w);
@@ -127,6 +133,8 @@ TEST(round_trip)
     CHECK_STR(m.model_version, "1.0");
     CHECK_STR(m.serialized_file, "add.pt");
     CHECK_STR(m.handler, "torchscript");
+    CHECK_STR(m.model_file, "model.py");
+    CHECK_STR(m.requirements_file, "requirements.txt");
     CHECK_STR(m.config_file, "model-config.yaml");
     CHECK_STR(m.runtime, "c");
     CHECK_STR(m.created_on, "05/06/2024 01:02:03");

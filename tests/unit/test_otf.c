@@ -273,6 +273,48 @@ TEST(protocol_errors)
     buf_free(&b);
 }
 
+/* Worker metric lines: names and units made valid on the way out, read back exactly; anything
+ * else is refused. */
+TEST(metric_lines)
+{
+    struct buf b;
+    buf_init(&b);
+    CHECK_EQ_INT(otf_metric_encode(&b, 'c', "Words", "Count", 3), 0);
+    CHECK_EQ_INT(otf_metric_encode(&b, 'g', "9 bad-name\n", NULL, 0.1), 0);
+    CHECK_EQ_INT(otf_metric_encode(&b, 'h', "x", "ms per item", -2.5), 0);
+    CHECK(otf_metric_encode(&b, 'x', "x", "ms", 1) == -EINVAL);
+    CHECK(otf_metric_encode(&b, 'g', "", "ms", 1) == -EINVAL);
+    CHECK(otf_metric_encode(&b, 'g', "x", "ms", 1.0 / 0.0) == -EINVAL);
+    char long_name[200];
+    memset(long_name, 'a', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    CHECK_EQ_INT(otf_metric_encode(&b, 'g', long_name, long_name, 7), 0);
+    const char *p = (const char *)b.data;
+    size_t left = b.len;
+    struct otf_metric m;
+    long n = otf_metric_next(p, left, &m);
+    CHECK(n > 0 && m.kind == 'c' && !strcmp(m.name, "Words") && !strcmp(m.unit, "Count") &&
+          m.value == 3);
+    p += n, left -= (size_t)n;
+    n = otf_metric_next(p, left, &m);
+    CHECK(n > 0 && m.kind == 'g' && !strcmp(m.name, "_9_bad_name_") && !strcmp(m.unit, "") &&
+          m.value == 0.1);
+    p += n, left -= (size_t)n;
+    n = otf_metric_next(p, left, &m);
+    CHECK(n > 0 && m.kind == 'h' && !strcmp(m.unit, "ms_per_item") && m.value == -2.5);
+    p += n, left -= (size_t)n;
+    n = otf_metric_next(p, left, &m);
+    CHECK(n > 0 && strlen(m.name) == OTF_METRIC_NAME_MAX && strlen(m.unit) == OTF_METRIC_UNIT_MAX);
+    p += n, left -= (size_t)n;
+    CHECK_EQ_INT(otf_metric_next(p, left, &m), 0);
+    buf_free(&b);
+    const char *bad[] = {"c x Count 1",     "q x Count 1\n",   "c 1x Count 1\n",
+                         "c x Count nan\n", "c x Count 1e\n",  "c x\n",
+                         "c x a b 1\n",     "c x-y Count 1\n", "c  Count 1\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(otf_metric_next(bad[i], strlen(bad[i]), &m) == TS_E_PROTOCOL);
+}
+
 int main(void)
 {
     RUN(load_round_trip);
@@ -282,5 +324,6 @@ int main(void)
     RUN(back_to_back_frames);
     RUN(too_large);
     RUN(protocol_errors);
+    RUN(metric_lines);
     return tap_done();
 }

@@ -148,6 +148,49 @@ TEST(a_sequence_cancel_fails_its_queued_requests_and_tells_the_worker)
     core_teardown();
 }
 
+TEST(an_unknown_client_id_starts_a_sequence_a_closed_one_gets_410)
+{
+    core_setup();
+    struct model *m = seq_model(2, 200, 0);
+    struct rec r[4];
+    struct submit_error e;
+    /* no start flag: the id was never seen, so it opens a sequence, and the worker is told */
+    CHECK_EQ_INT(seq_submit(m, &r[0], "A1", NULL, "client-chosen", 0, &e), 0);
+    CHECK_EQ_INT(sequence_open_count(m->seqs), 1);
+    CHECK(run_until(rec_done, &r[0], 2000));
+    CHECK_EQ_INT(r[0].status, 200);
+    CHECK_EQ_INT(seq_submit(m, &r[1], "A2", NULL, "client-chosen", 0, &e), 0);
+    CHECK(run_until(rec_done, &r[1], 2000));
+    CHECK_EQ_INT(sequence_open_count(m->seqs), 1);
+    /* after it idles out, the same id without a start flag is refused, not reopened */
+    CHECK(run_until(log_has_cond, "S client-chosen 3", 2000));
+    CHECK(seq_submit(m, &r[2], "A3", NULL, "client-chosen", 0, &e) < 0);
+    CHECK_EQ_INT(e.status, 410);
+    CHECK_EQ_INT(sequence_open_count(m->seqs), 0);
+    /* a cancel of an id never seen opens nothing */
+    struct job *j = rec_job(&r[3], "X", NULL);
+    job_add_header(j, SEQ_HDR_ID, "never", 5);
+    job_add_header(j, SEQ_HDR_CANCEL, "true", 4);
+    CHECK(model_submit_request(m, j, &e) < 0);
+    job_unref(j);
+    CHECK_EQ_INT(e.status, 404);
+    CHECK_EQ_INT(sequence_open_count(m->seqs), 0);
+    /* an unknown id of the form we generate was made by a server that lost it: 404, not a new
+     * sequence; one character off the form, it is a client's choice like any other */
+    const char *gone = "ts-seq-0b8e9f2a-4c1d-4e8f-9a7b-123456789abc";
+    CHECK(seq_submit(m, &r[3], "G1", NULL, gone, 0, &e) < 0);
+    CHECK_EQ_INT(e.status, 404);
+    CHECK(strstr(e.msg, "no longer holds it") != NULL);
+    CHECK_EQ_INT(sequence_open_count(m->seqs), 0);
+    struct rec r2[2];
+    CHECK_EQ_INT(seq_submit(m, &r2[0], "G2", NULL, gone, 1, &e), 0); /* explicit start: fine */
+    CHECK_EQ_INT(
+        seq_submit(m, &r2[1], "G3", NULL, "ts-seq-0b8e9f2a-4c1d-4e8f-9a7b-123456789abZ", 0, &e), 0);
+    CHECK_EQ_INT(sequence_open_count(m->seqs), 2);
+    CHECK(run_until(rec_done, &r2[1], 2000));
+    core_teardown();
+}
+
 int main(void)
 {
     tbase_make("test_sequence");
@@ -156,6 +199,7 @@ int main(void)
     RUN(session_timeout_closes_a_busy_sequence);
     RUN(next_request_goes_when_the_running_ones_client_leaves);
     RUN(a_sequence_cancel_fails_its_queued_requests_and_tells_the_worker);
+    RUN(an_unknown_client_id_starts_a_sequence_a_closed_one_gets_410);
     tbase_remove();
     return tap_done();
 }

@@ -1,0 +1,206 @@
+/*
+ * py_handler: CPython embedded behind the handler ABI.
+ *
+ * init() starts an isolated interpreter (no PYTHON* environment, no user site, no signal
+ * handlers: the worker owns signals), puts our `ts` package (<plugin dir>/python) first on
+ * sys.path and the model directory after it, and calls ts._service.load(); handle() calls
+ * ts._service.step(n), which does the rest through _ts_worker (py_module.c). A Python exception
+ * never escapes into the worker: load errors become the load reply, step errors a 500 for each
+ * request of the call.
+ *
+ * Extension modules (torch, numpy) are not linked against libpython: they need its symbols in
+ * the global scope, so init() re-opens libpython with RTLD_GLOBAL (the worker dlopened us
+ * RTLD_LOCAL). torch in Python and the worker's libtorch are the same shared library, so the
+ * worker's intra-op thread setting (--threads) holds for the handler too. The interpreter is
+ * never finalised: the worker exits after destroy, and finalising with torch loaded only adds
+ * shutdown work and risk.
+ */
+#include "py_handler.h"
+
+#include <dlfcn.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ts_ctx *pyh_ctx;
+size_t pyh_n;
+
+static PyObject *step_fn;
+
+/* "Type: message" of the pending exception (just the message for ImportError, whose text we
+ * write ourselves), cleared. */
+static void exception_text(char *out, size_t n)
+{
+    PyObject *type, *val, *tb;
+    PyErr_Fetch(&type, &val, &tb);
+    PyErr_NormalizeException(&type, &val, &tb);
+    const char *tname = type ? ((PyTypeObject *)type)->tp_name : "error";
+    PyObject *s = val ? PyObject_Str(val) : NULL;
+    const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+    if (!msg) {
+        PyErr_Clear();
+        msg = "(no message)";
+    }
+    if (type && PyErr_GivenExceptionMatches(type, PyExc_ImportError))
+        snprintf(out, n, "%s", msg);
+    else
+        snprintf(out, n, "%s: %s", tname, msg);
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(val);
+    Py_XDECREF(tb);
+}
+
+static int start_interpreter(struct ts_ctx *ctx)
+{
+    if (!dlopen("libpython3.11.so.1.0", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
+        ts_set_load_error(ctx, "python: cannot make libpython3.11 global: %s", dlerror());
+        return -1;
+    }
+    if (PyImport_AppendInittab("_ts_worker", pyh_module_init) < 0) {
+        ts_set_load_error(ctx, "python: cannot register the _ts_worker module");
+        return -1;
+    }
+    PyConfig cfg;
+    PyConfig_InitIsolatedConfig(&cfg);
+    cfg.install_signal_handlers = 0;
+    cfg.parse_argv = 0;
+    /* the prefix (stdlib, dist-packages) is found from the interpreter's own path */
+    PyStatus st = PyConfig_SetBytesString(&cfg, &cfg.program_name, "/usr/bin/python3.11");
+    if (!PyStatus_Exception(st))
+        st = Py_InitializeFromConfig(&cfg);
+    PyConfig_Clear(&cfg);
+    if (PyStatus_Exception(st)) {
+        ts_set_load_error(ctx, "python: cannot start the interpreter: %s",
+                          st.err_msg ? st.err_msg : "unknown error");
+        return -1;
+    }
+    return 0;
+}
+
+/* <directory of this plugin>/python: where the Makefile puts our ts package. */
+static char *package_dir(void)
+{
+    Dl_info info;
+    if (!dladdr((void *)package_dir, &info) || !info.dli_fname)
+        return NULL;
+    char *copy = strdup(info.dli_fname);
+    if (!copy)
+        abort();
+    const char *dir = dirname(copy); /* may point into copy */
+    size_t n = strlen(dir) + sizeof("/python");
+    char *out = malloc(n);
+    if (!out)
+        abort();
+    snprintf(out, n, "%s/python", dir);
+    free(copy);
+    return out;
+}
+
+static int py_init_common(struct ts_ctx *ctx, void **state, int continuous)
+{
+    char err[1024];
+    *state = NULL;
+    pyh_ctx = ctx;
+    pyh_n = 0;
+    if (start_interpreter(ctx))
+        return -1;
+    char *pkg = package_dir();
+    if (!pkg) {
+        ts_set_load_error(ctx, "python: cannot find the plugin's directory");
+        return -1;
+    }
+    PyObject *path = PySys_GetObject("path"); /* borrowed */
+    PyObject *p = PyUnicode_DecodeFSDefault(pkg);
+    free(pkg);
+    if (!path || !p || PyList_Insert(path, 0, p) < 0) {
+        Py_XDECREF(p);
+        exception_text(err, sizeof(err));
+        ts_set_load_error(ctx, "python: sys.path: %s", err);
+        return -1;
+    }
+    Py_DECREF(p);
+
+    PyObject *mod = PyImport_ImportModule("ts._service");
+    if (!mod) {
+        exception_text(err, sizeof(err));
+        ts_set_load_error(ctx, "python: cannot import our ts package: %s", err);
+        return -1;
+    }
+    step_fn = PyObject_GetAttrString(mod, "step");
+    PyObject *r = step_fn ? PyObject_CallMethod(mod, "load", "sssii", ts_handler_spec(ctx),
+                                                ts_model_name(ctx), ts_model_dir(ctx),
+                                                ts_batch_size(ctx), continuous)
+                          : NULL;
+    Py_DECREF(mod);
+    if (!r) {
+        exception_text(err, sizeof(err));
+        ts_set_load_error(ctx, "%s", err);
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+static int py_init(struct ts_ctx *ctx, void **state)
+{
+    return py_init_common(ctx, state, 0);
+}
+
+static int py_init_continuous(struct ts_ctx *ctx, void **state)
+{
+    return py_init_common(ctx, state, 1);
+}
+
+static void py_handle(void *state, struct ts_ctx *ctx, size_t n)
+{
+    (void)state;
+    pyh_ctx = ctx;
+    pyh_n = n;
+    PyObject *r = PyObject_CallFunction(step_fn, "n", (Py_ssize_t)n);
+    if (!r) {
+        /* ts._service answers handler errors itself; this is a fault of ours */
+        char err[1024];
+        exception_text(err, sizeof(err));
+        ts_log(ctx, 3, "python: step failed: %s", err);
+        for (size_t i = 0; i < n; i++)
+            ts_set_error(ctx, i, 500, "python worker: %s", err);
+    }
+    Py_XDECREF(r);
+    pyh_n = 0;
+}
+
+static void py_destroy(void *state)
+{
+    (void)state;
+    Py_CLEAR(step_fn);
+}
+
+static const struct ts_handler python_handler = {
+    .abi_version = TS_HANDLER_ABI_VERSION,
+    .name = "python",
+    .flags = 0,
+    .init = py_init,
+    .handle = py_handle,
+    .destroy = py_destroy,
+};
+
+static const struct ts_handler python_handler_continuous = {
+    .abi_version = TS_HANDLER_ABI_VERSION,
+    .name = "python",
+    .flags = TS_HANDLER_CONTINUOUS,
+    .init = py_init_continuous,
+    .handle = py_handle,
+    .destroy = py_destroy,
+};
+
+const struct ts_handler *ts_python_handler(void)
+{
+    return &python_handler;
+}
+
+const struct ts_handler *ts_python_handler_continuous(void)
+{
+    return &python_handler_continuous;
+}

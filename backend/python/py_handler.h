@@ -1,0 +1,29 @@
+/*
+ * py_handler: the Python handler plugin (build/lib/libts_python.so), internal header.
+ *
+ * The plugin embeds CPython in the worker that serves a Python model and runs TorchServe's
+ * handler contract (our `ts` package, backend/python/ts/). py_handler.c is the `struct
+ * ts_handler`; py_module.c is the C module `_ts_worker` through which the Python side reads the
+ * requests of the current call and answers them. Worker thread only; the GIL is held for the life
+ * of the process (the worker is single-threaded, so there is nobody to release it to).
+ */
+#ifndef TS_PY_HANDLER_H
+#define TS_PY_HANDLER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "handler.h"
+
+/* The worker context and request count of the call in progress (init: n = 0). */
+extern struct ts_ctx *pyh_ctx;
+extern size_t pyh_n;
+
+/* PyImport_AppendInittab entry of _ts_worker. */
+PyObject *pyh_module_init(void);
+
+/* The handler getters the worker's handler_loader looks up (handler.h's ts_handler_get_fn). */
+const struct ts_handler *ts_python_handler(void);
+const struct ts_handler *ts_python_handler_continuous(void);
+
+#endif

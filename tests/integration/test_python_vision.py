@@ -1,0 +1,265 @@
+"""The built-in image_classifier (our ts package) serving the resnet18 example (issue 11).
+
+- HTTP and gRPC, with JPEG and PNG images made here with PIL: the answer is the top-5
+  {label: probability}, and equals what torch computes here with torchvision's transforms for the
+  same image and the same weights (taken out of model-store/resnet18.mar), within 1e-5;
+- 8 concurrent requests run as one batch of 8 (x-ts-worker-batch: 8 on every answer), each with
+  its own image's answer;
+- a body that is not an image is a 500 naming the problem, and the worker keeps serving;
+- archives from our archiver with --handler x.py --model-file model.py --extra-files
+  index_to_name.json serve, as .mar, as .tar.gz, and as the tgz torch-model-archiver writes
+  (every entry under NAME/); a missing handler file is refused at archive time.
+"""
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import zipfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import BIN, MODEL_STORE, PYSTUBS  # noqa: E402
+
+sys.path.insert(0, PYSTUBS)
+import grpc  # noqa: E402
+import inference_pb2 as ipb  # noqa: E402
+import inference_pb2_grpc as igrpc  # noqa: E402
+
+torch = pytest.importorskip("torch")
+Image = pytest.importorskip("PIL.Image")
+transforms = pytest.importorskip("torchvision.transforms")
+
+TOL = 1e-5
+ARCHIVER = os.path.join(BIN, "torchserve-c-archiver")
+
+
+# ---------------------------------------------------------------------------------- reference
+
+@pytest.fixture(scope="module")
+def ref():
+    """The archive's model.py, weights and labels, loaded by torch in this process."""
+    d = tempfile.mkdtemp(prefix="tsc-r18-")
+    with zipfile.ZipFile(os.path.join(MODEL_STORE, "resnet18.mar")) as z:
+        z.extractall(d)
+    manifest = json.load(open(os.path.join(d, "MAR-INF", "MANIFEST.json")))
+    assert manifest["model"]["handler"] == "image_classifier"
+    assert manifest["model"]["modelFile"] == "model.py"
+    sys.path.insert(0, d)
+    try:
+        import model as model_py
+    finally:
+        sys.path.remove(d)
+    sys.modules.pop("model", None)
+    net = model_py.ResNet18()
+    net.load_state_dict(torch.load(os.path.join(d, manifest["model"]["serializedFile"])))
+    net.eval()
+    with open(os.path.join(d, "index_to_name.json")) as f:
+        labels = {int(k): v[-1] for k, v in json.load(f).items()}
+    tf = transforms.Compose([
+        transforms.Resize(256),
+        transforms.CenterCrop(224),
+        transforms.ToTensor(),
+        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ])
+    yield {"net": net, "labels": labels, "tf": tf, "dir": d}
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def make_image(seed, fmt, size=(320, 240)):
+    """A smooth random RGB image (so JPEG keeps it recognisable), as JPEG or PNG bytes."""
+    g = torch.Generator().manual_seed(seed)
+    small = (torch.rand(3, 8, 8, generator=g) * 255).to(torch.uint8)
+    img = Image.fromarray(small.permute(1, 2, 0).numpy(), "RGB").resize(size, Image.BILINEAR)
+    buf = io.BytesIO()
+    img.save(buf, fmt)
+    return buf.getvalue()
+
+
+def expected(ref, data):
+    """All 1000 probabilities torch gives for these image bytes."""
+    x = ref["tf"](Image.open(io.BytesIO(data))).unsqueeze(0)
+    with torch.no_grad():
+        return torch.softmax(ref["net"](x), dim=1)[0]
+
+
+def assert_top5(ref, got, data, what):
+    p = expected(ref, data)
+    top = torch.topk(p, 6)
+    # the reference itself must separate its top 5 from the 6th, or the check would be luck
+    assert top.values[4] - top.values[5] > 10 * TOL, f"{what}: ambiguous image"
+    want = [ref["labels"][int(i)] for i in top.indices[:5]]
+    assert isinstance(got, dict) and list(got) == want, f"{what}: got {got}, want {want}"
+    by_label = {v: k for k, v in ref["labels"].items()}
+    for label, prob in got.items():
+        diff = abs(prob - float(p[by_label[label]]))
+        assert diff <= TOL, f"{what}: {label}: {prob} vs torch {float(p[by_label[label]])}"
+
+
+def predict_until_ready(s, model, data, timeout=120):
+    import time
+    import requests
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            r = requests.post(s.url(f"/predictions/{model}"), data=data, timeout=60)
+            if r.status_code == 200:
+                return r
+            last = r.text
+        except requests.RequestException as e:
+            last = e
+        time.sleep(0.3)
+    raise AssertionError(f"{model} not ready: {last}\n{s.log()[-3000:]}")
+
+
+# ---------------------------------------------------------------------------------- serving
+
+@pytest.fixture(scope="module")
+def srv():
+    from conftest import start_server
+    tmp = tempfile.mkdtemp(prefix="tsc-test-")
+    # maxBatchDelay long enough that 8 concurrent requests always meet in one batch
+    s = start_server(tmp, models=["resnet18"],
+                     yaml={"resnet18": {"batchSize": 8, "maxBatchDelay": 3000}})
+    try:
+        predict_until_ready(s, "resnet18", make_image(0, "PNG"))
+        yield s
+    finally:
+        s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_http_top5_equals_torch(srv, ref, fmt):
+    for seed in (1, 2):
+        data = make_image(seed, fmt)
+        ctype = "image/jpeg" if fmt == "JPEG" else "image/png"
+        r = srv.post("/predictions/resnet18", data=data, headers={"Content-Type": ctype},
+                     timeout=60)
+        assert r.status_code == 200, r.text
+        assert_top5(ref, r.json(), data, f"HTTP {fmt} seed {seed}")
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_grpc_top5_equals_torch(srv, ref, fmt):
+    st = igrpc.InferenceAPIsServiceStub(grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}"))
+    data = make_image(3, fmt, size=(224, 300))
+    r = st.Predictions(ipb.PredictionsRequest(model_name="resnet18", input={"data": data}),
+                       timeout=60)
+    assert_top5(ref, json.loads(r.prediction), data, f"gRPC {fmt}")
+
+
+def test_eight_concurrent_requests_are_one_batch(srv, ref):
+    """batchSize 8, maxBatchDelay 3 s: the 8 requests go to the worker together and the handler
+    stacks them into one forward; every answer says so and is its own image's answer."""
+    import requests
+    images = [make_image(100 + i, "JPEG" if i % 2 else "PNG") for i in range(8)]
+    out = [None] * 8
+    barrier = threading.Barrier(8)
+
+    def client(i):
+        barrier.wait()
+        out[i] = requests.post(srv.url("/predictions/resnet18"), data=images[i], timeout=60)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, r in enumerate(out):
+        assert r is not None and r.status_code == 200, r.text if r is not None else None
+        assert r.headers.get("x-ts-worker-batch") == "8", dict(r.headers)
+        assert_top5(ref, r.json(), images[i], f"batched request {i}")
+
+
+def test_not_an_image_is_an_error_and_the_worker_goes_on(srv, ref):
+    r = srv.post("/predictions/resnet18", data=b"this is not an image", timeout=60)
+    assert r.status_code >= 400, r.text
+    assert "not an image PIL can read" in r.text, r.text
+    data = make_image(7, "PNG")
+    r = srv.post("/predictions/resnet18", data=data, timeout=60)
+    assert r.status_code == 200, r.text
+    assert_top5(ref, r.json(), data, "after the error")
+
+
+# ---------------------------------------------------------------------------------- archives
+
+HANDLER_PY = """\
+from ts.torch_handler.image_classifier import ImageClassifier
+
+
+class TopThree(ImageClassifier):
+    topk = 3
+"""
+
+
+def archive(work, ref, fmt, name):
+    shutil.copy(os.path.join(ref["dir"], "model.py"), work)
+    shutil.copy(os.path.join(ref["dir"], "index_to_name.json"), work)
+    shutil.copy(os.path.join(ref["dir"], "resnet18.pt"), work)
+    with open(os.path.join(work, "top3.py"), "w") as f:
+        f.write(HANDLER_PY)
+    r = subprocess.run([ARCHIVER, "--model-name", name, "--handler", "top3.py", "--model-file",
+                        "model.py", "--serialized-file", "resnet18.pt", "--extra-files",
+                        "index_to_name.json", "--archive-format", fmt, "--export-path", "out"],
+                       cwd=work, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def retar_under_top_dir(src, dst, name):
+    """Our flat tgz rewritten as torch-model-archiver --archive-format tgz writes: files only,
+    each under NAME/."""
+    with tarfile.open(src) as t_in, tarfile.open(dst, "w:gz") as t_out:
+        for m in t_in.getmembers():
+            if not m.isfile():
+                continue
+            data = t_in.extractfile(m).read()
+            info = tarfile.TarInfo(f"{name}/{m.name.lstrip('./')}")
+            info.size = len(data)
+            t_out.addfile(info, io.BytesIO(data))
+
+
+def test_python_handler_archives_serve(server_factory, ref):
+    work = tempfile.mkdtemp(prefix="tsc-arch-")
+    try:
+        os.makedirs(os.path.join(work, "out"))
+        archive(work, ref, "default", "r18mar")
+        archive(work, ref, "tgz", "r18tgz")
+        retar_under_top_dir(os.path.join(work, "out", "r18tgz.tar.gz"),
+                            os.path.join(work, "out", "r18top.tar.gz"), "r18top")
+        with zipfile.ZipFile(os.path.join(work, "out", "r18mar.mar")) as z:
+            man = json.loads(z.read("MAR-INF/MANIFEST.json"))
+            assert man["runtime"] == "python" and man["model"]["handler"] == "top3.py"
+            assert "top3.py" in z.namelist()
+        s = server_factory(config={"enable_model_api": True})
+        for f in ("r18mar.mar", "r18tgz.tar.gz", "r18top.tar.gz"):
+            shutil.copy(os.path.join(work, "out", f), s.store)
+        data = make_image(11, "JPEG")
+        p = expected(ref, data)
+        top = torch.topk(p, 3)
+        want = [ref["labels"][int(i)] for i in top.indices]
+        for url, name in (("r18mar.mar", "r18mar"), ("r18tgz.tar.gz", "r18tgz"),
+                          ("r18top.tar.gz", "r18top")):
+            r = s.post(f"/models?url={url}&model_name={name}&initial_workers=1"
+                       "&synchronous=true", api="management", timeout=180)
+            assert r.status_code == 200, (url, r.text)
+            r = s.post(f"/predictions/{name}", data=data, timeout=60)
+            assert r.status_code == 200, (url, r.text)
+            got = r.json()
+            assert list(got) == want, (url, got, want)
+            for label, prob, q in zip(got, got.values(), top.values):
+                assert abs(prob - float(q)) <= TOL, (url, label, prob, float(q))
+        # a handler file that is not there is refused when archiving, by name
+        r = subprocess.run([ARCHIVER, "--model-name", "nohandler", "--handler", "absent.py",
+                            "--model-file", "model.py", "--export-path", "out"],
+                           cwd=work, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "absent.py" in r.stderr, r.stderr
+        assert not os.path.exists(os.path.join(work, "out", "nohandler.mar"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
