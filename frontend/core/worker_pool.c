@@ -112,8 +112,6 @@ static void fail_inflight(struct worker *w, int status, const char *type, const 
  * finalizer on the loop, which never runs once the loop has exited (server shutdown). */
 static void close_conn(struct worker *w)
 {
-    event_del(w->flush_ev);
-    buf_reset(&w->out);
     if (w->bev) {
         evutil_socket_t fd = bufferevent_getfd(w->bev);
         if (fd >= 0)
@@ -140,7 +138,6 @@ static void worker_free(struct worker *w)
     close_conn(w);
     if (w->timer)
         event_free(w->timer);
-    event_free(w->flush_ev);
     buf_free(&w->out);
     free(w);
 }
@@ -155,40 +152,22 @@ static void worker_kill(struct worker *w, const char *reason)
         kill(w->pid, SIGKILL);
 }
 
-/* Frames for a worker are encoded into w->out and handed to the socket once per loop turn, after
- * every event of that turn has run: the requests that arrive together (several connections
- * readable at once, or the answers of several batches read at once) go out in one send, and the
- * worker finds them in one read. The send is direct when nothing is queued in the bufferevent:
- * bufferevent_write would wait for the next loop turn and cost two epoll_ctl calls (write
- * interest on, then off) per frame. What the socket does not take now is queued as before; an
- * error is left to the bufferevent, which meets it on its own write and reports it to
+/* Writes to the worker at once when nothing is queued: bufferevent_write would wait for the
+ * next loop turn and cost two epoll_ctl calls (write interest on, then off) per frame, and the
+ * worker would start that much later. What the socket does not take now is queued as before;
+ * an error is left to the bufferevent, which meets it on its own write and reports it to
  * on_event. */
-static void on_flush(evutil_socket_t fd, short what, void *arg)
+static void worker_write(struct worker *w, const void *data, size_t len)
 {
-    (void)fd;
-    (void)what;
-    struct worker *w = arg;
-    const uint8_t *data = w->out.data;
-    size_t len = w->out.len;
-    if (!w->bev || !len)
-        return;
     if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
         ssize_t n = send(bufferevent_getfd(w->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
-            data += n;
+            data = (const char *)data + n;
             len -= (size_t)n;
         }
     }
     if (len)
         bufferevent_write(w->bev, data, len);
-    buf_reset(&w->out);
-}
-
-/* Call after appending a frame to w->out. */
-static void worker_kick(struct worker *w)
-{
-    if (w->bev && !event_pending(w->flush_ev, EV_WRITE, NULL))
-        event_active(w->flush_ev, EV_WRITE, 0);
 }
 
 static void handle_load_reply(struct worker *w, const struct otf_response *r)
@@ -420,7 +399,7 @@ static void worker_spawn(struct worker *w)
     };
     buf_reset(&w->out);
     otf_encode_load(&w->out, &l);
-    worker_kick(w);
+    worker_write(w, w->out.data, w->out.len);
     arm_timer(w, (int64_t)g->startup_timeout_s * 1000);
     LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, g->name, g->version);
 }
@@ -547,7 +526,6 @@ static struct worker *worker_new(struct worker_group *g)
     TAILQ_INIT(&w->inflight);
     buf_init(&w->out);
     w->timer = evtimer_new(srv->base, on_timer, w);
-    w->flush_ev = event_new(srv->base, -1, 0, on_flush, w);
     TAILQ_INSERT_TAIL(&g->workers, w, link);
     g->n_workers++;
     return w;
@@ -620,6 +598,7 @@ int worker_takes_jobs(const struct worker *w)
 
 void worker_send_batch(struct worker *w, struct job **jobs, int n)
 {
+    buf_reset(&w->out);
     otf_encode_infer_begin(&w->out);
     for (int i = 0; i < n; i++) {
         struct job *j = jobs[i];
@@ -637,7 +616,7 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
         w->n_inflight++;
     }
     otf_encode_list_end(&w->out);
-    worker_kick(w);
+    worker_write(w, w->out.data, w->out.len);
     w->group->n_batches++;
     hist_observe(&w->group->batch_sizes, hist_size_bounds, n);
     if ((uint64_t)n > w->group->max_batch_seen)
@@ -650,8 +629,9 @@ void worker_send_seq_event(struct worker *w, const char *seq_id, int event)
 {
     if (!w->bev)
         return; /* a respawned worker learns from the state store instead */
+    buf_reset(&w->out);
     otf_encode_seq_event(&w->out, otf_s(seq_id), event);
-    worker_kick(w);
+    worker_write(w, w->out.data, w->out.len);
 }
 
 void worker_pause_job(struct worker *w, struct job *j, int paused)
@@ -660,8 +640,9 @@ void worker_pause_job(struct worker *w, struct job *j, int paused)
     w->n_paused += paused ? 1 : -1;
     if (w->bev) {
         struct otf_str id = otf_s(j->id);
+        buf_reset(&w->out);
         otf_encode_pause(&w->out, &id, 1, paused);
-        worker_kick(w);
+        worker_write(w, w->out.data, w->out.len);
     }
     LOG_REQ(LOG_LEVEL_INFO, j->rid,
             paused ? "client reads slower than its stream: paused on worker %d"
@@ -678,8 +659,9 @@ void worker_cancel_job(struct worker *w, struct job *j)
     inflight_remove(w, j);
     if (w->bev) {
         struct otf_str id = otf_s(j->id);
+        buf_reset(&w->out);
         otf_encode_cancel(&w->out, &id, 1);
-        worker_kick(w);
+        worker_write(w, w->out.data, w->out.len);
     }
     LOG_REQ(LOG_LEVEL_INFO, j->rid, "client went away; cancelled on worker %d", w->id);
     if (w->n_inflight == w->n_paused)

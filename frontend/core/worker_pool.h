@@ -83,9 +83,8 @@ struct worker {
     int64_t last_io_us;
     int retries; /* consecutive failures, for back-off */
     unsigned long oom_kills_at_spawn;
-    struct buf out;         /* frames not yet handed to the socket (flushed once a loop turn) */
-    struct event *flush_ev; /* active while out holds something */
-    uint64_t steps;         /* response frames received */
+    struct buf out; /* scratch for encoding */
+    uint64_t steps; /* response frames received */
     int64_t ready_since_us;
     const char *kill_reason;   /* why we killed it, for the in-flight jobs' error */
     TAILQ_ENTRY(worker) link;  /* group->workers */
