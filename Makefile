@@ -25,6 +25,8 @@ endif
 
 CFLAGS   := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
             -Icommon -Ibackend -Ifrontend -I$(BUILD)/gen
+# e.g. EXTRA_CFLAGS=-DTS_METRICS_OFF BUILD=build-nometrics: the metrics' A/B baseline
+CFLAGS   += $(EXTRA_CFLAGS)
 CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -Ibackend \
             -I/usr/include/torch/csrc/api/include -Wno-unused-parameter
 LDFLAGS  := -pthread -rdynamic

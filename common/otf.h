@@ -40,18 +40,13 @@
 /* Metrics a worker reports with a prediction (our extension; TorchServe's Python worker prints
  * them on stdout instead). The header's value is lines "KIND NAME UNIT VALUE\n": KIND 'c'
  * counter, 'g' gauge, 'h' histogram; NAME [A-Za-z_:][A-Za-z0-9_:]*; UNIT [A-Za-z0-9_%/.-]+ ("-"
- * for none); VALUE a finite number. The frontend takes the header out of the prediction before
- * any transport sees it, and handlers cannot set it (ts_set_header refuses the name). */
+ * for none); VALUE a finite double as the 16 lowercase hex digits of its IEEE-754 bits (exact,
+ * and cheap to read on the frontend's request path). The frontend takes the header out of the
+ * prediction before any transport sees it, and handlers cannot set it (ts_set_header refuses the
+ * name). */
 #define OTF_METRICS_KEY "ts_worker_metrics"
 #define OTF_METRIC_NAME_MAX 64
 #define OTF_METRIC_UNIT_MAX 24
-
-struct otf_metric {
-    char kind; /* 'c', 'g' or 'h' */
-    char name[OTF_METRIC_NAME_MAX + 1];
-    char unit[OTF_METRIC_UNIT_MAX + 1]; /* "" for none */
-    double value;
-};
 
 /* Sequence events (our extension) */
 enum otf_seq_event {
@@ -160,6 +155,14 @@ long otf_decode_response(const uint8_t *p, size_t len, size_t max_field, struct 
 void otf_response_free(struct otf_response *r);
 long otf_decode_command(const uint8_t *p, size_t len, size_t max_field, struct otf_command *out);
 void otf_command_free(struct otf_command *c);
+
+/* A decoded metric line; name and unit point into the line (zero copy, as the frames). */
+struct otf_metric {
+    char kind; /* 'c', 'g' or 'h' */
+    struct otf_str name;
+    struct otf_str unit; /* len 0 for none */
+    double value;
+};
 
 /* Appends one metric line. The name and unit are made valid (other bytes become '_', a leading
  * digit gets a '_' before it, both are cut at their maximum); -EINVAL for an unknown kind, an

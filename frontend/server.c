@@ -29,6 +29,7 @@
 #include "http/http_tls.h"
 #include "log.h"
 #include "mgmt/auth.h"
+#include "rlog.h"
 #include "mgmt/management.h"
 #include "mgmt/model_register.h"
 #include "mgmt/snapshot.h"
@@ -188,6 +189,46 @@ static int check_snapshots(const struct config *c)
     return 0;
 }
 
+/* access_log.log and model_log.log under log_location, and ts_log.log's rotation when our
+ * stderr is that file (the background start points it there; --foreground keeps the
+ * terminal). -1 after saying why. */
+static int open_logs(void)
+{
+    const struct config *c = &srv->cfg;
+    const char *dir = c->log_location;
+    const char *sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
+    char why[512];
+    char *p = xasprintf("%s%smodel_log.log", dir, sep);
+    srv->model_log = rlog_open(p, c->log_max_size, c->log_max_files, why, sizeof(why));
+    free(p);
+    if (c->enable_access_log && srv->model_log) {
+        p = xasprintf("%s%saccess_log.log", dir, sep);
+        srv->access_log = rlog_open(p, c->log_max_size, c->log_max_files, why, sizeof(why));
+        free(p);
+    }
+    if (!srv->model_log || (c->enable_access_log && !srv->access_log)) {
+        LOG_ERROR("log_location: %s", why);
+        fprintf(stderr, "torchserve-c: log_location: %s\n", why);
+        return -1;
+    }
+    p = xasprintf("%s%sts_log.log", dir, sep);
+    struct stat a, b;
+    if (fstat(2, &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        srv->ts_log = rlog_adopt_stdio(p, c->log_max_size, c->log_max_files, why, sizeof(why));
+    free(p);
+    LOG_INFO("logs in %s: rotated at %ld bytes, %d files kept; access log %s", dir, c->log_max_size,
+             c->log_max_files, c->enable_access_log ? "on" : "off");
+    return 0;
+}
+
+static void close_logs(void)
+{
+    rlog_close(srv->access_log);
+    rlog_close(srv->model_log);
+    rlog_close(srv->ts_log);
+    srv->access_log = srv->model_log = srv->ts_log = NULL;
+}
+
 int server_main(const struct server_opts *o)
 {
     static struct server s;
@@ -270,6 +311,8 @@ int server_main(const struct server_opts *o)
     mgmt_init();
 
     int rc = 1;
+    if (open_logs() != 0)
+        goto out;
     if (auth_init(!srv->cfg.disable_token_authorization, srv->cfg.token_expiration_min) != 0) {
         LOG_ERROR("cannot write %s in the working directory: %s", AUTH_KEY_FILE, strerror(errno));
         goto out;
@@ -291,6 +334,8 @@ int server_main(const struct server_opts *o)
     }
     if (grpc_servers_start() != 0)
         goto out;
+    if (http_metrics_log_start() != 0)
+        goto out;
     load_startup_models(o);
 
     printf("Model server started.\n");
@@ -304,6 +349,7 @@ int server_main(const struct server_opts *o)
     event_base_dispatch(srv->base);
     rc = 0;
 out:
+    http_metrics_log_stop();
     http_servers_stop();
     /* before mgmt_shutdown: cancelled gRPC calls detach from their pending operations */
     grpc_servers_stop();
@@ -316,6 +362,7 @@ out:
     event_free(ev_sigterm);
     auth_shutdown();
     event_base_free(srv->base);
+    close_logs();
     if (ts_rmtree(srv->run_dir) != 0)
         LOG_WARN("could not remove %s", srv->run_dir);
     free(srv->run_dir);

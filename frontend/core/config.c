@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "properties.h"
+#include "rlog.h"
 #include "util.h"
 
 enum kind {
@@ -33,6 +34,7 @@ enum kind {
     K_METRICS,    /* char *, log | prometheus | legacy */
     K_GRPC_HOST,  /* char *, a bare host name or address */
     K_POS_DOUBLE, /* double > 0 */
+    K_SIZE,       /* long > 0 bytes: "10MB", "512KB", "4096" (rlog_parse_size) */
 };
 
 struct key {
@@ -93,6 +95,8 @@ static const struct key keys[] = {
     {"allowed_urls", K_STR, F(allowed_urls), 0, 0},
     {"enable_metrics_api", K_BOOL, F(enable_metrics_api), 0, 0},
     {"metrics_mode", K_METRICS, F(metrics_mode), 0, 0},
+    /* TorchServe's system-metrics period; here: how often metrics_mode=log writes them */
+    {"metric_time_interval", K_INT, F(metric_time_interval), 1, 86400},
     {"initial_worker_port", K_INT, F(initial_worker_port), 1, 65535},
     {"worker_threads", K_INT, F(worker_threads), 1, 1024},
     {"ts_header_key_sequence_id", K_STR, F(ts_header_key_sequence_id), 0, 0},
@@ -102,6 +106,11 @@ static const struct key keys[] = {
     {"model_snapshot", K_JSON, F(snapshot_json), 0, 0},
     {"state_dir", K_STR, F(state_dir), 0, 0},
     {"log_location", K_STR, F(log_location), 0, 0},
+    /* ours: access_log.log, model_log.log and ts_log.log rotate at log_max_size, keeping
+     * log_max_files rotated files each (log4j2.xml's job in TorchServe) */
+    {"log_max_size", K_SIZE, F(log_max_size), 0, 0},
+    {"log_max_files", K_INT, F(log_max_files), 1, 1000},
+    {"enable_access_log", K_BOOL, F(enable_access_log), 0, 0},
     {"oip_stream_response", K_STR, F(oip_stream_response), 0, 0},
 };
 
@@ -119,7 +128,7 @@ static const struct {
 } unsupported[] = {
     {"number_of_netty_threads", WARN, NULL, "there is no Netty: one libevent loop serves HTTP"},
     {"netty_client_threads", WARN, NULL, "there is no Netty: workers speak over Unix sockets"},
-    {"async_logging", WARN, NULL, "logging is line-buffered stderr"},
+    {"async_logging", WARN, NULL, "the access and model logs are always written by a thread"},
     {"prefer_direct_buffer", WARN, NULL, "a JVM setting"},
     {"use_native_io", WARN, NULL, "a JVM setting"},
     {"io_ratio", WARN, NULL, "a JVM setting"},
@@ -142,7 +151,6 @@ static const struct {
     {"model_metrics_auto_detect", WARN, NULL, "the metrics API serves a fixed set (README)"},
     {"disable_system_metrics", WARN, NULL, "no system metrics are collected"},
     {"system_metrics_cmd", WARN, NULL, "no system metrics are collected"},
-    {"metric_time_interval", WARN, NULL, "no system metrics are collected"},
     {"keystore", REFUSE, "",
      "Java keystores are not read: use certificate_file and "
      "private_key_file (PEM)"},
@@ -195,6 +203,7 @@ void config_defaults(struct config *c)
     c->allowed_urls = xstrdup("file://.*|http(s)?://.*");
     c->enable_metrics_api = 1;
     c->metrics_mode = xstrdup("prometheus");
+    c->metric_time_interval = -1; /* unset: 60 s in log mode */
     c->initial_worker_port = 9000;
     c->worker_threads = 1;
     c->ts_header_key_sequence_id = xstrdup("ts_request_sequence_id");
@@ -202,6 +211,9 @@ void config_defaults(struct config *c)
     c->ts_header_key_sequence_end = xstrdup("ts_request_sequence_end");
     c->state_dir = NULL; /* default: <run dir>/state, see server.c */
     c->log_location = xstrdup("logs/");
+    c->log_max_size = 100L << 20;
+    c->log_max_files = 5;
+    c->enable_access_log = 1;
     c->oip_stream_response = xstrdup("triton");
 }
 
@@ -335,12 +347,17 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
         set_str(field, v);
         return NULL;
     case K_METRICS:
-        if (!strcmp(v, "log") || !strcmp(v, "legacy"))
+        if (!strcmp(v, "legacy"))
             return "not supported by torchserve-c: metrics are served in Prometheus format on "
-                   "the metrics API (metrics_mode=prometheus)";
-        if (strcmp(v, "prometheus"))
-            return "expected prometheus (log and legacy are TorchServe's, not supported)";
+                   "the metrics API (metrics_mode=prometheus) or written to ts_metrics.log "
+                   "(metrics_mode=log)";
+        if (strcmp(v, "prometheus") && strcmp(v, "log"))
+            return "expected prometheus or log (legacy is TorchServe's, not supported)";
         set_str(field, v);
+        return NULL;
+    case K_SIZE:
+        if (rlog_parse_size(v, (long *)field))
+            return "expected a size in bytes, e.g. 10MB, 512KB or 4096";
         return NULL;
     case K_JSON: {
         if (!*v) {

@@ -50,7 +50,8 @@ struct config {
     double token_expiration_min;        /* 60; a fraction is allowed (TorchServe: Double) */
     char *allowed_urls;                 /* "file://.*|http(s)?://.*" */
     int enable_metrics_api;             /* true */
-    char *metrics_mode;                 /* "log" */
+    char *metrics_mode;                 /* "prometheus" (ours), or "log": ts_metrics.log */
+    int metric_time_interval;           /* log mode: seconds between writes; -1 unset (60) */
     int initial_worker_port;            /* 9000: worker ids count up from here */
     int worker_threads;                 /* our key: intra-op threads per worker, default 1 */
     char *ts_header_key_sequence_id;    /* ts_request_sequence_id */
@@ -62,6 +63,9 @@ struct config {
     int snapshot_line;
     char *state_dir;           /* our key: state_dir; default <run dir>/state */
     char *log_location;        /* logs/ */
+    long log_max_size;         /* our key: rotate each log past this many bytes (100 MiB) */
+    int log_max_files;         /* our key: rotated files kept per log (5) */
+    int enable_access_log;     /* our key: access_log.log (true) */
     char *oip_stream_response; /* our key: triton (default) | mlserver */
 };
 

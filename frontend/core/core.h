@@ -16,6 +16,7 @@
 
 struct event_base;
 struct model;
+struct rlog;
 
 struct metrics_counters {
     uint64_t requests_2xx, requests_4xx, requests_5xx;
@@ -34,6 +35,8 @@ struct server {
     int stopping;
     int64_t start_us;
     struct metrics_counters counters;
+    /* under log_location (access_log.c, server.c); NULL when off or not opened */
+    struct rlog *access_log, *model_log, *ts_log;
     LIST_HEAD(, model) models;
 };
 

@@ -29,27 +29,37 @@ static int reserved(const char *name)
     return 0;
 }
 
-const struct custom_metric *custom_metrics_find(const struct custom_metrics *cm, const char *name)
+const struct custom_metric *custom_metrics_find(const struct custom_metrics *cm, const char *name,
+                                                size_t len)
 {
     for (size_t i = 0; i < cm->n; i++)
-        if (!strcmp(cm->v[i].name, name))
+        if (cm->v[i].name_len == len && !memcmp(cm->v[i].name, name, len))
             return &cm->v[i];
     return NULL;
+}
+
+static const char *kind_name(char k)
+{
+    return k == 'c' ? "counter" : k == 'g' ? "gauge" : "histogram";
 }
 
 int custom_metrics_record(struct custom_metrics *cm, const struct otf_metric *m, char *why,
                           size_t n)
 {
-    struct custom_metric *c = (struct custom_metric *)custom_metrics_find(cm, m->name);
+    size_t len = (size_t)m->name.len;
+    struct custom_metric *c = (struct custom_metric *)custom_metrics_find(cm, m->name.p, len);
+    char name[OTF_METRIC_NAME_MAX + 1]; /* for the slow paths: a new name, a refusal */
+    if (!c || c->kind != m->kind || (c->kind == 'c' && m->value < 0))
+        snprintf(name, sizeof(name), "%.*s", (int)len, m->name.p);
     if (!c) {
-        if (reserved(m->name)) {
-            snprintf(why, n, "%s is a metric the frontend serves itself", m->name);
+        if (reserved(name)) {
+            snprintf(why, n, "%s is a metric the frontend serves itself", name);
             goto refuse;
         }
-        int own = strcmp(m->name, "HandlerTime") && strcmp(m->name, "PredictionTime");
+        int own = strcmp(name, "HandlerTime") && strcmp(name, "PredictionTime");
         if (own && cm->n_custom == CUSTOM_METRICS_MAX) {
             snprintf(why, n, "%s: the model has %d metric names already (the most it may have)",
-                     m->name, CUSTOM_METRICS_MAX);
+                     name, CUSTOM_METRICS_MAX);
             goto refuse;
         }
         if (!cm->v)
@@ -57,23 +67,18 @@ int custom_metrics_record(struct custom_metrics *cm, const struct otf_metric *m,
         cm->n_custom += own;
         c = &cm->v[cm->n++];
         memset(c, 0, sizeof(*c));
-        strcpy(c->name, m->name);
-        strcpy(c->unit, m->unit);
+        memcpy(c->name, name, len + 1);
+        c->name_len = len;
+        snprintf(c->unit, sizeof(c->unit), "%.*s", (int)m->unit.len, m->unit.p);
         c->kind = m->kind;
     } else if (c->kind != m->kind) {
-        snprintf(why, n, "%s was a %s, not a %s", m->name,
-                 c->kind == 'c'   ? "counter"
-                 : c->kind == 'g' ? "gauge"
-                                  : "histogram",
-                 m->kind == 'c'   ? "counter"
-                 : m->kind == 'g' ? "gauge"
-                                  : "histogram");
+        snprintf(why, n, "%s was a %s, not a %s", name, kind_name(c->kind), kind_name(m->kind));
         goto refuse;
     }
     switch (c->kind) {
     case 'c':
         if (m->value < 0) {
-            snprintf(why, n, "%s is a counter and cannot go down (%g)", m->name, m->value);
+            snprintf(why, n, "%s is a counter and cannot go down (%g)", name, m->value);
             goto refuse;
         }
         c->value += m->value;

@@ -142,6 +142,10 @@ static void group_changed(struct worker_group *g, const char *why)
  * a refused value is logged the first time and every 1,000th time after. */
 static void group_metrics(struct worker_group *g, struct job *j, struct otf_str lines)
 {
+#ifdef TS_METRICS_OFF
+    (void)g, (void)j, (void)lines;
+    return;
+#endif
     struct model *m = model_of_group(g);
     const char *p = lines.p;
     size_t left = lines.len > 0 ? (size_t)lines.len : 0;
@@ -158,7 +162,8 @@ static void group_metrics(struct worker_group *g, struct job *j, struct otf_str 
             continue;
         }
         /* the first frame of a job: its time with the worker less the worker's own */
-        if (j && j->frames == 0 && j->dispatched_us && !strcmp(om.name, "PredictionTime")) {
+        if (j && j->frames == 0 && j->dispatched_us && om.name.len == 14 &&
+            !memcmp(om.name.p, "PredictionTime", 14)) {
             double ms = (double)(ts_now_us() - j->dispatched_us) / 1000.0 - om.value;
             srv->counters.worker_thread_time_ms = ms > 0 ? ms : 0;
         }

@@ -29,6 +29,7 @@
 
 #include "core.h"
 #include "log.h"
+#include "worker_log.h"
 
 extern char **environ;
 
@@ -136,6 +137,7 @@ static void detach_from_group(struct worker *w)
 static void worker_free(struct worker *w)
 {
     close_conn(w);
+    worker_log_free(w->log);
     if (w->timer)
         event_free(w->timer);
     buf_free(&w->out);
@@ -304,7 +306,12 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-/* The default way to start a worker: posix_spawn of torchserve-c-worker with fd on its fd 3. */
+/* The read end of the output pipe of the worker exec_worker_binary just spawned, for
+ * worker_spawn to pick up (the exec hook's signature is the unit tests' too: fakes have none). */
+static int spawn_log_rd = -1;
+
+/* The default way to start a worker: posix_spawn of torchserve-c-worker with fd on its fd 3, its
+ * stdout and stderr on a pipe (worker_log.h). */
 static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *arg)
 {
     (void)arg;
@@ -339,8 +346,20 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fd, 3);
+    int log_wr = -1;
+    spawn_log_rd = worker_log_pipe(&log_wr);
+    if (spawn_log_rd >= 0) {
+        posix_spawn_file_actions_adddup2(&fa, log_wr, 1);
+        posix_spawn_file_actions_adddup2(&fa, log_wr, 2);
+    }
     int rc = posix_spawn(pid, srv->worker_bin, &fa, NULL, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
+    if (log_wr >= 0)
+        close(log_wr);
+    if (rc != 0 && spawn_log_rd >= 0) {
+        close(spawn_log_rd);
+        spawn_log_rd = -1;
+    }
     free(omp);
     free(wid);
     free(envp);
@@ -379,6 +398,11 @@ static void worker_spawn(struct worker *w)
         return;
     }
     w->pid = pid;
+    worker_log_free(w->log); /* the predecessor's, if it was respawned */
+    w->log = NULL;
+    if (spawn_log_rd >= 0)
+        w->log = worker_log_new(spawn_log_rd, w->id, w->group->name, w->group->version);
+    spawn_log_rd = -1;
     w->state = WORKER_STARTING;
     w->start_wall_ms = ts_wall_ms();
     TAILQ_INSERT_TAIL(&all_workers, w, glink);
@@ -436,6 +460,8 @@ static void reap(struct worker *w, int status)
     TAILQ_REMOVE(&all_workers, w, glink);
     w->pid = 0;
     close_conn(w);
+    worker_log_free(w->log); /* its last lines, then the pipe */
+    w->log = NULL;
     evtimer_del(w->timer);
 
     char how[64];

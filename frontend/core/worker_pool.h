@@ -76,10 +76,11 @@ struct worker {
     struct bufferevent *bev;
     struct job_list inflight;
     int n_inflight;
-    int n_paused;          /* of the in-flight jobs */
-    struct event *timer;   /* startup / response timeout, back-off */
-    int64_t start_wall_ms; /* for describe */
-    int64_t load_ms;       /* spawn to load reply (WorkerLoadTime), 0 until loaded */
+    int n_paused;           /* of the in-flight jobs */
+    struct event *timer;    /* startup / response timeout, back-off */
+    int64_t start_wall_ms;  /* for describe */
+    int64_t load_ms;        /* spawn to load reply (WorkerLoadTime), 0 until loaded */
+    struct worker_log *log; /* its stdout/stderr (model_log.log), NULL with a fake exec */
     int64_t last_io_us;
     int retries; /* consecutive failures, for back-off */
     unsigned long oom_kills_at_spawn;

@@ -2,10 +2,10 @@
  * grpc_management: TorchServe's ManagementAPIsService (port 7071). Each rpc decodes its request
  * into the transport-independent operation of management.h and answers one ManagementResponse
  * whose msg is what the operation reports (a status sentence, or the JSON document of list and
- * describe). Failures become gRPC statuses through mgmt_grpc_status (NOT_FOUND, INVALID_ARGUMENT,
- * PERMISSION_DENIED "Model API disabled", INTERNAL, ...). A synchronous register or scale
- * answers once its workers are up; a client that goes away first detaches with mgmt_op_cancel
- * (the workers keep starting). Loop thread only.
+ * describe). Failures become gRPC statuses through grpc_status_from_http (NOT_FOUND,
+ * INVALID_ARGUMENT, PERMISSION_DENIED "Model API disabled", INTERNAL, ...). A synchronous register
+ * or scale answers once its workers are up; a client that goes away first detaches with
+ * mgmt_op_cancel (the workers keep starting). Loop thread only.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +32,13 @@ static void on_done(void *arg, int http_status, const char *type, const char *ms
         r.msg = (char *)(msg ? msg : "");
         gcall_send_finish(c->g, &r.base, GS_OK, NULL);
     } else {
+        /* TorchServe's ManagementImpl: the model API switched off is PERMISSION_DENIED */
         const char *m = msg;
-        int code = mgmt_grpc_status(http_status, type, msg, &m);
+        int code = grpc_status_from_http(http_status);
+        if (http_status == 405 && type && !strcmp(type, "MethodNotAllowedException")) {
+            m = "Model API disabled";
+            code = GS_PERMISSION_DENIED;
+        }
         LOG_INFO("grpc management call %s: %d %s: %s", gcall_id(c->g), http_status,
                  type ? type : "", m ? m : "");
         gcall_finish(c->g, code, m);

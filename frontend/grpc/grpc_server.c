@@ -32,7 +32,6 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <stdio.h>
@@ -42,6 +41,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "core/access_log.h"
 #include "core/core.h"
 #include "grpc_drive.h"
 #include "log.h"
@@ -87,6 +87,8 @@ struct gcall {
     grpc_metadata_array md;
     const struct grpc_method *method;
     char id[24];
+    int64_t start_us;  /* the call arrived (access log's clock) */
+    size_t sent_bytes; /* response messages queued (access log) */
     struct gtag t_new, t_close, t_recv, t_send;
     int pending; /* references: outstanding batches + 1 while owned (see top) */
     int owned;   /* the service holds the call (between dispatch and finish/cancel) */
@@ -318,6 +320,7 @@ static void arm_recv(struct gcall *c, int with_initial_metadata)
 /* Answers a call without involving a service (auth failure, unknown method). */
 static void reject(struct gcall *c, grpc_status_code code, const char *msg)
 {
+    grpc_access(c->call, c->details.method, c->start_us, code, 0, c->id);
     c->status = code;
     c->status_details = grpc_slice_from_copied_string(msg);
     c->status_queued = 1;
@@ -341,6 +344,7 @@ static void on_new(struct gcall *c, int success)
     if (!s->shut_down)
         arm_new_call(s);
     snprintf(c->id, sizeof(c->id), "g%llu", (unsigned long long)++G.next_id);
+    c->start_us = access_log_clock_us();
     if (G.busy_calls++ == 0)
         grpc_drive_busy(1);
 
@@ -512,6 +516,7 @@ static int queue_send(struct gcall *c, struct gmsg *m, int code, const char *tex
     if (m) {
         STAILQ_INSERT_TAIL(&c->out, m, link);
         c->out_bytes += m->len;
+        c->sent_bytes += m->len;
         backlog_check(c);
     }
     if (code >= 0) {
@@ -540,8 +545,12 @@ static void let_go(struct gcall *c, struct gmsg *m, int code, const char *text)
         return;
     }
     c->owned = 0;
-    if (code >= 0)
+    if (code >= 0) {
         grpc_count_status(code);
+        const char *rid = gcall_metadata(c, "x-request-id");
+        grpc_access(c->call, c->details.method, c->start_us, code, c->sent_bytes + (m ? m->len : 0),
+                    rid ? rid : c->id);
+    }
     queue_send(c, m, code, text);
     c->next_released = G.released;
     G.released = c;
@@ -644,31 +653,6 @@ const char *gcall_metadata(struct gcall *c, const char *key)
 
 /* ---- start / stop ---- */
 
-/* Insecure, or TLS with certificate_file and private_key_file when enable_grpc_ssl is set (the
- * files were checked at start, http_tls). NULL (logged) if a file cannot be read. */
-static grpc_server_credentials *server_credentials(void)
-{
-    if (!srv->cfg.enable_grpc_ssl)
-        return grpc_insecure_server_credentials_create();
-    struct buf cert, key;
-    buf_init(&cert);
-    buf_init(&key);
-    grpc_server_credentials *creds = NULL;
-    if (!srv->cfg.certificate_file || !srv->cfg.private_key_file ||
-        buf_read_file(&cert, srv->cfg.certificate_file, 1 << 20) != 0 ||
-        buf_read_file(&key, srv->cfg.private_key_file, 1 << 20) != 0) {
-        LOG_ERROR("enable_grpc_ssl: cannot read certificate_file / private_key_file");
-    } else {
-        buf_put_u8(&cert, 0); /* PEM as C strings */
-        buf_put_u8(&key, 0);
-        grpc_ssl_pem_key_cert_pair pair = {(const char *)key.data, (const char *)cert.data};
-        creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
-    }
-    buf_free(&cert);
-    buf_free(&key);
-    return creds;
-}
-
 static int add_server(struct gsrv *s, const char *name, const char *addr, int port,
                       const struct grpc_method *methods, enum auth_scope scope)
 {
@@ -706,7 +690,7 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     const char *host = addr && *addr ? addr : "127.0.0.1";
     char *target = strchr(host, ':') && host[0] != '[' ? xasprintf("[%s]:%d", host, port)
                                                        : xasprintf("%s:%d", host, port);
-    grpc_server_credentials *creds = server_credentials();
+    grpc_server_credentials *creds = grpc_server_credentials_from_config();
     if (!creds) {
         free(target);
         grpc_server_destroy(s->server);

@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 #include <protobuf-c/protobuf-c.h>
 
 struct gcall;
@@ -107,6 +109,14 @@ const char *gcall_id(const struct gcall *c);
 /* TorchServe's HTTP -> gRPC status table (GRPCUtils.getGRPCStatusCode). */
 /* Counts a call's final status in Requests2XX/4XX/5XX (srv->counters), as HTTP answers are. */
 void grpc_count_status(int code);
+/* The access-log line of an answered call (grpc_status.c): bytes of response messages sent. */
+void grpc_access(grpc_call *call, grpc_slice method, int64_t start_us, int code, size_t bytes,
+                 const char *rid);
 int grpc_status_from_http(int http_status);
+
+/* grpc_tls.c: insecure credentials, or TLS from certificate_file and private_key_file when
+ * enable_grpc_ssl is set (the files were checked at start, http_tls); NULL (logged) if a file
+ * cannot be read. */
+grpc_server_credentials *grpc_server_credentials_from_config(void);
 
 #endif

@@ -1,12 +1,17 @@
 /*
  * grpc_status: TorchServe's HTTP -> gRPC status table (GRPCUtils.getGRPCStatusCode), declared
  * in grpc_server.h, with which the services answer the status a REST client would get; and the
- * other way, the Requests2XX/4XX/5XX class of a gRPC answer for /metrics.
+ * other way, the Requests2XX/4XX/5XX class of a gRPC answer for /metrics; and the access-log
+ * line of an answered call.
  */
 #include "grpc_server.h"
 
 #include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
+#include <stdio.h>
+#include <string.h>
 
+#include "core/access_log.h"
 #include "core/core.h"
 
 int grpc_status_from_http(int s)
@@ -67,4 +72,33 @@ void grpc_count_status(int code)
     default:
         srv->counters.requests_5xx++;
     }
+}
+
+/* by code: 0 OK ... 16 UNAUTHENTICATED */
+static const char *const status_names[] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+void grpc_access(grpc_call *call, grpc_slice method, int64_t start_us, int code, size_t bytes,
+                 const char *rid)
+{
+    if (!access_log_on())
+        return;
+    char *peer = call ? grpc_call_get_peer(call) : NULL;
+    const char *client = peer ? peer : "";
+    /* "ipv4:127.0.0.1:5000" -> "127.0.0.1:5000" */
+    if (!strncmp(client, "ipv4:", 5) || !strncmp(client, "ipv6:", 5))
+        client += 5;
+    char target[256];
+    snprintf(target, sizeof(target), "%.*s", (int)GRPC_SLICE_LENGTH(method),
+             (const char *)GRPC_SLICE_START_PTR(method));
+    char status[24];
+    if (code >= 0 && code < (int)(sizeof(status_names) / sizeof(status_names[0])))
+        snprintf(status, sizeof(status), "%s", status_names[code]);
+    else
+        snprintf(status, sizeof(status), "%d", code);
+    access_log_line(client, "POST", target, "HTTP/2", status, (long long)bytes, start_us, rid);
+    gpr_free(peer);
 }

@@ -3,17 +3,21 @@
  */
 #include "http_guard.h"
 
+#include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* the request's HTTP version (libevent 2.1 has no getter) */
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/ssl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +29,7 @@
 #include "core/core.h"
 #include "http_server.h"
 #include "log.h"
+#include "mgmt/auth.h"
 #include "util.h"
 
 #define MAX_LISTENERS 3
@@ -37,6 +42,17 @@ static int paused; /* listeners disabled: EMFILE or the cap */
 static struct event *resume_ev;
 static int64_t last_log_us;
 static long suppressed; /* log lines not written since the last one */
+
+/* the evhttp of each listener and the token its requests need */
+static struct {
+    const struct evhttp *h;
+    int token_scope;
+} served[MAX_LISTENERS];
+static int n_served;
+static int heads_seen; /* the head hook runs (evhttp_request_new is ours) */
+/* the chunk-size line refused last (printable copy), "" when none: read by evhttp_send_error,
+ * which libevent calls at once for it, and cleared there and at each new head */
+static char bad_chunk_size[40];
 
 int http_guard_max_connections(void)
 {
@@ -178,8 +194,13 @@ static struct bufferevent *on_connection(struct event_base *base, void *arg)
     return bev;
 }
 
-void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound, struct ssl_ctx_st *tls)
+void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound, struct ssl_ctx_st *tls,
+                       int token_scope)
 {
+    if (n_served < MAX_LISTENERS) {
+        served[n_served].h = h;
+        served[n_served++].token_scope = token_scope;
+    }
     evhttp_set_max_headers_size(h, HTTP_LINE_MAX + HTTP_HEAD_MAX);
     evhttp_set_max_body_size(h, srv->cfg.max_request_size);
     /* a refused body is read and dropped, then answered: the client sees the 413, not a reset */
@@ -200,6 +221,7 @@ void http_guard_shutdown(void)
         event_free(resume_ev);
     resume_ev = NULL;
     n_listeners = 0;
+    n_served = 0;
     paused = 0;
 }
 
@@ -218,7 +240,7 @@ static int plain_length(const char *v)
 /* What is wrong with a request: a status, an exception type and a message for the client. */
 struct problem {
     int status;
-    const char *type;
+    char type[48];
     char msg[256];
 };
 
@@ -231,7 +253,7 @@ static int found(struct problem *p, int status, const char *type, const char *fm
     vsnprintf(p->msg, sizeof(p->msg), fmt, ap);
     va_end(ap);
     p->status = status;
-    p->type = type;
+    snprintf(p->type, sizeof(p->type), "%s", type);
     return -1;
 }
 
@@ -253,7 +275,21 @@ static int target_problem(const char *uri, struct problem *pb)
     return 0;
 }
 
-static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
+/* evhttp parses any HTTP/x.y with x <= 1, and answers HTTP/0.9 in 0.9 form. nginx refuses a
+ * request line that names a major version 0 (400) and one over 1 (505, which evhttp refuses
+ * itself as malformed: 400); no model server API can be served without a status line. */
+static int version_problem(const struct evhttp_request *req, struct problem *pb)
+{
+    if (req->major == 1)
+        return 0;
+    return found(pb, 400, BAD, "HTTP/%d.%d is not supported: HTTP/1.0 and HTTP/1.1 are", req->major,
+                 req->minor);
+}
+
+/* Also gives, when the headers pass, the Content-Length (NULL if none) and whether the body is
+ * chunked. */
+static int headers_scan(const struct evkeyvalq *hs, struct problem *pb, const char **length,
+                        int *chunked)
 {
     const struct evkeyval *h, *cl = NULL, *te = NULL;
     int count = 0;
@@ -285,22 +321,200 @@ static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
     }
     if (cl && te)
         return found(pb, 400, BAD, "Content-Length and Transfer-Encoding together are ambiguous");
+    *length = cl ? cl->value : NULL;
+    *chunked = te != NULL;
     return 0;
+}
+
+static int headers_problem(const struct evkeyvalq *hs, struct problem *pb)
+{
+    const char *length;
+    int chunked;
+    return headers_scan(hs, pb, &length, &chunked);
 }
 
 static void answer(struct evhttp_request *req, const struct problem *pb)
 {
+    if (req->major != 1) { /* an unparsed request line (0.0) or HTTP/0.x: answer in 1.1 */
+        req->major = 1;
+        req->minor = 1;
+    }
     char rid[40];
     http_request_id(req, rid);
     http_send_error(req, rid, pb->status, pb->type, "%s", pb->msg);
 }
 
+static int request_problem(struct evhttp_request *req, struct problem *pb)
+{
+    return version_problem(req, pb) || target_problem(evhttp_request_get_uri(req), pb) ||
+           headers_problem(evhttp_request_get_input_headers(req), pb);
+}
+
+/*
+ * Judging a request from its head. A refusal decided there is kept in an output header of the
+ * request (REFUSAL: "status type message"; the request's URI is gone by the time libevent asks
+ * for the answer) and the connection's body limit set to 0: evhttp then reads and drops the
+ * body as for any body over the limit (lingering close) and calls evhttp_send_error, which
+ * answers with the refusal. A body that ends before that (an empty chunked body) reaches the
+ * handler, whose http_guard_check answers it.
+ */
+#define REFUSAL "X-Torchserve-C-Refusal" /* never sent: taken off before the answer */
+
+static int take_refusal(struct evhttp_request *req, struct problem *pb)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    const char *v = evhttp_find_header(out, REFUSAL);
+    if (!v)
+        return 0;
+    int n = 0;
+    if (sscanf(v, "%d %47s %n", &pb->status, pb->type, &n) < 2 || n == 0)
+        found(pb, 500, "InternalServerException", "Malformed refusal");
+    else
+        snprintf(pb->msg, sizeof(pb->msg), "%s", v + n);
+    evhttp_remove_header(out, REFUSAL);
+    return -1;
+}
+
+static int listener_token_scope(const void *http, int *scope)
+{
+    for (int i = 0; i < n_served; i++)
+        if (served[i].h == http) {
+            *scope = served[i].token_scope;
+            return 1;
+        }
+    return 0;
+}
+
+/* The header_cb of a request whose head passed on_head: never called (a head is read once);
+ * http_guard_check then need not check it again. */
+static int head_passed(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    (void)arg;
+    return 0;
+}
+
+static int on_head(struct evhttp_request *req, void *http)
+{
+    heads_seen = 1;
+    bad_chunk_size[0] = '\0';
+    int scope;
+    if (!listener_token_scope(http, &scope))
+        return 0;
+    const struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    struct problem pb;
+    const char *cl = NULL;
+    int chunked = 0;
+    int bad = version_problem(req, &pb) || target_problem(evhttp_request_get_uri(req), &pb) ||
+              headers_scan(in, &pb, &cl, &chunked);
+    if (bad) { /* the scan stopped early: the framing headers as evhttp reads them */
+        cl = evhttp_find_header(in, "Content-Length");
+        chunked = evhttp_find_header(in, "Transfer-Encoding") != NULL;
+    }
+    if (!chunked && (!cl || cl[strspn(cl, "0")] == '\0')) {
+        if (!bad)
+            evhttp_request_set_header_cb(req, head_passed);
+        return 0; /* no body: nothing to save, http_guard_check answers a problem */
+    }
+    if (!chunked && plain_length(cl) && atol(cl) > srv->cfg.max_request_size)
+        return 0; /* evhttp refuses it from the headers (413 first, as nginx and Netty) */
+    if (!bad) {
+        if (scope == HTTP_NO_TOKEN || !http_token_refused(req, scope)) {
+            evhttp_request_set_header_cb(req, head_passed);
+            return 0;
+        }
+        found(&pb, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, "%s", AUTH_FAIL_MSG);
+    }
+    char v[sizeof(pb.type) + sizeof(pb.msg) + 16];
+    snprintf(v, sizeof(v), "%d %s %s", pb.status, pb.type, pb.msg);
+    if (evhttp_add_header(evhttp_request_get_output_headers(req), REFUSAL, v) == 0)
+        evhttp_connection_set_max_body_size(evhttp_request_get_connection(req), 0);
+    return 0;
+}
+
+/*
+ * libevent 2.1 creates each server request with evhttp_request_new(its handler, the evhttp),
+ * called through its PLT, and offers no hook between a request's head and its body. This
+ * definition in the executable (linked with -rdynamic) takes libevent's place, calls it, and
+ * gives the requests of our listeners the head callback that clients' requests have. Where it
+ * is not called (a libevent linked with -Bsymbolic), requests are judged after their body,
+ * bounded by max_request_size, and http_guard_check says so once in the log.
+ */
+typedef struct evhttp_request *(*request_new_fn)(void (*)(struct evhttp_request *, void *), void *);
+
+struct evhttp_request *evhttp_request_new(void (*cb)(struct evhttp_request *, void *), void *arg)
+{
+    static request_new_fn next;
+    if (!next && !(*(void **)&next = dlsym(RTLD_NEXT, "evhttp_request_new"))) {
+        LOG_ERROR("evhttp_request_new: %s", dlerror());
+        abort();
+    }
+    struct evhttp_request *req = next(cb, arg);
+    int scope;
+    if (req && listener_token_scope(arg, &scope))
+        evhttp_request_set_header_cb(req, on_head);
+    return req;
+}
+
+/*
+ * libevent 2.1 reads a chunk size with evutil_strtoll(line, &end, 16), through its PLT, and
+ * answers 413 both for a size over the limit and for a line that is not a size. Its only
+ * base-16 call is that one; this definition reads the size strictly (hex digits, at most
+ * 2^63-1) and remembers a bad line for evhttp_send_error (400), which libevent calls at once.
+ * A chunk extension (";name=value", RFC 9112 section 7.1.1) is ignored, as a recipient must;
+ * libevent 2.1 refuses it. Other bases are strtoll, which is what libevent's is on glibc.
+ */
+ev_int64_t evutil_strtoll(const char *s, char **endptr, int base)
+{
+    if (base != 16)
+        return strtoll(s, endptr, base);
+    const char *p = s;
+    int64_t v = 0;
+    for (; isxdigit((unsigned char)*p); p++) {
+        int d = isdigit((unsigned char)*p) ? *p - '0' : (*p | 0x20) - 'a' + 10;
+        if (v > (INT64_MAX - d) / 16)
+            goto bad;
+        v = v * 16 + d;
+    }
+    if (p == s)
+        goto bad;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == ';')
+        p += strlen(p);
+    if (*p)
+        goto bad;
+    if (endptr)
+        *endptr = (char *)p;
+    return v;
+bad:;
+    size_t i = 0;
+    for (; s[i] && i < 24; i++)
+        bad_chunk_size[i] = isprint((unsigned char)s[i]) ? s[i] : '?';
+    snprintf(bad_chunk_size + i, sizeof(bad_chunk_size) - i, "%s",
+             s[i] ? "..."
+             : i  ? ""
+                  : "(empty)"); /* never "": that means none */
+    if (endptr)
+        *endptr = (char *)s;
+    return -1;
+}
+
 int http_guard_check(struct evhttp_request *req)
 {
+    static int warned;
+    if (!heads_seen && !warned) {
+        warned = 1;
+        LOG_WARN("libevent does not call evhttp_request_new through its PLT: requests are "
+                 "judged (token, limits) after their body is read");
+    }
     struct problem pb;
-    if (target_problem(evhttp_request_get_uri(req), &pb) == 0 &&
-        headers_problem(evhttp_request_get_input_headers(req), &pb) == 0)
+    if (take_refusal(req, &pb) == 0 &&
+        (req->header_cb == head_passed || request_problem(req, &pb) == 0)) {
+        if (req->minor > 1)
+            req->minor = 1; /* answered as what we are: HTTP/1.1 (RFC 9110 section 6.2) */
         return 0;
+    }
     answer(req, &pb);
     return -1;
 }
@@ -331,7 +545,9 @@ void evhttp_send_error(struct evhttp_request *req, int error, const char *reason
     const char *cl = evhttp_find_header(in, "Content-Length");
     const char *te = evhttp_find_header(in, "Transfer-Encoding");
     struct problem pb;
-    if (cmd & (EVHTTP_REQ_CONNECT | EVHTTP_REQ_TRACE) || (error == 501 && parsed_line))
+    if (take_refusal(req, &pb))
+        ; /* decided from the head (on_head) */
+    else if (cmd & (EVHTTP_REQ_CONNECT | EVHTTP_REQ_TRACE) || (error == 501 && parsed_line))
         found(&pb, 405, "MethodNotAllowedException",
               "The method is not allowed: GET, POST, PUT, DELETE, OPTIONS, HEAD and PATCH are "
               "served");
@@ -340,11 +556,13 @@ void evhttp_send_error(struct evhttp_request *req, int error, const char *reason
     else if (error == 413 && cl && atol(cl) > max)
         found(&pb, 413, "RequestEntityTooLargeException",
               "Request body of %.20s bytes exceeds max_request_size (%ld bytes)", cl, max);
+    else if (error == 413 && te && bad_chunk_size[0])
+        found(&pb, 400, BAD,
+              "Invalid chunk size '%s': expected hexadecimal digits, at most 7fffffffffffffff",
+              bad_chunk_size);
     else if (error == 413 && te)
         found(&pb, 413, "RequestEntityTooLargeException",
-              "Chunked request body exceeds max_request_size (%ld bytes), or a chunk size is out "
-              "of range",
-              max);
+              "Chunked request body exceeds max_request_size (%ld bytes)", max);
     else if (error == 413)
         found(&pb, 431, HEADERS_TOO_LARGE, "The request head is larger than %d bytes",
               HTTP_LINE_MAX + HTTP_HEAD_MAX);
@@ -361,5 +579,6 @@ void evhttp_send_error(struct evhttp_request *req, int error, const char *reason
     /* evhttp keeps a CONNECT's connection open whatever the answer says (a tunnel) */
     if (cmd == EVHTTP_REQ_CONNECT)
         evhttp_request_set_on_complete_cb(req, close_when_sent, NULL);
+    bad_chunk_size[0] = '\0';
     answer(req, &pb);
 }

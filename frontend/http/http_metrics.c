@@ -12,9 +12,11 @@
  * only those families, as TorchServe does.
  */
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -23,6 +25,8 @@
 #include "core/model.h"
 #include "core/sequence.h"
 #include "http_server.h"
+#include "log.h"
+#include "rlog.h"
 
 struct out {
     struct buf b;
@@ -159,7 +163,7 @@ static void worker_families(struct out *o)
         for (size_t i = 0; i < m->custom.n; i++) {
             const struct custom_metric *c = &m->custom.v[i];
             struct model *prev = model_first();
-            while (prev != m && !custom_metrics_find(&prev->custom, c->name))
+            while (prev != m && !custom_metrics_find(&prev->custom, c->name, c->name_len))
                 prev = model_next(prev);
             if (prev != m)
                 continue; /* its family was written with an earlier model */
@@ -169,7 +173,8 @@ static void worker_families(struct out *o)
             if (!family(o, c->name, kind_type(c->kind), help))
                 continue;
             for (struct model *k = m; k; k = model_next(k)) {
-                const struct custom_metric *kc = custom_metrics_find(&k->custom, c->name);
+                const struct custom_metric *kc =
+                    custom_metrics_find(&k->custom, c->name, c->name_len);
                 if (!kc || kc->kind != c->kind)
                     continue;
                 if (c->kind == 'h')
@@ -210,6 +215,178 @@ static void torchserve_gauges(struct out *o)
     }
 }
 
+static void render(struct out *o)
+{
+    const char *names[3] = {"Requests2XX", "Requests4XX", "Requests5XX"};
+    uint64_t vals[3] = {srv->counters.requests_2xx, srv->counters.requests_4xx,
+                        srv->counters.requests_5xx};
+    for (int i = 0; i < 3; i++)
+        if (family(o, names[i], "counter", "Torchserve prometheus counter metric with unit: Count"))
+            buf_printf(&o->b, "%s{Level=\"Host\",Hostname=\"%s\",} %llu.0\n", names[i], o->host,
+                       (unsigned long long)vals[i]);
+    per_model(o, "ts_inference_requests_total", "counter",
+              "Torchserve prometheus counter metric with unit: Count", v_requests);
+    per_model(o, "ts_inference_latency_microseconds", "counter",
+              "Torchserve prometheus counter metric with unit: Microseconds", v_latency_us);
+    per_model(o, "ts_queue_latency_microseconds", "counter",
+              "Torchserve prometheus counter metric with unit: Microseconds", v_queue_us);
+    histogram(o, "ts_request_latency_ms", "request latency, from arrival to the end, ms",
+              offsetof(struct model, h_latency), hist_ms_bounds);
+    histogram(o, "ts_queue_wait_ms", "time in the queue before a worker took the request, ms",
+              offsetof(struct model, h_queue), hist_ms_bounds);
+    histogram(o, "ts_worker_time_ms", "time on the worker, from dispatch to the end, ms",
+              offsetof(struct model, h_worker), hist_ms_bounds);
+    histogram(o, "ts_time_to_first_token_ms", "time from arrival to the first frame, ms",
+              offsetof(struct model, h_ttft), hist_ms_bounds);
+    histogram(o, "ts_inter_token_ms", "time between a stream's frames, ms",
+              offsetof(struct model, h_itl), hist_ms_bounds);
+    histogram(o, "ts_batch_size", "requests per batch sent to a worker",
+              offsetof(struct model, pool) + offsetof(struct worker_group, batch_sizes),
+              hist_size_bounds);
+    per_model(o, "ts_batches_total", "counter", "batches sent to workers", v_batches);
+    per_model(o, "ts_max_batch_size", "gauge", "largest batch sent to a worker", v_max_batch);
+    per_model(o, "ts_queue_depth", "gauge", "requests waiting for a worker", v_queue_depth);
+    per_model(o, "ts_workers_busy", "gauge", "ready workers holding requests", v_busy);
+    per_model(o, "ts_workers_idle", "gauge", "ready workers holding nothing", v_idle);
+    per_model(o, "ts_sequences_open", "gauge", "open sequences", v_sequences);
+    torchserve_gauges(o);
+    worker_families(o);
+}
+
+/* ---- metrics_mode=log: ts_metrics.log, in TorchServe's log format ----
+ * Every metric_time_interval seconds (default 60) and once at shutdown, each sample that
+ * /metrics would serve becomes a line "Name.Unit:value|#dim:v,dim:v|#hostname:h,timestamp:T"
+ * (TorchServe's StatsD-like format; the unit from the family's HELP line, else Milliseconds for
+ * *_ms families and Count). Written through an rlog (rotated like the other logs). */
+static struct rlog *metrics_log;
+static struct event *metrics_timer;
+static char *log_path;
+static int log_interval_s = 60;
+
+/* One sample line of the Prometheus text into a log line. */
+static void log_sample(struct buf *b, const char *ln, size_t n, const char *unit, const char *host,
+                       long long ts)
+{
+    const char *end = ln + n, *p = ln;
+    while (p < end && *p != '{' && *p != ' ')
+        p++;
+    buf_put(b, ln, (size_t)(p - ln));
+    const char *labels = NULL, *labels_end = NULL;
+    if (p < end && *p == '{') {
+        labels = p + 1;
+        labels_end = memchr(p, '}', (size_t)(end - p));
+        if (!labels_end)
+            return;
+        p = labels_end + 1;
+    }
+    while (p < end && *p == ' ')
+        p++;
+    buf_printf(b, ".%s:%.*s|#", unit, (int)(end - p), p);
+    int first = 1;
+    for (const char *q = labels; q && q < labels_end;) {
+        const char *eq = memchr(q, '=', (size_t)(labels_end - q));
+        if (!eq || eq + 1 >= labels_end || eq[1] != '"')
+            break;
+        const char *vend = memchr(eq + 2, '"', (size_t)(labels_end - eq - 2));
+        if (!vend)
+            break;
+        size_t klen = (size_t)(eq - q);
+        if (!(klen == 8 && !strncasecmp(q, "hostname", 8))) {
+            buf_printf(b, "%s%.*s:%.*s", first ? "" : ",", (int)klen, q, (int)(vend - eq - 2),
+                       eq + 2);
+            first = 0;
+        }
+        q = vend + 1;
+        if (q < labels_end && *q == ',')
+            q++;
+    }
+    buf_printf(b, "|#hostname:%s,timestamp:%lld\n", host, ts);
+}
+
+static void write_metrics_log(void)
+{
+    struct out o;
+    memset(&o, 0, sizeof(o));
+    buf_init(&o.b);
+    TAILQ_INIT(&o.query);
+    strcpy(o.host, "localhost");
+    gethostname(o.host, sizeof(o.host) - 1);
+    render(&o);
+    struct buf lines;
+    buf_init(&lines);
+    long long ts = (long long)(ts_wall_ms() / 1000);
+    char unit[64] = "Count";
+    const char *p = (const char *)o.b.data, *end = p + o.b.len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (n > 7 && !strncmp(p, "# HELP ", 7)) {
+            const char *u = memmem(p, n, "with unit: ", 11);
+            const char *name_end = memchr(p + 7, ' ', n - 7);
+            if (u) {
+                snprintf(unit, sizeof(unit), "%.*s", (int)(p + n - u - 11), u + 11);
+            } else {
+                size_t nl_ = name_end ? (size_t)(name_end - p - 7) : 0;
+                snprintf(unit, sizeof(unit), "%s",
+                         nl_ > 3 && !strncmp(p + 7 + nl_ - 3, "_ms", 3) ? "Milliseconds" : "Count");
+            }
+        } else if (n && p[0] != '#') {
+            log_sample(&lines, p, n, unit, o.host, ts);
+        }
+        p += n + 1;
+    }
+    if (lines.len)
+        rlog_write(metrics_log, (const char *)lines.data, lines.len);
+    buf_free(&lines);
+    buf_free(&o.b);
+}
+
+static void on_metrics_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    write_metrics_log();
+}
+
+int http_metrics_log_start(void)
+{
+    const struct config *c = &srv->cfg;
+    if (strcmp(c->metrics_mode, "log")) {
+        if (c->metric_time_interval > 0)
+            LOG_WARN("metric_time_interval is used by metrics_mode=log only (this server serves "
+                     "the metrics on the metrics API and collects no system metrics)");
+        return 0;
+    }
+    if (c->metric_time_interval > 0)
+        log_interval_s = c->metric_time_interval;
+    const char *dir = c->log_location;
+    log_path = xasprintf("%s%sts_metrics.log", dir, dir[strlen(dir) - 1] == '/' ? "" : "/");
+    char why[512];
+    if (!(metrics_log = rlog_open(log_path, c->log_max_size, c->log_max_files, why, sizeof(why)))) {
+        LOG_ERROR("metrics_mode=log: %s", why);
+        return -1;
+    }
+    metrics_timer = event_new(srv->base, -1, EV_PERSIST, on_metrics_timer, NULL);
+    struct timeval tv = {log_interval_s, 0};
+    event_add(metrics_timer, &tv);
+    LOG_INFO("metrics_mode=log: metrics written to %s every %d s", log_path, log_interval_s);
+    return 0;
+}
+
+void http_metrics_log_stop(void)
+{
+    if (!metrics_log)
+        return;
+    write_metrics_log(); /* the final values */
+    event_free(metrics_timer);
+    rlog_close(metrics_log);
+    free(log_path);
+    metrics_log = NULL;
+    metrics_timer = NULL;
+    log_path = NULL;
+}
+
 void http_metrics_handle(struct evhttp_request *req)
 {
     char rid[40];
@@ -238,41 +415,17 @@ void http_metrics_handle(struct evhttp_request *req)
     strcpy(o.host, "localhost");
     gethostname(o.host, sizeof(o.host) - 1);
 
-    const char *names[3] = {"Requests2XX", "Requests4XX", "Requests5XX"};
-    uint64_t vals[3] = {srv->counters.requests_2xx, srv->counters.requests_4xx,
-                        srv->counters.requests_5xx};
-    for (int i = 0; i < 3; i++)
-        if (family(&o, names[i], "counter",
-                   "Torchserve prometheus counter metric with unit: Count"))
-            buf_printf(&o.b, "%s{Level=\"Host\",Hostname=\"%s\",} %llu.0\n", names[i], o.host,
-                       (unsigned long long)vals[i]);
-    per_model(&o, "ts_inference_requests_total", "counter",
-              "Torchserve prometheus counter metric with unit: Count", v_requests);
-    per_model(&o, "ts_inference_latency_microseconds", "counter",
-              "Torchserve prometheus counter metric with unit: Microseconds", v_latency_us);
-    per_model(&o, "ts_queue_latency_microseconds", "counter",
-              "Torchserve prometheus counter metric with unit: Microseconds", v_queue_us);
-    histogram(&o, "ts_request_latency_ms", "request latency, from arrival to the end, ms",
-              offsetof(struct model, h_latency), hist_ms_bounds);
-    histogram(&o, "ts_queue_wait_ms", "time in the queue before a worker took the request, ms",
-              offsetof(struct model, h_queue), hist_ms_bounds);
-    histogram(&o, "ts_worker_time_ms", "time on the worker, from dispatch to the end, ms",
-              offsetof(struct model, h_worker), hist_ms_bounds);
-    histogram(&o, "ts_time_to_first_token_ms", "time from arrival to the first frame, ms",
-              offsetof(struct model, h_ttft), hist_ms_bounds);
-    histogram(&o, "ts_inter_token_ms", "time between a stream's frames, ms",
-              offsetof(struct model, h_itl), hist_ms_bounds);
-    histogram(&o, "ts_batch_size", "requests per batch sent to a worker",
-              offsetof(struct model, pool) + offsetof(struct worker_group, batch_sizes),
-              hist_size_bounds);
-    per_model(&o, "ts_batches_total", "counter", "batches sent to workers", v_batches);
-    per_model(&o, "ts_max_batch_size", "gauge", "largest batch sent to a worker", v_max_batch);
-    per_model(&o, "ts_queue_depth", "gauge", "requests waiting for a worker", v_queue_depth);
-    per_model(&o, "ts_workers_busy", "gauge", "ready workers holding requests", v_busy);
-    per_model(&o, "ts_workers_idle", "gauge", "ready workers holding nothing", v_idle);
-    per_model(&o, "ts_sequences_open", "gauge", "open sequences", v_sequences);
-    torchserve_gauges(&o);
-    worker_families(&o);
+    if (!strcmp(srv->cfg.metrics_mode, "log")) {
+        char note[512];
+        int n = snprintf(note, sizeof(note),
+                         "# metrics_mode=log: the metrics are written to %s every %d s\n",
+                         log_path ? log_path : "ts_metrics.log", log_interval_s);
+        evhttp_clear_headers(&o.query);
+        buf_free(&o.b);
+        http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", note, (size_t)n);
+        return;
+    }
+    render(&o);
 
     evhttp_clear_headers(&o.query);
     http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", o.b.data, o.b.len);

@@ -108,20 +108,45 @@ void http_path_parse(struct evhttp_request *req, struct http_path *p)
     }
 }
 
+/* as TorchServe: the API description needs no token; /token takes the API key */
+static int is_api_description(struct evhttp_request *req, const struct http_path *p)
+{
+    return (p->n == 0 && evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS) ||
+           (p->n == 1 && !strcmp(p->seg[0], "api-description"));
+}
+
+static int token_scope(const struct http_path *p, int scope)
+{
+    return scope == AUTH_MANAGEMENT && p->n == 1 && !strcmp(p->seg[0], "token") ? AUTH_API : scope;
+}
+
+static int token_ok(struct evhttp_request *req, const struct http_path *p, int scope)
+{
+    return auth_check((enum auth_scope)token_scope(p, scope),
+                      evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization")) ==
+           0;
+}
+
+int http_token_refused(struct evhttp_request *req, int scope)
+{
+    if (!auth_enabled())
+        return 0;
+    struct http_path p;
+    http_path_parse(req, &p);
+    int refused = !is_api_description(req, &p) && !token_ok(req, &p, scope);
+    http_path_free(&p);
+    return refused;
+}
+
 int http_api_begin(struct evhttp_request *req, char rid[40], struct http_path *p, int scope)
 {
     http_request_id(req, rid);
     http_path_parse(req, p);
-    /* as TorchServe: the API description needs no token; /token takes the API key */
-    if ((p->n == 0 && evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS) ||
-        (p->n == 1 && !strcmp(p->seg[0], "api-description"))) {
+    if (is_api_description(req, p)) {
         http_api_description(req, rid, scope == AUTH_MANAGEMENT);
         return 1;
     }
-    if (scope == AUTH_MANAGEMENT && p->n == 1 && !strcmp(p->seg[0], "token"))
-        scope = AUTH_API;
-    if (auth_check((enum auth_scope)scope,
-                   evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"))) {
+    if (!token_ok(req, p, scope)) {
         http_send_error(req, rid, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, AUTH_FAIL_MSG);
         return 1;
     }
@@ -254,6 +279,7 @@ static struct evhttp *http_inference, *http_management, *http_metrics;
 static void on_inference(struct evhttp_request *req, void *arg)
 {
     (void)arg;
+    http_access_begin(req);
     if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_inference_handle(req);
 }
@@ -261,6 +287,7 @@ static void on_inference(struct evhttp_request *req, void *arg)
 static void on_management(struct evhttp_request *req, void *arg)
 {
     (void)arg;
+    http_access_begin(req);
     if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_management_handle(req);
 }
@@ -268,6 +295,7 @@ static void on_management(struct evhttp_request *req, void *arg)
 static void on_metrics(struct evhttp_request *req, void *arg)
 {
     (void)arg;
+    http_access_begin(req);
     if (http_guard_check(req) == 0 && !cors_preflight(req))
         http_metrics_handle(req);
 }
@@ -275,7 +303,7 @@ static void on_metrics(struct evhttp_request *req, void *arg)
 static struct ssl_ctx_st *tls_ctx; /* https:// listeners */
 
 static struct evhttp *listen_on(const struct listen_addr *a,
-                                void (*cb)(struct evhttp_request *, void *))
+                                void (*cb)(struct evhttp_request *, void *), int scope)
 {
     int tls = !strcmp(a->scheme, "https");
     if (!tls && strcmp(a->scheme, "http")) {
@@ -302,7 +330,7 @@ static struct evhttp *listen_on(const struct listen_addr *a,
         evhttp_free(h);
         return NULL;
     }
-    http_guard_attach(h, bound, tls ? tls_ctx : NULL);
+    http_guard_attach(h, bound, tls ? tls_ctx : NULL, scope);
     if (tls) {
         /* OpenSSL writes a reply as several records; with Nagle on, the last one waits for the
          * client's delayed ACK (40 ms). Accepted sockets inherit TCP_NODELAY on Linux. */
@@ -328,11 +356,12 @@ int http_servers_start(void)
             return -1;
         }
     }
-    if (!(http_inference = listen_on(&c->inference_address, on_inference)))
+    if (!(http_inference = listen_on(&c->inference_address, on_inference, AUTH_INFERENCE)))
         return -1;
-    if (!(http_management = listen_on(&c->management_address, on_management)))
+    if (!(http_management = listen_on(&c->management_address, on_management, AUTH_MANAGEMENT)))
         return -1;
-    if (c->enable_metrics_api && !(http_metrics = listen_on(&c->metrics_address, on_metrics)))
+    if (c->enable_metrics_api &&
+        !(http_metrics = listen_on(&c->metrics_address, on_metrics, HTTP_NO_TOKEN)))
         return -1;
     return 0;
 }

@@ -29,6 +29,9 @@ void http_path_free(struct http_path *p);
  * auth_scope; /token on the management API takes the API key). 1 when req has been answered
  * here; either way p is parsed and freed by the caller. */
 int http_api_begin(struct evhttp_request *req, char rid[40], struct http_path *p, int scope);
+/* 1 when req, on a listener of scope (an enum auth_scope), would be refused for its token: the
+ * check http_api_begin makes, without answering. Needs only the request line and headers. */
+int http_token_refused(struct evhttp_request *req, int scope);
 /* Query parameter value (decoded), NULL if absent. Free with free(). */
 char *http_query_get(struct evhttp_request *req, const char *key);
 
@@ -48,10 +51,17 @@ void http_send_error(struct evhttp_request *req, const char *req_id, int status,
 char *http_error_json(int status, const char *type, const char *msg);
 const char *http_reason(int status);
 
+/* The request's access-log line is written once its answer has been sent (http_access.c). */
+void http_access_begin(struct evhttp_request *req);
+
 /* per-listener entry points */
 void http_inference_handle(struct evhttp_request *req);
 void http_management_handle(struct evhttp_request *req);
 void http_metrics_handle(struct evhttp_request *req);
+/* metrics_mode=log: ts_metrics.log every metric_time_interval s (http_metrics.c); stop writes
+ * the last values. 0, or -1 after logging why. */
+int http_metrics_log_start(void);
+void http_metrics_log_stop(void);
 /* OPTIONS / and GET /api-description: an OpenAPI document of the port's API (no token). */
 void http_api_description(struct evhttp_request *req, const char *rid, int management);
 

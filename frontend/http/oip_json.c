@@ -630,7 +630,7 @@ static int finput(struct jcur *f, struct oip_json_req *ps)
 {
     size_t i = ps->r.n_inputs;
     struct oip_tensor *t = &ps->r.inputs[i];
-    char *data_at = NULL;
+    char *data_at = NULL, *data_end = NULL;
     int have = 0;
     size_t count = 0;
     if (i == OIP_MAX_TENSORS || !jcur_lit(f, '{'))
@@ -679,6 +679,7 @@ static int finput(struct jcur *f, struct oip_json_req *ps)
                 data_at = f->p;
                 if (fskip(f, 0))
                     return -1;
+                data_end = f->p;
             }
             have |= 8;
         } else if (!strcmp(key, "parameters")) {
@@ -698,7 +699,9 @@ static int finput(struct jcur *f, struct oip_json_req *ps)
     if (data_at) {
         struct jcur d = {data_at, f->end};
         ps->off[i] = ps->raw.len;
-        if (fdata(&d, &ps->raw, t->dtype, &count, 0))
+        /* fskip took the span to the next delimiter: a scalar such as `1x` or `truex` is one
+         * token to it, and fdata must read all of it */
+        if (fdata(&d, &ps->raw, t->dtype, &count, 0) || d.p != data_end)
             return -1;
     }
     if ((int64_t)count != numel)

@@ -515,7 +515,9 @@ static void register_prepared(void *arg, struct model *m, int rc, const char *er
         op_free(op);
         return;
     }
-    if (op->target <= 0) {
+    /* as TorchServe: no workers only when neither initial_workers nor the model's own
+     * minWorkers asks for any */
+    if (op->target <= 0 && m->mc.min_workers <= 0) {
         m->min_workers = m->max_workers = 0;
         char *msg = xasprintf("Model \"%s\" Version: %s registered with 0 initial workers. Use "
                               "scale workers API to add workers for the model.",
@@ -529,6 +531,8 @@ static void register_prepared(void *arg, struct model *m, int rc, const char *er
         m->mc.max_workers <= MC_MAX_WORKERS) {
         n = m->mc.min_workers;
         max = m->mc.max_workers;
+    } else if (n <= 0) { /* minWorkers without a usable maxWorkers */
+        n = max = m->mc.min_workers;
     }
     m->min_workers = n;
     m->max_workers = max;
@@ -753,49 +757,4 @@ struct mgmt_op *mgmt_set_default(const char *name, const char *version, mgmt_don
     ok(done, arg, 200, "Default version successfully updated for model \"%s\" to \"%s\"", name,
        version);
     return NULL;
-}
-
-/* ---- gRPC status ---- */
-
-int mgmt_grpc_status(int http_status, const char *exception_type, const char *msg,
-                     const char **msg_out)
-{
-    *msg_out = msg;
-    if (http_status == 405 && exception_type &&
-        !strcmp(exception_type, "MethodNotAllowedException")) {
-        *msg_out = "Model API disabled";
-        return 7; /* PERMISSION_DENIED */
-    }
-    if (http_status >= 200 && http_status < 300)
-        return 0;
-    switch (http_status) {
-    case 400:
-        return 3; /* INVALID_ARGUMENT */
-    case 401:
-        return 16; /* UNAUTHENTICATED */
-    case 403:
-        return 7; /* PERMISSION_DENIED */
-    case 404:
-        return 5; /* NOT_FOUND */
-    case 409:
-        return 10; /* ABORTED */
-    case 413:
-    case 429:
-        return 8; /* RESOURCE_EXHAUSTED */
-    case 416:
-        return 11; /* OUT_OF_RANGE */
-    case 499:
-        return 1; /* CANCELLED */
-    case 501:
-        return 12; /* UNIMPLEMENTED */
-    case 503:
-        return 14; /* UNAVAILABLE */
-    case 504:
-        return 4; /* DEADLINE_EXCEEDED */
-    }
-    if (http_status >= 400 && http_status < 500)
-        return 9; /* FAILED_PRECONDITION */
-    if (http_status >= 500 && http_status < 600)
-        return 13; /* INTERNAL */
-    return 2;      /* UNKNOWN */
 }

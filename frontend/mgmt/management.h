@@ -14,8 +14,8 @@
  *         REST and gRPC send as is.
  *   - failure: status >= 400, type = TorchServe's exception simple name
  *     ("ModelNotFoundException", "BadRequestException", "MethodNotAllowedException", ...),
- *     msg = the message (REST builds {"code","type","message"}; gRPC maps with
- *     mgmt_grpc_status()).
+ *     msg = the message (REST builds {"code","type","message"}; gRPC maps the status with
+ *     grpc_status_from_http(), grpc/grpc_status.c).
  * `done` may run before the mgmt_* call returns (most operations complete at once). A
  * synchronous register/scale completes later, when its workers are READY or have failed; for
  * those the call returns a handle that the transport passes to mgmt_op_cancel() if its client
@@ -74,7 +74,7 @@ void mgmt_scale_from_grpc(struct mgmt_scale_args *a, const char *model_name,
 
 /* Model API control (enable_model_api=false, TorchServe's default) is checked inside
  * mgmt_register and mgmt_unregister: they then fail with 405 MethodNotAllowedException, which
- * mgmt_grpc_status maps to PERMISSION_DENIED "Model API disabled". */
+ * gRPC answers as PERMISSION_DENIED "Model API disabled" (grpc_management.c). */
 struct mgmt_op *mgmt_register(const struct mgmt_register_args *a, mgmt_done_fn *done, void *arg);
 /* version NULL or "": the default version (refused with 403 while other versions exist). */
 struct mgmt_op *mgmt_unregister(const char *name, const char *version, mgmt_done_fn *done,
@@ -93,13 +93,6 @@ struct mgmt_op *mgmt_set_default(const char *name, const char *version, mgmt_don
 /* The transport's client went away: `done` will not be called for op. The operation itself
  * (workers starting) goes on. */
 void mgmt_op_cancel(struct mgmt_op *op);
-
-/* gRPC status code (numeric, as in grpc/status.h) and message for a failed operation, following
- * TorchServe's ManagementImpl: 404 -> NOT_FOUND (5), 400 -> INVALID_ARGUMENT (3),
- * 405 (model API disabled) -> PERMISSION_DENIED (7) "Model API disabled", 500 -> INTERNAL (13),
- * others by the HTTP->gRPC table. *msg_out is msg or a static replacement. */
-int mgmt_grpc_status(int http_status, const char *exception_type, const char *msg,
-                     const char **msg_out);
 
 /* Start-up: subscribes to the registry's events (a worker of a model changed state, a model is
  * going away), which complete or fail pending synchronous operations. */

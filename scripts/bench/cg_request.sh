@@ -10,7 +10,9 @@
 # (python3-requests, the 64-float sample), and prints the difference of the two instruction
 # totals divided by N: start-up, model loading and shutdown cancel out. The worker runs with
 # instrumentation off until its first answer (loading libtorch under callgrind takes longer
-# than any startup timeout), then on. CG_KEEP=DIR keeps the
+# than any startup timeout), then on.
+# Env: EXTRA_CONFIG: config.properties lines (';'-separated) added to the server's config, for
+# an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false". CG_KEEP=DIR keeps the
 # second run's callgrind file as DIR/cg.out for callgrind_annotate.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -58,6 +60,7 @@ grpc_management_port=$(port)
 disable_token_authorization=true
 default_workers_per_model=1
 C
+    tr ';' '\n' <<<"${EXTRA_CONFIG:-}" >>"$d/config.properties"
     local bin=$BUILD/bin
     if [ "$WHO" = worker ]; then
         # the frontend spawns the worker found beside its own binary

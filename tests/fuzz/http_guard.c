@@ -6,6 +6,9 @@
  * through must have a target of at most HTTP_LINE_MAX bytes without control bytes or "%00", at
  * most HTTP_HEADERS_MAX headers, plain and agreeing Content-Lengths, at most one
  * Transfer-Encoding, which is "chunked", and never both.
+ * The first line is also read as a chunk-size line (evutil_strtoll, base 16): accepted, it is
+ * hex digits worth at most 2^63-1, then blanks and an optional ";extension", and the value is
+ * those digits; refused, the line is remembered for the 400.
  */
 #include "../../frontend/http/http_guard.c"
 
@@ -58,7 +61,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK((unsigned char)target[i] >= 0x20 && target[i] != 0x7f);
     } else {
         FUZZ_CHECK(pb.status == 400 || pb.status == 414);
-        FUZZ_CHECK(pb.msg[0] && pb.type);
+        FUZZ_CHECK(pb.msg[0] && pb.type[0]);
+    }
+
+    bad_chunk_size[0] = '\0';
+    char *endp = NULL;
+    int64_t csize = evutil_strtoll(target, &endp, 16);
+    if (csize >= 0) {
+        size_t nd = strspn(target, "0123456789abcdefABCDEF");
+        const char *rest = target + nd + strspn(target + nd, " \t");
+        FUZZ_CHECK(nd > 0 && (*rest == '\0' || *rest == ';') && *endp == '\0' &&
+                   !bad_chunk_size[0]);
+        const char *sig = target + strspn(target, "0");
+        size_t sd = (size_t)(target + nd - sig);
+        FUZZ_CHECK(sd <= 16 && (sd < 16 || strchr("01234567", *sig)));
+        FUZZ_CHECK((uint64_t)csize == (sd ? strtoull(sig, NULL, 16) : 0));
+    } else {
+        FUZZ_CHECK(csize == -1 && endp == target && bad_chunk_size[0]);
     }
     if (headers_problem(&hs, &pb) == 0) {
         int count = 0, te = 0;
@@ -80,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(count <= HTTP_HEADERS_MAX && te <= 1 && !(cl && te));
     } else {
         FUZZ_CHECK(pb.status == 400 || pb.status == 431 || pb.status == 501);
-        FUZZ_CHECK(pb.msg[0] && pb.type);
+        FUZZ_CHECK(pb.msg[0] && pb.type[0]);
     }
 
     struct evkeyval *h, *tmp;

@@ -58,7 +58,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t left = (size_t)mk->val.len;
             long k;
             while ((k = otf_metric_next(q, left, &m)) > 0) {
-                FUZZ_CHECK((size_t)k <= left && strlen(m.name) <= OTF_METRIC_NAME_MAX);
+                FUZZ_CHECK((size_t)k <= left && m.name.len >= 1 &&
+                           m.name.len <= OTF_METRIC_NAME_MAX && m.name.p >= q &&
+                           m.name.p + m.name.len <= q + k);
                 q += k;
                 left -= (size_t)k;
             }

@@ -307,9 +307,11 @@ def test_management_scenarios(msrv):
     mg = management_stub(msrv)
     T = 60
 
-    # register (no workers), as the postman collection does
+    # register without initial_workers: the archive's minWorkers (1) starts a worker, as
+    # TorchServe; synchronous is false in the request, so the answer does not wait for it
     r = mg.RegisterModel(mpb.RegisterModelRequest(url="mlp.mar", model_name="mlp"), timeout=T)
-    assert 'Model "mlp" Version: 1.0 registered' in r.msg
+    assert r.msg == "Processing worker updates...", r.msg
+    wait_workers(msrv, 1)
     # re-register the same model/version
     e = rpc_error(mg.RegisterModel, mpb.RegisterModelRequest(url="mlp.mar", model_name="mlp"),
                   timeout=T)
@@ -357,9 +359,11 @@ def test_management_scenarios(msrv):
     assert e.code() == C.NOT_FOUND
 
     # a second version, set-default, list with pagination
-    r = mg.RegisterModel(mpb.RegisterModelRequest(url="mlp_v2", model_name="mlp"), timeout=T)
-    assert "2.0" in r.msg
-    r = mg.RegisterModel(mpb.RegisterModelRequest(url="identity_text.mar"), timeout=T)
+    r = mg.RegisterModel(mpb.RegisterModelRequest(url="mlp_v2", model_name="mlp",
+                                                  synchronous=True), timeout=T)
+    assert r.msg == 'Model "mlp" Version: 2.0 registered with 1 initial workers', r.msg
+    r = mg.RegisterModel(mpb.RegisterModelRequest(url="identity_text.mar", synchronous=True),
+                         timeout=T)
     page = json.loads(mg.ListModels(mpb.ListModelsRequest(limit=1), timeout=T).msg)
     assert [m["modelName"] for m in page["models"]] == ["identity_text"]
     assert page["nextPageToken"] == "1"
@@ -385,12 +389,12 @@ def test_management_scenarios(msrv):
     r = mg.UnregisterModel(mpb.UnregisterModelRequest(model_name="mlp", model_version="1.0"),
                            timeout=T)
     assert "unregistered" in r.msg
-    wait_workers(msrv, 0)
+    wait_workers(msrv, 2)  # mlp 2.0's and identity_text's, started by their minWorkers
     mg.UnregisterModel(mpb.UnregisterModelRequest(model_name="mlp"), timeout=T)
     e = rpc_error(mg.UnregisterModel, mpb.UnregisterModelRequest(model_name="mlp"), timeout=T)
     assert e.code() == C.NOT_FOUND
     mg.UnregisterModel(mpb.UnregisterModelRequest(model_name="identity_text"), timeout=T)
-    assert msrv.worker_pids() == []
+    wait_workers(msrv, 0)
 
 
 # --------------------------------------------------------------------- API control and auth

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -59,8 +60,8 @@ def raw(srv, data, api="inference", timeout=10, shut=False):
             buf += chunk
     head, _, rest = buf.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
-    # HTTP/0.0 when the request line itself was refused: libevent never learnt the version
-    assert lines and lines[0].startswith(("HTTP/1.", "HTTP/0.0")), buf[:200]
+    # always a 1.x status line, also when the request line itself was refused
+    assert lines and lines[0].startswith("HTTP/1."), buf[:200]
     status = int(lines[0].split()[1])
     headers = {}
     for ln in lines[1:]:
@@ -219,6 +220,34 @@ def test_garbage_request_line_400_json(srv):
     still_answers(srv)
 
 
+@pytest.mark.smoke
+@pytest.mark.parametrize("line", [b"GET /ping HTTP/0.9", b"GET /ping HTTP/0.0"])
+def test_http_0x_400_json_and_closed(srv, line):
+    """HTTP/0.x used to get 200 (with an "HTTP/0.9 200 OK" line). nginx refuses a request line
+    naming major version 0 with 400 (and one over 1 with 505); so do we, in HTTP/1.1."""
+    with socket.create_connection(("127.0.0.1", srv.ports["inference"]), timeout=10) as c:
+        c.sendall(line + b"\r\n\r\n")
+        assert c.recv(16).startswith(b"HTTP/1.1 400 ")
+    assert_json_error(raw(srv, line + b"\r\n\r\n"), 400, "HTTP/0.", "not supported", "HTTP/1.1")
+    still_answers(srv)
+
+
+def test_request_line_without_version_400_json(srv):
+    """A true HTTP/0.9 request line (no version) is a malformed 1.x line: 400, in HTTP/1.1."""
+    with socket.create_connection(("127.0.0.1", srv.ports["inference"]), timeout=10) as c:
+        c.sendall(b"GET /ping\r\n")
+        assert c.recv(16).startswith(b"HTTP/1.1 400 ")
+    assert_json_error(raw(srv, b"GET /predictions/mlp\r\n\r\n"), 400, "request line")
+
+
+def test_http_1_2_answered_as_1_1(srv):
+    got = raw(srv, b"GET /ping HTTP/1.2\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert got[0] == 200
+    with socket.create_connection(("127.0.0.1", srv.ports["inference"]), timeout=10) as c:
+        c.sendall(b"GET /ping HTTP/1.2\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert c.recv(16).startswith(b"HTTP/1.1 200 ")
+
+
 def test_body_over_max_request_size_413_json(srv):
     """Content-Length over max_request_size is refused from the headers: the body is read and
     dropped, not buffered, and the answer is our JSON."""
@@ -238,6 +267,42 @@ def test_chunked_body_over_max_request_size_413_json(srv):
     got = raw(srv, req)
     assert got[0] == 413 and "max_request_size" in json.loads(got[2])["message"]
     still_answers(srv)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("size", [b"zz", b"-3", b"0x3", b"3 4", b"3\x01",
+                                  b"1" + b"0" * 16,  # 2^64: does not fit
+                                  b"8000000000000000",  # 2^63
+                                  b"0000000000000000000000000000001g"])
+def test_bad_chunk_size_400_and_closed(srv, size):
+    """A chunk size that is not hex, or that overflows, is a malformed body (400), not a body
+    too large (libevent alone answers 413 for both); the connection is closed."""
+    req = (b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+           + size + b"\r\nabc\r\n0\r\n\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert_json_error(raw(srv, req), 400, "chunk size")
+    still_answers(srv)
+
+
+def test_chunk_size_in_range_but_over_limit_413(srv):
+    req = (b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"7fffffffffffffff\r\nabc")
+    assert_json_error(raw(srv, req), 413, "max_request_size")
+
+
+def test_chunked_body_with_leading_zeros_and_extensions_served(srv):
+    """RFC 9112 7.1: leading zeros are hex too, and a recipient ignores chunk extensions (libevent
+    alone refused them with 413). The prediction equals the one of a plain body."""
+    body = json.dumps(SAMPLE).encode()
+    want = srv.post("/predictions/mlp", json=SAMPLE)
+    assert want.status_code == 200
+    half = len(body) // 2
+    req = (b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+           + b"%08x;name=value\r\n" % half + body[:half] + b"\r\n"
+           + b"%X ; a\r\n" % (len(body) - half) + body[half:] + b"\r\n0\r\n\r\n")
+    got = raw(srv, req)
+    assert got[0] == 200, got
+    assert json.loads(got[2]) == want.json()
 
 
 # ------------------------------------------------------------------------- NUL, names and ids
@@ -385,6 +450,73 @@ def test_bytes_sent_while_waiting_are_bounded(server_factory):
                 break
             got += chunk
         assert got.startswith(b"HTTP/1.1 200"), got[:200]
+
+
+def test_unauthenticated_bodies_refused_from_headers(server_factory):
+    """With token auth on, 8 connections announcing 60 MB each without a token: each gets its
+    401 (TorchServe's JSON) once its body has been read and dropped, never buffered (they used to
+    be buffered to the end: 480 MB), and a client with the key is served throughout."""
+    s = server_factory(models=["mlp"], config={"disable_token_authorization": "false",
+                                               "max_request_size": 100 << 20})
+    with open(os.path.join(s.tmp, "key_file.json")) as f:
+        key = json.load(f)["inference"]["key"]
+    auth = {"Authorization": f"Bearer {key}"}
+    deadline = time.time() + 60
+    while requests.post(s.url("/predictions/mlp"), json=SAMPLE, headers=auth).status_code != 200:
+        assert time.time() < deadline, s.log()[-2000:]
+        time.sleep(0.2)
+
+    def peak_kb():
+        with open(f"/proc/{s.pid}/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+
+    n, size = 8, 60_000_000
+    body = memoryview(b"1" * size)
+    results = [None] * n
+
+    def one(i):
+        with socket.create_connection(("127.0.0.1", s.ports["inference"]), timeout=60) as c:
+            c.sendall(b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: %d\r\n\r\n" % size)
+            c.sendall(body)
+            sent = time.time()
+            buf = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            results[i] = (time.time() - sent, buf)
+
+    before = peak_kb()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    growth = peak_kb() - before
+    for waited, buf in results:
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 401 "), buf[:200]
+        assert json.loads(rest)["type"] == "InvalidKeyException"
+        assert waited < 5, f"the 401 came {waited:.1f} s after the body"
+    assert growth < 32 * 1024, f"frontend peak RSS grew by {growth} KiB"
+    r = requests.post(s.url("/predictions/mlp"), json=SAMPLE, headers=auth)
+    assert r.status_code == 200, r.text
+    # a body with the key is read as before; without one and without a body, 401 as before
+    assert requests.post(s.url("/predictions/mlp"), json=SAMPLE).status_code == 401
+    assert requests.get(s.url("/ping")).status_code == 401
+    # chunked, and on the management port (its own key); the refusal header never leaks
+    for api, req in [("inference", b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"),
+                     ("inference", b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+                     ("management", b"POST /models?url=mlp.mar HTTP/1.1\r\nHost: x\r\n"
+                                    b"Content-Length: 1000000\r\n\r\n" + b"x" * 1000000)]:
+        got = raw(s, req, api=api, timeout=30)
+        doc = assert_json_error(got, 401)
+        assert doc["type"] == "InvalidKeyException"
+        assert not any(k.startswith("x-torchserve") for k in got[1]), got[1]
 
 
 # ----------------------------------------------------------------------------------------- CORS

@@ -26,6 +26,14 @@ def make_store(tmp, v2=False):
     os.makedirs(store)
     for m in ("mlp", "identity_text"):
         shutil.copy(os.path.join(MODEL_STORE, f"{m}.mar"), store)
+    # mlp without minWorkers/maxWorkers in its model-config.yaml
+    d = os.path.join(store, "mlp_nomin")
+    with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
+        z.extractall(d)
+    y = os.path.join(d, "model-config.yaml")
+    lines = open(y).read().splitlines(True)
+    open(y, "w").write("".join(ln for ln in lines if not ln.startswith(("minWorkers",
+                                                                           "maxWorkers"))))
     if v2:
         d = os.path.join(store, "mlp_v2")
         with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
@@ -77,10 +85,21 @@ def wait_pids(srv, n, timeout=10):
 
 @pytest.mark.smoke
 def test_postman_register_scenarios(srv):
+    # no initial_workers (and default_workers_per_model=0): the archive's own minWorkers (1)
+    # starts workers, as TorchServe (none only when initialWorkers <= 0 && minWorkers == 0)
+    pids0 = set(srv.worker_pids())
     r = call(srv, "POST", "models?url=mlp.mar&model_name=mlp")
     assert r.status_code == 200
-    assert r.json() == {"status": 'Model "mlp" Version: 1.0 registered with 0 initial workers. '
+    assert r.json() == {"status": 'Model "mlp" Version: 1.0 registered with 1 initial workers'}
+    assert len(set(srv.worker_pids()) - pids0) == 1
+    assert srv.post("/predictions/mlp", json=SAMPLE).status_code == 200  # not 503
+    # an archive without minWorkers gets none
+    r = call(srv, "POST", "models?url=mlp_nomin&model_name=nomin")
+    assert r.status_code == 200
+    assert r.json() == {"status": 'Model "nomin" Version: 1.0 registered with 0 initial workers. '
                                   "Use scale workers API to add workers for the model."}
+    assert call(srv, "GET", "models/nomin").json()[0]["workers"] == []
+    assert status(srv, "DELETE", "models/nomin") == 200
     # re-registration: same model and version (409), and postman's re-download of an existing
     # archive name (500 "Model file already exists")
     r = call(srv, "POST", "models?url=mlp.mar&model_name=mlp")
@@ -113,9 +132,16 @@ def test_postman_register_scenarios(srv):
 
 def test_postman_scale_and_describe(srv):
     pid0 = set(srv.worker_pids())
-    assert pid0 == set()
-    # invalid handler: registering works (no worker), a synchronous scale fails with 500
-    assert status(srv, "POST", "models?url=identity_text.mar&model_name=broken&handler=invalidHandler") == 200
+    assert len(pid0) == 1  # mlp's, from its minWorkers (test_postman_register_scenarios)
+    # invalid handler: the archive's minWorkers starts a worker at registration, which fails:
+    # 500, and the model is not left behind
+    r = call(srv, "POST", "models?url=identity_text.mar&model_name=broken&handler=invalidHandler")
+    assert r.status_code == 500, r.text
+    assert r.json()["message"].startswith('Failed to start workers: unknown handler '
+                                          '"invalidHandler"'), r.text
+    assert status(srv, "GET", "models/broken") == 404
+    # with initial_workers=0 and no minWorkers it registers (no worker); a synchronous scale fails
+    assert status(srv, "POST", "models?url=mlp_nomin&model_name=broken&handler=invalidHandler") == 200
     r = call(srv, "PUT", "models/broken?min_worker=1&synchronous=true")
     assert r.status_code == 500, r.text
     assert status(srv, "DELETE", "models/broken") == 200

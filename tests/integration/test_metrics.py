@@ -195,3 +195,50 @@ def test_handler_metric_names_bounded(server_factory, tmp_path):
                for x in fams["ts_inference_requests"].samples)
     log = s.log()
     assert "metric refused" in log and "m31: the model has 32 metric names already" in log, log
+
+
+def test_metrics_mode_log(server_factory):
+    """metrics_mode=log: TorchServe's log format in logs/ts_metrics.log every
+    metric_time_interval seconds, and once more at shutdown; /metrics says where they went."""
+    s = server_factory(models=["mlp"], config={"metrics_mode": "log", "metric_time_interval": 1})
+    s.wait_ready("mlp", body={"json": SAMPLE})
+    n = 7
+    for _ in range(n):
+        assert s.post("/predictions/mlp", json=SAMPLE).status_code == 200
+    r = s.get("/metrics", api="metrics")
+    assert r.status_code == 200 and "ts_metrics.log every 1 s" in r.text
+    assert families(r.text) == {}
+    path = os.path.join(s.tmp, "logs", "ts_metrics.log")
+    pat = re.compile(r"^(\w+)\.(\w+):([0-9.e+-]+)\|#([^|]*)\|#hostname:[^,]+,timestamp:(\d+)$")
+
+    def snapshot():
+        """The last written value of each (name, dims)."""
+        out = {}
+        with open(path) as f:
+            for ln in f.read().splitlines():
+                m = pat.match(ln)
+                assert m, ln
+                out[(m[1], m[4])] = (m[2], float(m[3]), int(m[5]))
+        return out
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and snapshot().get(
+                ("ts_inference_requests_total", "model_name:mlp,model_version:1.0"),
+                (0, 0, 0))[1] >= n + 1:
+            break
+        time.sleep(0.2)
+    snap = snapshot()
+    unit, v, ts = snap[("ts_inference_requests_total", "model_name:mlp,model_version:1.0")]
+    assert unit == "Count" and v == n + 1  # the warm-up request too
+    assert abs(ts - time.time()) < 60
+    unit, v, _ = snap[("Requests2XX", "Level:Host")]
+    assert unit == "Count" and v >= n + 1
+    unit, v, _ = snap[("HandlerTime", "model_name:mlp,model_version:1.0,Level:Model")]
+    assert unit == "ms" and v > 0
+    assert snap[("ts_request_latency_ms_count", "model_name:mlp,model_version:1.0")][:2] == \
+        ("Milliseconds", n + 1)
+    # at shutdown the last values are written once more
+    size = os.path.getsize(path)
+    s.stop()
+    assert os.path.getsize(path) > size

@@ -46,8 +46,9 @@ def local_config(tmp, ports):
     for line in open(os.path.join(ROOT, "config.properties")):
         key = line.split("=", 1)[0].strip()
         if key in ports:
-            line = f"{key}={ports[key]}\n"
+            line = f"{key}={ports.pop(key)}\n"
         out.append(line)
+    out += [f"{k}={v}\n" for k, v in ports.items() if k == "log_location"]
     path = os.path.join(tmp, "config.properties")
     with open(path, "w") as f:
         f.writelines(out)
@@ -69,6 +70,8 @@ def test_readme_quick_start():
         "metrics_address": f"http://127.0.0.1:{free_port()}",
         "grpc_inference_port": str(free_port()),
         "grpc_management_port": str(free_port()),
+        # the logs (logs/ in the working directory, as TorchServe) go to the test's directory
+        "log_location": os.path.join(tmp, "logs"),
     }
     i = cmd.index("--ts-config")
     cmd[i + 1] = local_config(tmp, ports)

@@ -70,6 +70,10 @@ TEST(defaults)
     CHECK_STR(c.allowed_urls, "file://.*|http(s)?://.*");
     CHECK_EQ_INT(c.enable_metrics_api, 1);
     CHECK_STR(c.metrics_mode, "prometheus");
+    CHECK_EQ_INT(c.metric_time_interval, -1);
+    CHECK(c.log_max_size == 100L << 20);
+    CHECK_EQ_INT(c.log_max_files, 5);
+    CHECK_EQ_INT(c.enable_access_log, 1);
     CHECK_EQ_INT(c.initial_worker_port, 9000);
     CHECK_EQ_INT(c.worker_threads, 1);
     CHECK_STR(c.ts_header_key_sequence_id, "ts_request_sequence_id");
@@ -268,8 +272,13 @@ TEST(bad_values)
     expect_error("enable_model_api=yes\n",
                  "DIR/config.properties:1: enable_model_api: expected true or false, got 'yes'");
     expect_error("metrics_mode=json\n",
-                 "DIR/config.properties:1: metrics_mode: expected prometheus (log and legacy are "
+                 "DIR/config.properties:1: metrics_mode: expected prometheus or log (legacy is "
                  "TorchServe's, not supported), got 'json'");
+    expect_error("log_max_size=10XB\n",
+                 "DIR/config.properties:1: log_max_size: expected a size in bytes, e.g. 10MB, "
+                 "512KB or 4096, got '10XB'");
+    expect_error("log_max_files=0\n",
+                 "DIR/config.properties:1: log_max_files: must be between 1 and 1000, got '0'");
     expect_error("ts_header_key_sequence_id=\n",
                  "DIR/config.properties:1: ts_header_key_sequence_id: must not be empty, got ''");
     expect_error("models=[1]\n",
@@ -294,10 +303,10 @@ TEST(unsupported_keys)
     expect_error("service_envelope=kserve\n",
                  "DIR/config.properties:1: service_envelope is not supported by torchserve-c: "
                  "requests use TorchServe's default format only");
-    expect_error("metrics_mode=log\n",
+    expect_error("metrics_mode=legacy\n",
                  "DIR/config.properties:1: metrics_mode: not supported by torchserve-c: metrics "
-                 "are served in Prometheus format on the metrics API (metrics_mode=prometheus), "
-                 "got 'log'");
+                 "are served in Prometheus format on the metrics API (metrics_mode=prometheus) "
+                 "or written to ts_metrics.log (metrics_mode=log), got 'legacy'");
     struct config c;
     char err[512];
     CHECK_EQ_INT(load("workflow_store=wf\nnumber_of_gpu=2\ninstall_py_dep_per_model=false\n", &c,

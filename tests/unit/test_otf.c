@@ -293,26 +293,36 @@ TEST(metric_lines)
     size_t left = b.len;
     struct otf_metric m;
     long n = otf_metric_next(p, left, &m);
-    CHECK(n > 0 && m.kind == 'c' && !strcmp(m.name, "Words") && !strcmp(m.unit, "Count") &&
+    CHECK(n > 0 && m.kind == 'c' && str_is(m.name, "Words") && str_is(m.unit, "Count") &&
           m.value == 3);
     p += n, left -= (size_t)n;
     n = otf_metric_next(p, left, &m);
-    CHECK(n > 0 && m.kind == 'g' && !strcmp(m.name, "_9_bad_name_") && !strcmp(m.unit, "") &&
+    CHECK(n > 0 && m.kind == 'g' && str_is(m.name, "_9_bad_name_") && m.unit.len == 0 &&
           m.value == 0.1);
     p += n, left -= (size_t)n;
     n = otf_metric_next(p, left, &m);
-    CHECK(n > 0 && m.kind == 'h' && !strcmp(m.unit, "ms_per_item") && m.value == -2.5);
+    CHECK(n > 0 && m.kind == 'h' && str_is(m.unit, "ms_per_item") && m.value == -2.5);
     p += n, left -= (size_t)n;
     n = otf_metric_next(p, left, &m);
-    CHECK(n > 0 && strlen(m.name) == OTF_METRIC_NAME_MAX && strlen(m.unit) == OTF_METRIC_UNIT_MAX);
+    CHECK(n > 0 && m.name.len == OTF_METRIC_NAME_MAX && m.unit.len == OTF_METRIC_UNIT_MAX);
     p += n, left -= (size_t)n;
     CHECK_EQ_INT(otf_metric_next(p, left, &m), 0);
     buf_free(&b);
-    const char *bad[] = {"c x Count 1",     "q x Count 1\n",   "c 1x Count 1\n",
-                         "c x Count nan\n", "c x Count 1e\n",  "c x\n",
-                         "c x a b 1\n",     "c x-y Count 1\n", "c  Count 1\n"};
+    const char *bad[] = {"c x Count 3ff0000000000000",
+                         "q x Count 3ff0000000000000\n",
+                         "c 1x Count 3ff0000000000000\n",
+                         "c x Count 7ff8000000000000\n" /* NaN */,
+                         "c x Count 3FF0000000000000\n",
+                         "c x Count 3ff000000000000\n",
+                         "c x\n",
+                         "c x a b 3ff0000000000000\n",
+                         "c x-y Count 3ff0000000000000\n",
+                         "c  Count 3ff0000000000000\n",
+                         "c x Count 1\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         CHECK(otf_metric_next(bad[i], strlen(bad[i]), &m) == TS_E_PROTOCOL);
+    const char *one = "c x Count 3ff0000000000000\n";
+    CHECK(otf_metric_next(one, strlen(one), &m) == (long)strlen(one) && m.value == 1.0);
 }
 
 int main(void)
