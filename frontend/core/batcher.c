@@ -7,18 +7,21 @@
  * joins the next step, so waiting only adds latency. A busy worker gets more work only when its
  * handler is continuous and it has free slots.
  *
- * A model with a single worker may have up to BATCHER_LONE_DEPTH full batches in flight: the
- * worker finds the next ones in its socket when it answers and runs them back to back, instead
- * of sleeping until the frontend has read each answer and written the next batch. With
- * batchSize 1 those wake-ups were most of every request's cost (perf: ~70% of both processes'
- * time in the kernel); depth 4 beat depth 2 by 25-60% in alternated wrk runs. With two or more
- * workers this is never done, since the batch could wait behind one worker's batch while
- * another became idle.
+ * When every ready worker is busy, the least loaded one may still take a full batch, up to
+ * BATCHER_PIPELINE_DEPTH full batches in flight: the worker finds the next ones in its socket
+ * when it answers and runs them back to back, instead of sleeping until the frontend has read
+ * each answer and written the next batch. With batchSize 1 those wake-ups were most of every
+ * request's cost (perf: ~70% of both processes' time in the kernel); depth 4 beat depth 2 by
+ * 25-60% in alternated wrk runs. This used to be done for a lone worker only, so that a batch
+ * could never wait behind one worker's batch while another became idle; but then every worker
+ * of a pool slept between its batches, and 2 workers at batchSize 1 served a third less than 1
+ * (issue 16). A pipelined batch waits behind at most BATCHER_PIPELINE_DEPTH - 1 others, an idle
+ * worker is still always preferred, and partial batches are never pipelined.
  */
 #include "batcher.h"
 
-/* full batches a lone worker may hold: its current one plus the ones queued in its socket */
-#define BATCHER_LONE_DEPTH 4
+/* full batches a busy worker may hold: its current one plus the ones queued in its socket */
+#define BATCHER_PIPELINE_DEPTH 4
 
 void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
 {
@@ -29,7 +32,7 @@ void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
         return;
     int bs = v->batch_size > 0 ? v->batch_size : 1;
 
-    int idle = -1, partial = -1;
+    int idle = -1, partial = -1, least = -1;
     for (int i = 0; i < v->n_workers; i++) {
         const struct batcher_worker *w = &v->workers[i];
         if (!w->ready)
@@ -41,6 +44,8 @@ void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
         if (v->continuous && w->inflight < bs &&
             (partial < 0 || w->inflight < v->workers[partial].inflight))
             partial = i;
+        if (least < 0 || w->inflight < v->workers[least].inflight)
+            least = i;
     }
 
     if (idle >= 0) {
@@ -55,9 +60,9 @@ void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
         out->count = v->queue_len < bs ? v->queue_len : bs;
         return;
     }
-    if (partial < 0 && !v->continuous && v->n_workers == 1 && v->workers[0].ready &&
-        v->workers[0].inflight + bs <= BATCHER_LONE_DEPTH * bs && v->queue_len >= bs) {
-        out->worker = 0;
+    if (!v->continuous && least >= 0 && v->queue_len >= bs &&
+        v->workers[least].inflight + bs <= BATCHER_PIPELINE_DEPTH * bs) {
+        out->worker = least;
         out->count = bs;
         return;
     }

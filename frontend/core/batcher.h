@@ -1,8 +1,8 @@
 /*
  * batcher: the dynamic batching policy, as a pure function over a snapshot of one model's
  * queue and workers. TorchServe's batchSize/maxBatchDelay, except that a batch goes to the first
- * idle worker and never waits behind another worker's batch (a lone worker may hold one full
- * batch queued behind its current one), and that a handler which keeps
+ * idle worker when there is one (when every worker is busy, the least loaded one may hold a few
+ * full batches queued behind its current one), and that a handler which keeps
  * requests across steps (continuous batching) has its free slots topped up at once.
  */
 #ifndef TS_BATCHER_H

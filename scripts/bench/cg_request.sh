@@ -1,22 +1,50 @@
 #!/bin/bash
-# Instructions the frontend spends per /predictions/mlp request, under callgrind: the stable
-# figure on a noisy machine (wall-clock ratios drift with the host's load).
+# Instructions the frontend or the worker spends per /predictions/mlp request, under callgrind:
+# the stable figure on a noisy machine (wall-clock ratios drift with the host's load).
 #
-#   scripts/bench/cg_request.sh [BUILD_DIR] [N]      (default build, 2000; needs valgrind)
+#   scripts/bench/cg_request.sh [BUILD_DIR] [N] [frontend|worker]
+#                                          (default build, 2000, frontend; needs valgrind)
 #
-# Runs the frontend under valgrind --tool=callgrind twice, serving N/2 and then 3N/2 sequential
-# keep-alive requests (python3-requests, the 64-float sample), and prints the difference of the
-# two instruction totals divided by N: start-up, model loading and shutdown cancel out.
+# Runs the frontend (or its one worker, through a wrapper that execs it under valgrind) under
+# valgrind --tool=callgrind twice, serving N/2 and then 3N/2 sequential keep-alive requests
+# (python3-requests, the 64-float sample), and prints the difference of the two instruction
+# totals divided by N: start-up, model loading and shutdown cancel out. The worker runs with
+# instrumentation off until its first answer (loading libtorch under callgrind takes longer
+# than any startup timeout), then on.
 # Env: EXTRA_CONFIG: config.properties lines (';'-separated) added to the server's config, for
-# an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false".
+# an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false". CG_KEEP=DIR keeps the
+# second run's callgrind file as DIR/cg.out for callgrind_annotate.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 N=${2:-2000}
+WHO=${3:-frontend}
+case $WHO in frontend | worker) ;; *) echo "cg_request: frontend or worker, not $WHO" >&2; exit 2 ;; esac
 BODY=$ROOT/scripts/models/mlp/sample.json
 
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+client() { # PORT N BODY WAIT_S: N sequential requests, once the server answers (within WAIT_S)
+    /usr/bin/python3 - "$@" <<'PY'
+import sys, time, requests
+port, n, body, wait = int(sys.argv[1]), int(sys.argv[2]), open(sys.argv[3], "rb").read(), int(sys.argv[4])
+url = f"http://127.0.0.1:{port}/predictions/mlp"
+s = requests.Session()
+deadline = time.time() + wait
+while True:
+    try:
+        if s.post(url, data=body, headers={"Content-Type": "application/json"}).status_code == 200:
+            break
+    except requests.RequestException:
+        pass
+    if time.time() > deadline:
+        sys.exit("the server did not start")
+    time.sleep(0.5)
+for _ in range(n - 1):
+    assert s.post(url, data=body, headers={"Content-Type": "application/json"}).status_code == 200
+PY
+}
 
 run() { # run REQUESTS: prints the frontend's total instructions
     local n=$1 d p
@@ -33,34 +61,52 @@ disable_token_authorization=true
 default_workers_per_model=1
 C
     tr ';' '\n' <<<"${EXTRA_CONFIG:-}" >>"$d/config.properties"
-    (cd "$d" && exec valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" \
-        "$BUILD/bin/torchserve-c" --start --foreground --ncs --model-store "$d" \
-        --ts-config config.properties --models mlp=mlp.mar >/dev/null 2>"$d/err.log") &
+    local bin=$BUILD/bin
+    if [ "$WHO" = worker ]; then
+        # the frontend spawns the worker found beside its own binary
+        bin=$d/bin
+        mkdir -p "$bin"
+        cp "$BUILD/bin/torchserve-c" "$bin/"
+        printf '#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=%s %s "$@"\n' \
+            "$d/cg.out" "$BUILD/bin/torchserve-c-worker" > "$bin/torchserve-c-worker"
+        chmod +x "$bin/torchserve-c-worker"
+        printf 'default_response_timeout=900\ndefault_startup_timeout=900\n' >> "$d/config.properties"
+        (cd "$d" && exec "$bin/torchserve-c" --start --foreground --ncs --model-store "$d" \
+            --ts-config config.properties --models mlp=mlp.mar >/dev/null 2>"$d/err.log") &
+    else
+        (cd "$d" && exec valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" \
+            "$bin/torchserve-c" --start --foreground --ncs --model-store "$d" \
+            --ts-config config.properties --models mlp=mlp.mar >/dev/null 2>"$d/err.log") &
+    fi
     local vp=$!
-    /usr/bin/python3 - "$p" "$n" "$BODY" <<'PY'
-import sys, time, requests
-port, n, body = int(sys.argv[1]), int(sys.argv[2]), open(sys.argv[3], "rb").read()
-url = f"http://127.0.0.1:{port}/predictions/mlp"
-s = requests.Session()
-deadline = time.time() + 120
-while True:
-    try:
-        if s.post(url, data=body, headers={"Content-Type": "application/json"}).status_code == 200:
-            break
-    except requests.RequestException:
-        pass
-    if time.time() > deadline:
-        sys.exit("the server did not start")
-    time.sleep(0.5)
-for _ in range(n):
-    assert s.post(url, data=body, headers={"Content-Type": "application/json"}).status_code == 200
-PY
+    client "$p" 1 "$BODY" 900
+    # the valgrind process the wrapper exec'd is the frontend's child
+    local wp=
+    if [ "$WHO" = worker ]; then
+        wp=$(ps -o pid= --ppid $vp | tr -d ' ')
+        callgrind_control -i on "$wp" >/dev/null
+    fi
+    client "$p" "$n" "$BODY" 60
+    local out=$d/cg.out
+    if [ -n "$wp" ]; then
+        # dumped now: at shutdown a slow valgrind would be killed before writing its file
+        callgrind_control --dump "$wp" >/dev/null
+        for _ in $(seq 300); do
+            out=$(grep -l '^totals:' "$d"/cg.out.* 2>/dev/null | head -1 || true)
+            [ -n "$out" ] && break
+            sleep 0.2
+        done
+    fi
     kill -TERM $vp
     wait $vp || true
-    awk '/^totals:/ {print $2}' "$d/cg.out"
-    rm -rf "$d"
+    for _ in $(seq 100); do grep -q '^totals:' "$out" 2>/dev/null && break; sleep 0.2; done
+    grep -q '^totals:' "$out" || { echo "cg_request: no callgrind totals for $WHO" >&2; exit 1; }
+    awk '/^totals:/ {print $2}' "$out"
+    [ -n "${CG_KEEP:-}" ] && cp "$out" "$CG_KEEP/cg.out"
+    [ -n "${CG_DEBUG:-}" ] && echo "kept $d" >&2 || rm -rf "$d"
 }
 
 a=$(run $((N / 2)))
 b=$(run $((N * 3 / 2)))
-echo "frontend instructions per request: $(( (b - a) / N )) ($BUILD, N=$N)"
+[ -n "$a" ] && [ -n "$b" ] || exit 1
+echo "$WHO instructions per request: $(( (b - a) / N )) ($BUILD, N=$N)"

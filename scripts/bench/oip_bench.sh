@@ -20,6 +20,9 @@ case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 DURATION=${DURATION:-10}
 STREAMS=${STREAMS:-30}
 PY=/usr/bin/python3
+NAME=oip_bench
+# shellcheck source=scripts/bench/lib.sh
+. "$ROOT/scripts/bench/lib.sh"
 
 for f in "$BUILD/bin/torchserve-c" "$BUILD/bin/torchserve-c-worker" "$ROOT/model-store/mlp.mar" \
     "$ROOT/model-store/identity_text.mar"; do
@@ -78,15 +81,7 @@ for _ in $(seq 300); do
 done
 
 # ---- REST
-$PY - "$ROOT/scripts/models/mlp/sample.json" "$WORK/oip.json" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-x = d["data"] if isinstance(d, dict) else d
-while isinstance(x[0], list):
-    x = [v for r in x for v in r]
-json.dump({"inputs": [{"name": "input__0", "shape": [1, 64], "datatype": "FP32", "data": x}]},
-          open(sys.argv[2], "w"))
-EOF
+oip_body "$WORK/oip.json"
 run_wrk() { # PATH BODY -> "rps p50_us p99_us non200 frontend_cpu_us/req server_cpu_us/req"
     local t0 t1 a0 a1 rps p50 p99 bad
     t0=$(ticks "$SRV_PID")

@@ -73,14 +73,19 @@ TEST(first_idle_worker_wins_and_busy_workers_are_skipped)
     CHECK_EQ_INT(p.count, 4);
 }
 
-TEST(no_idle_worker_means_wait_for_one)
+TEST(no_idle_worker_and_no_full_batch_means_wait_for_one)
 {
     struct batcher_worker w[2] = {{1, 1}, {1, 2}};
-    struct batcher_view v = view(4, 5, 0, 10, 0, w, 2);
+    struct batcher_view v = view(4, 5, 0, 3, 10000, w, 2); /* 3 queued, past maxBatchDelay */
     struct batcher_plan p;
     batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, -1);
-    CHECK_EQ_INT(p.wait_us, -1); /* re-planned when a worker frees up, not on a timer */
+    CHECK_EQ_INT(p.wait_us, -1);        /* re-planned when a worker frees up, not on a timer */
+    w[0].inflight = w[1].inflight = 16; /* full batches, but every worker holds four */
+    v = view(4, 5, 0, 10, 0, w, 2);
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    CHECK_EQ_INT(p.wait_us, -1);
 }
 
 TEST(continuous_tops_up_the_least_loaded_worker_without_waiting)
@@ -142,11 +147,43 @@ TEST(lone_busy_worker_gets_up_to_four_full_batches)
     CHECK_EQ_INT(p.worker, -1);
 }
 
-TEST(busy_worker_of_a_pool_gets_nothing_while_another_loads)
+TEST(busy_pool_pipelines_full_batches_to_the_least_loaded_worker)
 {
-    struct batcher_worker w[2] = {{1, 1}, {0, 0}}; /* the loading one may be idle first */
+    struct batcher_worker w[3] = {{1, 3}, {1, 2}, {1, 3}};
+    struct batcher_view v = view(1, 0, 0, 5, 0, w, 3);
+    struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 1);
+    CHECK_EQ_INT(p.count, 1);
+    w[1].inflight = 4; /* every worker at depth 4 or 3: the one at 3 */
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    w[0].inflight = w[2].inflight = 4; /* all full */
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    w[2].inflight = 0; /* an idle worker always wins */
+    w[0].inflight = 1;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 2);
+    struct batcher_worker b[2] = {{1, 8}, {1, 8}}; /* batchSize 8: never a partial batch */
+    v = view(8, 5, 0, 7, 10000, b, 2);
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, -1);
+    v = view(8, 5, 0, 9, 0, b, 2);
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 8);
+}
+
+TEST(busy_worker_of_a_pool_is_pipelined_while_another_loads)
+{
+    struct batcher_worker w[2] = {{1, 1}, {0, 0}}; /* the loading one is never picked */
     struct batcher_view v = view(1, 0, 0, 5, 0, w, 2);
     struct batcher_plan p;
+    batcher_plan(&v, &p);
+    CHECK_EQ_INT(p.worker, 0);
+    CHECK_EQ_INT(p.count, 1);
+    w[0].ready = 0;
     batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, -1);
 }
@@ -158,11 +195,12 @@ int main(void)
     RUN(partial_batch_waits_for_max_batch_delay_from_the_oldest_job);
     RUN(batch_size_one_never_waits);
     RUN(first_idle_worker_wins_and_busy_workers_are_skipped);
-    RUN(no_idle_worker_means_wait_for_one);
+    RUN(no_idle_worker_and_no_full_batch_means_wait_for_one);
     RUN(continuous_tops_up_the_least_loaded_worker_without_waiting);
     RUN(continuous_idle_worker_takes_a_partial_batch_at_once);
     RUN(continuous_full_workers_take_nothing);
     RUN(lone_busy_worker_gets_up_to_four_full_batches);
-    RUN(busy_worker_of_a_pool_gets_nothing_while_another_loads);
+    RUN(busy_pool_pipelines_full_batches_to_the_least_loaded_worker);
+    RUN(busy_worker_of_a_pool_is_pipelined_while_another_loads);
     return tap_done();
 }

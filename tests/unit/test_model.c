@@ -56,22 +56,37 @@ TEST(partial_batch_waits_for_max_batch_delay_full_one_goes_at_once)
     core_teardown();
 }
 
+/* Jobs that fill both workers of a two-worker pool at batchSize 1: each worker holds up to four
+ * batches (its current one and three in its socket, batcher.c), so the next job is queued. */
+#define FILL 8
+
+static void submit_fillers(struct model *m, struct rec *r, struct job **keep, const char *how)
+{
+    char t[16];
+    for (int i = 0; i < FILL; i++) {
+        snprintf(t, sizeof(t), "x%d", i);
+        struct job *j = rec_job(&r[i], t, how);
+        CHECK_EQ_INT(model_submit(m, j), 0);
+        if (keep)
+            keep[i] = j;
+    }
+    CHECK_EQ_INT(m->queue_len, 0);
+}
+
 TEST(full_queue_and_no_worker_are_refused)
 {
     core_setup();
-    /* two workers: a lone one would take up to four batches into its socket */
     struct model *m = fake_model(&(struct fake_model_opts){.queue_max = 2, .workers = 2});
-    struct rec r[5];
-    struct job *j[5];
-    for (int i = 0; i < 5; i++)
+    struct rec r[FILL + 3];
+    struct job *j[FILL + 3];
+    submit_fillers(m, r, j, "hang"); /* run (hang) or wait in the workers' sockets */
+    for (int i = FILL; i < FILL + 3; i++)
         j[i] = rec_job(&r[i], "h", "hang");
-    CHECK_EQ_INT(model_submit(m, j[0]), 0); /* runs (hangs) */
-    CHECK_EQ_INT(model_submit(m, j[1]), 0); /* runs (hangs) */
-    CHECK_EQ_INT(model_submit(m, j[2]), 0);
-    CHECK_EQ_INT(model_submit(m, j[3]), 0);
+    CHECK_EQ_INT(model_submit(m, j[FILL]), 0);
+    CHECK_EQ_INT(model_submit(m, j[FILL + 1]), 0);
     CHECK_EQ_INT(m->queue_len, 2);
-    CHECK_EQ_INT(model_submit(m, j[4]), TS_E_QUEUE_FULL);
-    job_unref(j[4]);
+    CHECK_EQ_INT(model_submit(m, j[FILL + 2]), TS_E_QUEUE_FULL);
+    job_unref(j[FILL + 2]);
     struct submit_error e;
     struct rec r5;
     struct job *k = rec_job(&r5, "k", NULL);
@@ -79,7 +94,7 @@ TEST(full_queue_and_no_worker_are_refused)
     CHECK_EQ_INT(e.status, 503);
     CHECK(strstr(e.msg, "job queue is full: 2 requests queued") != NULL);
     job_unref(k);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < FILL + 2; i++) {
         job_cancel(j[i]);
         job_unref(j[i]);
     }
@@ -95,21 +110,20 @@ TEST(cancel_while_queued_is_silent_and_frees_the_slot)
 {
     core_setup();
     struct model *m = fake_model(&(struct fake_model_opts){.workers = 2});
-    struct rec r[4];
-    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "wait:200")), 0);
-    CHECK_EQ_INT(model_submit(m, rec_job(&r[3], "a2", "wait:200")), 0);
-    struct job *b = rec_job(&r[1], "b", NULL);
-    struct job *c = rec_job(&r[2], "c", NULL);
+    struct rec r[FILL + 2];
+    submit_fillers(m, r, NULL, "wait:200");
+    struct job *b = rec_job(&r[FILL], "b", NULL);
+    struct job *c = rec_job(&r[FILL + 1], "c", NULL);
     CHECK_EQ_INT(model_submit(m, b), 0);
     CHECK_EQ_INT(model_submit(m, c), 0);
     CHECK_EQ_INT(m->queue_len, 2);
     job_cancel(b);
     job_unref(b);
     CHECK_EQ_INT(m->queue_len, 1);
-    CHECK(run_until(rec_done, &r[2], 2000));
-    CHECK_STR(r[2].body, "ok:c");
-    CHECK_EQ_INT(r[1].frames + r[1].errors, 0); /* the sink of a cancelled job is never called */
-    CHECK(!log_has(" b\n"));                    /* it never reached a worker */
+    CHECK(run_until(rec_done, &r[FILL + 1], 2000));
+    CHECK_STR(r[FILL + 1].body, "ok:c");
+    CHECK_EQ_INT(r[FILL].frames + r[FILL].errors, 0); /* a cancelled job's sink is never called */
+    CHECK(!log_has(" b\n"));                          /* it never reached a worker */
     core_teardown();
 }
 
@@ -117,19 +131,18 @@ TEST(cancel_while_running_tells_the_worker_and_frees_the_slot)
 {
     core_setup();
     struct model *m = fake_model(&(struct fake_model_opts){.workers = 2});
-    struct rec r[3];
-    struct job *a = rec_job(&r[0], "a", "hang");
-    CHECK_EQ_INT(model_submit(m, a), 0);
-    CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "x", "hang")), 0);
-    CHECK_EQ_INT(model_submit(m, rec_job(&r[2], "b", NULL)), 0);
-    CHECK(run_until(log_has_cond, "w9000 I a", 2000));
+    struct rec r[FILL + 1];
+    struct job *j[FILL];
+    submit_fillers(m, r, j, "hang"); /* x0 runs on w9000, x1 on w9001, the rest wait behind */
+    CHECK(run_until(log_has_cond, "w9000 I x0", 2000));
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[FILL], "b", NULL)), 0);
     CHECK_EQ_INT(m->queue_len, 1);
-    job_cancel(a);
-    job_unref(a);
-    CHECK(run_until(rec_done, &r[2], 2000)); /* b took the freed slot */
-    CHECK(log_has("w9000 C a") && log_has("w9000 I b"));
+    job_cancel(j[0]);
+    job_unref(j[0]);
+    CHECK(run_until(rec_done, &r[FILL], 2000)); /* b took the freed slot */
+    CHECK(log_has("w9000 C x0") && log_has("w9000 I b"));
     CHECK_EQ_INT(r[0].frames + r[0].errors, 0);
-    core_teardown();
+    core_teardown(); /* fails the hanging ones: their sinks drop the last references */
 }
 
 TEST(worker_death_mid_batch_fails_the_batch_and_respawns)
