@@ -13,6 +13,7 @@
 # batchSize 1. Env: ROUNDS (pairs, default 4), DURATION (wrk seconds, default 5), CONNS (32).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/scripts/bench/lib.sh"
 A=$1
 B=$2
 BUILD=${3:-build}
@@ -23,27 +24,19 @@ CONNS=${CONNS:-32}
 export BENCH_BODY=$ROOT/scripts/models/mlp/sample.json
 command -v wrk >/dev/null || { echo "config_ab: wrk missing (scripts/install-deps.sh)" >&2; exit 1; }
 
-WORK=$(mktemp -d -t tsc-ab.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+bench_init tsc-ab
 
 start() { # start NAME LINES: sets PORT and PID (not in a subshell: PIDS must see the pid)
     local d=$WORK/$1 p
     mkdir -p "$d"
     cp "$ROOT/model-store/mlp.mar" "$d/"
-    p=$(port)
+    p=$(free_port)
     {
         echo "inference_address=http://127.0.0.1:$p"
-        echo "management_address=http://127.0.0.1:$(port)"
-        echo "metrics_address=http://127.0.0.1:$(port)"
-        echo "grpc_inference_port=$(port)"
-        echo "grpc_management_port=$(port)"
+        echo "management_address=http://127.0.0.1:$(free_port)"
+        echo "metrics_address=http://127.0.0.1:$(free_port)"
+        echo "grpc_inference_port=$(free_port)"
+        echo "grpc_management_port=$(free_port)"
         echo "disable_token_authorization=true"
         echo "default_workers_per_model=1"
         tr ';' '\n' <<<"$2"

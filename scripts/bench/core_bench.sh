@@ -17,6 +17,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/scripts/bench/lib.sh"
 BUILD=${1:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 DURATION=${DURATION:-10}
@@ -30,19 +31,11 @@ for f in "$BUILD/bin/torchserve-c" "$BUILD/bin/torchserve-c-worker" "$ROOT/model
 done
 command -v wrk >/dev/null || { echo "core_bench: wrk missing (scripts/install-deps.sh)" >&2; exit 1; }
 
-WORK=$(mktemp -d -t tsc-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_init tsc-bench
 
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/trivial_server" "$ROOT/scripts/bench/trivial_server.c" -levent
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/seq_client" "$ROOT/scripts/bench/seq_client.c"
 
-free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now_us() { echo $(( $(date +%s%N) / 1000 )); }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 children() { ps -o pid= --ppid "$1" | tr -d ' '; }

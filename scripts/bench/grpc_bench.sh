@@ -21,6 +21,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/scripts/bench/lib.sh"
 BUILD=${1:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 DURATION=${DURATION:-10}
@@ -34,19 +35,11 @@ for f in "$BUILD/bin/torchserve-c" "$BUILD/bin/torchserve-c-worker" "$ROOT/model
     [ -e "$f" ] || { echo "grpc_bench: $f missing: run make all models" >&2; exit 1; }
 done
 
-WORK=$(mktemp -d -t tsc-grpcbench.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_init tsc-grpc
 
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_load" "$ROOT/scripts/bench/grpc_load.c" -lgrpc -lgpr
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_bare" "$ROOT/scripts/bench/grpc_bare.c" -lgrpc -lgpr
 
-free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 # warm_up PORT [SECONDS]: SECONDS (default WARMUP) of the same load, not counted
