@@ -118,3 +118,52 @@ def test_readme_quick_start():
     assert proc.returncode == 0
     left = set(os.listdir(ROOT)) - before
     assert not left, f"the server left files in the repository root: {left}"
+
+
+def readme_block(heading):
+    """The first ```sh block after a README heading."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    at = text.index(heading)
+    m = re.search(r"```sh\n(.*?)```", text[at:], re.S)
+    assert m, f"README.md has no sh block after {heading!r}"
+    return m.group(1)
+
+
+def test_readme_python_handler_example():
+    """"Serving your own Python handler", run as written in a fresh directory. Changed: the
+    ports (a config.properties in that directory, which the server reads as TorchServe does),
+    the path of build/bin, and a private TMPDIR."""
+    block = readme_block("### Serving your own Python handler")
+    assert "my_handler.py" in block and "--stop" in block, block
+    tmp = tempfile.mkdtemp(prefix="tsc-readme-py-")
+    port = free_port()
+    with open(os.path.join(tmp, "config.properties"), "w") as f:
+        f.write(f"inference_address=http://127.0.0.1:{port}\n")
+        f.write(f"management_address=http://127.0.0.1:{free_port()}\n")
+        f.write(f"metrics_address=http://127.0.0.1:{free_port()}\n")
+        f.write(f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n")
+    os.mkdir(os.path.join(tmp, "model-store"))
+    script = block.replace("build/bin/", os.path.join(BUILD, "bin") + "/")
+    script = script.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+    env = dict(os.environ, TMPDIR=tmp)
+    try:
+        p = subprocess.run(["bash", "-e", "-c", script], cwd=tmp, env=env, capture_output=True,
+                           timeout=300)
+        log = os.path.join(tmp, "logs", "ts_log.log")
+        logtext = open(log).read() if os.path.exists(log) else ""
+        assert p.returncode == 0, (p.stdout, p.stderr, logtext)
+        # stdout: "Model server started.", the curl answer (no newline of its own), then
+        # "TorchServe has stopped."
+        answer = [ln for ln in p.stdout.decode().splitlines() if ln.startswith("[")]
+        assert len(answer) == 1, (p.stdout, logtext)
+        got, _ = json.JSONDecoder().raw_decode(answer[0])
+        import torch
+
+        m = torch.jit.load(os.path.join(tmp, "m.pt")).eval()
+        with torch.no_grad():
+            want = m(torch.tensor([[1.0, 2.0, 3.0]]))[0].tolist()
+        assert len(got) == 2 and max(abs(a - b) for a, b in zip(got, want)) <= 1e-5, (got, want)
+    finally:
+        subprocess.run([os.path.join(BUILD, "bin", "torchserve-c"), "--stop"], cwd=tmp, env=env,
+                       capture_output=True, timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
