@@ -1,5 +1,5 @@
 #!/bin/bash
-# Instructions the frontend or the worker spends per /predictions/mlp request, under callgrind:
+# Instructions the frontend or the worker spends per /predictions/MODEL request, under callgrind:
 # the stable figure on a noisy machine (wall-clock ratios drift with the host's load).
 #
 #   scripts/bench/cg_request.sh [BUILD_DIR] [N] [frontend|worker]
@@ -11,7 +11,8 @@
 # totals divided by N: start-up, model loading and shutdown cancel out. The worker runs with
 # instrumentation off until its first answer (loading libtorch under callgrind takes longer
 # than any startup timeout), then on.
-# Env: EXTRA_CONFIG: config.properties lines (';'-separated) added to the server's config, for
+# Env: MODEL: the model-store archive to serve (default mlp; mlp_py takes the same sample).
+# EXTRA_CONFIG: config.properties lines (';'-separated) added to the server's config, for
 # an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false". CG_KEEP=DIR keeps the
 # second run's callgrind file as DIR/cg.out for callgrind_annotate.
 set -euo pipefail
@@ -20,16 +21,18 @@ BUILD=${1:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 N=${2:-2000}
 WHO=${3:-frontend}
+MODEL=${MODEL:-mlp}
+[ -e "$ROOT/model-store/$MODEL.mar" ] || { echo "cg_request: model-store/$MODEL.mar missing: make models" >&2; exit 2; }
 case $WHO in frontend | worker) ;; *) echo "cg_request: frontend or worker, not $WHO" >&2; exit 2 ;; esac
 BODY=$ROOT/scripts/models/mlp/sample.json
 
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 client() { # PORT N BODY WAIT_S: N sequential requests, once the server answers (within WAIT_S)
-    /usr/bin/python3 - "$@" <<'PY'
+    /usr/bin/python3 - "$@" "$MODEL" <<'PY'
 import sys, time, requests
 port, n, body, wait = int(sys.argv[1]), int(sys.argv[2]), open(sys.argv[3], "rb").read(), int(sys.argv[4])
-url = f"http://127.0.0.1:{port}/predictions/mlp"
+url = f"http://127.0.0.1:{port}/predictions/{sys.argv[5]}"
 s = requests.Session()
 deadline = time.time() + wait
 while True:
@@ -50,7 +53,7 @@ run() { # run REQUESTS: prints the frontend's total instructions
     local n=$1 d p
     d=$(mktemp -d)
     p=$(port)
-    cp "$ROOT/model-store/mlp.mar" "$d/"
+    cp "$ROOT/model-store/$MODEL.mar" "$d/"
     cat > "$d/config.properties" <<C
 inference_address=http://127.0.0.1:$p
 management_address=http://127.0.0.1:$(port)
@@ -72,11 +75,11 @@ C
         chmod +x "$bin/torchserve-c-worker"
         printf 'default_response_timeout=900\ndefault_startup_timeout=900\n' >> "$d/config.properties"
         (cd "$d" && exec "$bin/torchserve-c" --start --foreground --ncs --model-store "$d" \
-            --ts-config config.properties --models mlp=mlp.mar >/dev/null 2>"$d/err.log") &
+            --ts-config config.properties --models $MODEL=$MODEL.mar >/dev/null 2>"$d/err.log") &
     else
         (cd "$d" && exec valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" \
             "$bin/torchserve-c" --start --foreground --ncs --model-store "$d" \
-            --ts-config config.properties --models mlp=mlp.mar >/dev/null 2>"$d/err.log") &
+            --ts-config config.properties --models $MODEL=$MODEL.mar >/dev/null 2>"$d/err.log") &
     fi
     local vp=$!
     client "$p" 1 "$BODY" 900
@@ -109,4 +112,4 @@ C
 a=$(run $((N / 2)))
 b=$(run $((N * 3 / 2)))
 [ -n "$a" ] && [ -n "$b" ] || exit 1
-echo "$WHO instructions per request: $(( (b - a) / N )) ($BUILD, N=$N)"
+echo "$WHO instructions per request: $(( (b - a) / N )) ($BUILD, $MODEL, N=$N)"
