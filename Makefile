@@ -164,6 +164,13 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/tap.h tests/unit/core_fake.h $(BUILD
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libcore.a $(BUILD)/libcommon.a $(LDFLAGS) \
 	    -levent -lyaml -ljansson -larchive -luuid -llmdb
 
+# test_py_json embeds CPython: the Python handler's JSON fast paths against the json module
+$(BUILD)/tests/test_py_json: tests/unit/test_py_json.c tests/unit/tap.h backend/python/py_json.c \
+                             backend/python/py_json.h backend/python/py_handler.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(shell $(PYTHON_CONFIG) --includes) -Itests/unit -o $@ $< $(LDFLAGS) \
+	    $(shell $(PYTHON_CONFIG) --embed --ldflags)
+
 # Under ASan the runner must let LeakSanitizer see every test: lsan_selfcheck leaks on purpose
 # and must fail (its report goes to stderr, not to CI's sanitizer log).
 LSAN_SELFCHECK := $(if $(findstring address,$(SANITIZE)),$(BUILD)/tests/lsan_selfcheck)

@@ -6,6 +6,7 @@
  * copied by the worker (handler.h), so nothing here outlives a call.
  */
 #include "py_handler.h"
+#include "py_json.h"
 
 #include <errno.h>
 #include <string.h>
@@ -21,7 +22,26 @@ static int check_idx(Py_ssize_t i)
     return 0;
 }
 
-/* [(request id, is new, [(name, value)], [(name, content type, bytes)])] */
+/* A parameter's value as TorchServe's `data` holds it: application/json parsed, text/... decoded
+ * from UTF-8, when py_json's fast path or the decoder manage; otherwise the bytes, and
+ * ts._service makes the value (or the warning) with the json module as before. */
+static PyObject *param_value(const char *ctype, const void *v, size_t len)
+{
+    PyObject *val = NULL;
+    if (!strcmp(ctype, "application/json")) {
+        val = pyj_loads(v, len);
+    } else if (!strncmp(ctype, "text", 4)) {
+        val = PyUnicode_DecodeUTF8(v, (Py_ssize_t)len, NULL);
+        if (!val && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            PyErr_Clear();
+    }
+    if (val || PyErr_Occurred())
+        return val;
+    return PyBytes_FromStringAndSize(v, (Py_ssize_t)len);
+}
+
+/* [(request id, is new, [(name, value)], [(name, content type, value)])]; the value: see
+ * param_value */
 static PyObject *w_batch(PyObject *self, PyObject *noargs)
 {
     (void)self;
@@ -53,8 +73,8 @@ static PyObject *w_batch(PyObject *self, PyObject *noargs)
             const char *name, *ctype;
             size_t len;
             const void *v = ts_param_at(c, i, k, &name, &len, &ctype);
-            PyObject *t =
-                Py_BuildValue("(ssy#)", name, ctype ? ctype : "", (const char *)v, (Py_ssize_t)len);
+            PyObject *val = param_value(ctype ? ctype : "", v, len);
+            PyObject *t = val ? Py_BuildValue("(ssN)", name, ctype ? ctype : "", val) : NULL;
             if (!t)
                 goto fail_item;
             PyList_SET_ITEM(ps, (Py_ssize_t)k, t);
@@ -76,9 +96,12 @@ static PyObject *w_batch(PyObject *self, PyObject *noargs)
     return out;
 }
 
-/* Status, headers (content-type among them) of request i before its body is sent. */
-static int apply_meta(size_t i, int status, const char *phrase, PyObject *headers)
+/* Status, headers (content-type among them) of request i before its body is sent; *has_ctype
+ * (if given) tells whether a content-type was among them. */
+static int apply_meta(size_t i, int status, const char *phrase, PyObject *headers, int *has_ctype)
 {
+    if (has_ctype)
+        *has_ctype = 0;
     if (status != 200 || (phrase && *phrase))
         ts_set_status(pyh_ctx, i, status, phrase ? phrase : "");
     if (!headers || headers == Py_None)
@@ -94,9 +117,11 @@ static int apply_meta(size_t i, int status, const char *phrase, PyObject *header
         const char *key = ks ? PyUnicode_AsUTF8(ks) : NULL;
         const char *val = vs ? PyUnicode_AsUTF8(vs) : NULL;
         if (key && val) {
-            if (!strcasecmp(key, "content-type"))
+            if (!strcasecmp(key, "content-type")) {
                 ts_set_content_type(pyh_ctx, i, val);
-            else
+                if (has_ctype)
+                    *has_ctype = 1;
+            } else
                 ts_set_header(pyh_ctx, i, key, val);
         }
         Py_XDECREF(ks);
@@ -107,32 +132,54 @@ static int apply_meta(size_t i, int status, const char *phrase, PyObject *header
     return 0;
 }
 
-/* The arguments (i, body, status, phrase, headers) of respond and intermediate, with the status
- * and headers applied to request i. 0, or -1 with a Python exception set. */
-static int answer_args(PyObject *args, size_t *i, const char **body, size_t *len)
-{
-    Py_ssize_t idx, n;
-    const char *phrase;
-    int status;
-    PyObject *headers;
-    if (!PyArg_ParseTuple(args, "ny#izO", &idx, body, &n, &status, &phrase, &headers) ||
-        check_idx(idx) || apply_meta((size_t)idx, status, phrase, headers))
-        return -1;
-    *i = (size_t)idx;
-    *len = (size_t)n;
-    return 0;
-}
-
-/* respond(i, body, status, phrase, headers): the final answer of request i. */
+/* respond(i, value, status, phrase, headers) -> True: the final answer of request i, value
+ * encoded as ts.protocol.otf_message_handler's encode_value does it, with its
+ * default_content_type unless headers name one. False, with nothing done, for a value that is
+ * not bytes, str or JSON on py_json's fast path (a tensor, a subclass, ...): _service then
+ * encodes it with those functions and responds with the bytes. */
 static PyObject *w_respond(PyObject *self, PyObject *args)
 {
     (void)self;
-    size_t i, len;
-    const char *body;
-    if (answer_args(args, &i, &body, &len))
+    Py_ssize_t idx, len;
+    const char *phrase, *body, *ctype;
+    int status, has_ctype;
+    PyObject *value, *headers;
+    struct pyj_buf json = {0};
+    if (!PyArg_ParseTuple(args, "nOizO", &idx, &value, &status, &phrase, &headers) ||
+        check_idx(idx))
         return NULL;
-    ts_set_response(pyh_ctx, i, body, len);
-    Py_RETURN_NONE;
+    if (PyBytes_CheckExact(value)) {
+        body = PyBytes_AS_STRING(value);
+        len = PyBytes_GET_SIZE(value);
+        ctype = "application/octet-stream";
+    } else if (PyUnicode_CheckExact(value)) {
+        body = PyUnicode_AsUTF8AndSize(value, &len);
+        if (!body) {
+            PyErr_Clear(); /* str.encode raises it, with its message */
+            Py_RETURN_FALSE;
+        }
+        ctype = "text/plain; charset=utf-8";
+    } else {
+        int rc = pyj_dumps(value, &json);
+        if (rc) {
+            pyj_buf_free(&json);
+            if (rc < 0)
+                return NULL;
+            Py_RETURN_FALSE;
+        }
+        body = json.data;
+        len = (Py_ssize_t)json.len;
+        ctype = "application/json";
+    }
+    if (apply_meta((size_t)idx, status, phrase, headers, &has_ctype)) {
+        pyj_buf_free(&json);
+        return NULL;
+    }
+    if (!has_ctype)
+        ts_set_content_type(pyh_ctx, (size_t)idx, ctype);
+    ts_set_response(pyh_ctx, (size_t)idx, body, (size_t)len);
+    pyj_buf_free(&json);
+    Py_RETURN_TRUE;
 }
 
 /* intermediate(i, body, status, phrase, headers) -> False if the request was cancelled;
@@ -140,10 +187,14 @@ static PyObject *w_respond(PyObject *self, PyObject *args)
 static PyObject *w_intermediate(PyObject *self, PyObject *args)
 {
     (void)self;
-    size_t i, len;
-    const char *body;
-    if (answer_args(args, &i, &body, &len))
+    Py_ssize_t idx, n;
+    const char *phrase, *body;
+    int status;
+    PyObject *headers;
+    if (!PyArg_ParseTuple(args, "ny#izO", &idx, &body, &n, &status, &phrase, &headers) ||
+        check_idx(idx) || apply_meta((size_t)idx, status, phrase, headers, NULL))
         return NULL;
+    size_t i = (size_t)idx, len = (size_t)n;
     if (ts_is_cancelled(pyh_ctx, i))
         Py_RETURN_FALSE;
     int rc = ts_send_intermediate_response(pyh_ctx, i, body, len);
@@ -223,7 +274,7 @@ static PyObject *w_log(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"batch", w_batch, METH_NOARGS, "the requests of the current call"},
-    {"respond", w_respond, METH_VARARGS, "final answer of request i"},
+    {"respond", w_respond, METH_VARARGS, "final answer of request i (False: encode it first)"},
     {"intermediate", w_intermediate, METH_VARARGS, "stream a partial answer of request i now"},
     {"error", w_error, METH_VARARGS, "error answer of request i"},
     {"cont", w_cont, METH_VARARGS, "keep request i for the next step"},

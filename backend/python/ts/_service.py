@@ -154,7 +154,11 @@ class Service:
         row = {}
         headers = {}
         for name, ctype, value in params:
-            if ctype == "application/json":
+            # the worker has parsed or decoded what it could (py_json.c); bytes left here for
+            # these types take the json module's way, which also says what is wrong
+            if type(value) is not bytes:
+                pass
+            elif ctype == "application/json":
                 try:
                     # from str: json.loads(bytes) first guesses the encoding in Python
                     value = json.loads(value.decode("utf-8"))
@@ -259,6 +263,9 @@ class Service:
         rp = self.context.request_processor[i]
         status, phrase = rp.get_response_status_code(), rp.get_response_status_phrase()
         headers = rp.get_response_headers()
+        # bytes, str and plain JSON values are encoded by the worker (py_json.c), the same way
+        if stop is not False and _ts_worker.respond(i, value, status or 200, phrase, headers):
+            return
         if not any(k.lower() == "content-type" for k in headers):
             headers = dict(headers)
             headers["content-type"] = default_content_type(value)
