@@ -398,6 +398,157 @@ static int enc_str(struct pyj_buf *b, PyObject *s)
     return 0;
 }
 
+typedef unsigned __int128 u128;
+
+static u128 pow5(int k)
+{
+    u128 r = 1;
+    while (k-- > 0)
+        r *= 5;
+    return r;
+}
+
+/* c = x / 10^k rounded to nearest, x = m2 * 2^e2: 0; 1 when x / 10^k is exactly halfway
+ * between c and c + 1; -1 when the numbers do not fit (left to dtoa). */
+static int round_div(uint64_t m2, int e2, int k, u128 *c)
+{
+    u128 num, den;
+    int sh = k - e2;
+    if (k < 0) { /* m2 * 5^-k / 2^(k - e2) */
+        num = (u128)m2 * pow5(-k);
+        if (sh <= 0) { /* an integer */
+            if (-sh >= 10 || (num >> (126 + sh)))
+                return -1;
+            *c = num << -sh;
+            return 0;
+        }
+        if (sh >= 127)
+            return -1;
+        den = (u128)1 << sh;
+    } else { /* m2 / (5^k * 2^(k - e2)) */
+        num = m2;
+        if (sh <= 0 || sh + 2.33 * k >= 126)
+            return -1;
+        den = pow5(k) << sh;
+    }
+    u128 q = num / den, r = num - q * den;
+    *c = q + (2 * r > den);
+    return 2 * r == den;
+}
+
+/* Whether c * 10^k lies strictly inside x's rounding interval, x = m2 * 2^e2, whose half-width
+ * is 2^(e2 - 1) (m2 is not a power of two): 1 inside, 0 outside, -1 on its edge. All in units
+ * of 2^(e2 - 1): x is 2 * m2 and the edges 2 * m2 -+ 1; scaled by 5^-k when k < 0. */
+static int inside(uint64_t m2, int e2, int k, u128 c)
+{
+    int sh = k - (e2 - 1);
+    u128 a, bx, w;
+    if (k < 0) {
+        w = pow5(-k);
+        bx = (u128)(2 * m2) * w;
+    } else {
+        w = 1;
+        bx = (u128)(2 * m2);
+        c *= pow5(k);
+    }
+    if (sh < 0 || sh >= 127 || (c >> (127 - sh)))
+        return 0; /* far above x */
+    a = c << sh;
+    u128 d = a > bx ? a - bx : bx - a;
+    return d < w ? 1 : d == w ? -1 : 0;
+}
+
+/* float.__repr__(x) for 2^-30 <= |x| < 2^50 whose mantissa is not a power of two, the
+ * range handler outputs (probabilities, logits) live in: Python's repr is the shortest digit
+ * string that reads back as x (dtoa mode 0), which costs dtoa some 6,700 instructions for a
+ * float32 value as a double. Here: the candidates c * 10^k nearest to x, from 17 significant
+ * digits (always inside x's interval) to fewer, while they stay inside; exact 128-bit integer
+ * arithmetic. 0 when it leaves x to PyOS_double_to_string (other ranges, ties, edges). */
+static size_t short_repr(double x, char *out)
+{
+    double ax = fabs(x);
+    if (!(ax >= 0x1p-30 && ax < 0x1p50))
+        return 0;
+    int e;
+    double f = frexp(ax, &e); /* ax = f * 2^e, f in [0.5, 1) */
+    uint64_t m2 = (uint64_t)ldexp(f, 53);
+    int e2 = e - 53;
+    if (m2 == (uint64_t)1 << 52)
+        return 0;                    /* the interval is lopsided below a power of two */
+    int top = (int)floor(log10(ax)); /* first digit's power of ten, maybe off by one */
+    int k = top - 17;                /* 18 or 17 digits: inside */
+    u128 best = 0;
+    int best_k = 0, found = 0;
+    for (; k <= top + 1; k++) {
+        u128 c;
+        int tie = round_div(m2, e2, k, &c);
+        if (tie < 0)
+            return 0;
+        if (c == 0)
+            break;
+        int in = inside(m2, e2, k, c);
+        if (in < 0 || (in && tie))
+            return 0; /* on an edge, or two candidates as near: dtoa's rules decide */
+        if (!in)
+            break;
+        best = c;
+        best_k = k;
+        found = 1;
+    }
+    if (!found)
+        return 0;
+    char dig[40];
+    int n = 0;
+    for (u128 c = best; c; c /= 10)
+        dig[n++] = (char)('0' + (int)(c % 10));
+    for (int i = 0; i < n / 2; i++) {
+        char t = dig[i];
+        dig[i] = dig[n - 1 - i];
+        dig[n - 1 - i] = t;
+    }
+    while (n > 1 && dig[n - 1] == '0') {
+        n--;
+        best_k++;
+    }
+    if (n > 17)
+        return 0;
+    int decpt = n + best_k; /* x = 0.dig * 10^decpt */
+    size_t o = 0;
+    if (x < 0)
+        out[o++] = '-';
+    if (decpt <= -4 || decpt > 16) {
+        int ex = decpt - 1;
+        out[o++] = dig[0];
+        if (n > 1) {
+            out[o++] = '.';
+            memcpy(out + o, dig + 1, (size_t)n - 1);
+            o += (size_t)n - 1;
+        }
+        o += (size_t)sprintf(out + o, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);
+    } else if (decpt <= 0) {
+        out[o++] = '0';
+        out[o++] = '.';
+        for (int i = 0; i < -decpt; i++)
+            out[o++] = '0';
+        memcpy(out + o, dig, (size_t)n);
+        o += (size_t)n;
+    } else if (decpt >= n) {
+        memcpy(out + o, dig, (size_t)n);
+        o += (size_t)n;
+        for (int i = n; i < decpt; i++)
+            out[o++] = '0';
+        out[o++] = '.';
+        out[o++] = '0';
+    } else {
+        memcpy(out + o, dig, (size_t)decpt);
+        o += (size_t)decpt;
+        out[o++] = '.';
+        memcpy(out + o, dig + decpt, (size_t)(n - decpt));
+        o += (size_t)(n - decpt);
+    }
+    return o;
+}
+
 static int enc_float(struct pyj_buf *b, double x)
 {
     if (!isfinite(x)) {
@@ -405,6 +556,10 @@ static int enc_float(struct pyj_buf *b, double x)
             return buf_put(b, "NaN", 3);
         return x > 0 ? buf_put(b, "Infinity", 8) : buf_put(b, "-Infinity", 9);
     }
+    char fast[48];
+    size_t n = short_repr(x, fast);
+    if (n)
+        return buf_put(b, fast, n);
     char *s = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (!s)
         return -1;

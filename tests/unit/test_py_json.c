@@ -259,6 +259,78 @@ TEST(dumps_values)
     }
 }
 
+static uint64_t rng = 88172645463325252ULL;
+
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* short_repr(x) is float.__repr__(x) whenever it answers; 1 if it did */
+static int repr_agrees(double x)
+{
+    char got[48];
+    size_t n = short_repr(x, got);
+    if (!n)
+        return 0;
+    char *want = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    CHECK(want);
+    if (strlen(want) != n || memcmp(got, want, n)) {
+        fprintf(stderr, "  %a: short_repr %.*s, repr %s\n", x, (int)n, got, want);
+        _exit(1);
+    }
+    PyMem_Free(want);
+    return 1;
+}
+
+TEST(float_repr)
+{
+    /* float32 values as doubles (what tolist() gives), over the whole fast range */
+    long fast = 0, n = 300000;
+    for (long i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)next_rand();
+        bits = (bits & 0x807fffffu) | ((uint32_t)(127 - 31 + (int)(next_rand() % 82)) << 23);
+        float f;
+        memcpy(&f, &bits, sizeof(f));
+        fast += repr_agrees((double)f);
+    }
+    CHECK(fast > n * 9 / 10);
+    /* any doubles, and short decimals (few digits: the scan's other end) */
+    for (long i = 0; i < n; i++) {
+        uint64_t bits = next_rand();
+        bits = (bits & 0x800fffffffffffffULL) |
+               ((uint64_t)(1023 - 31 + (int)(next_rand() % 82)) << 52);
+        double d;
+        memcpy(&d, &bits, sizeof(d));
+        repr_agrees(d);
+        repr_agrees((double)(int64_t)(next_rand() % 2000001 - 1000000) /
+                    exact_pow10[next_rand() % 12]);
+    }
+    static const double edge[] = {0.1,
+                                  0.3,
+                                  1e-5,
+                                  1.5e-5,
+                                  9.5367431640625e-7,
+                                  123.0,
+                                  1e15,
+                                  9.999999999999999e14,
+                                  0.001,
+                                  0.0001,
+                                  1e-4,
+                                  12345678.9,
+                                  5e-10,
+                                  1e-9,
+                                  0.30000000000000004};
+    for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++) {
+        repr_agrees(edge[i]);
+        repr_agrees(-edge[i]);
+    }
+    CHECK(repr_agrees(0.1) && repr_agrees(-0.07237190008163452));
+}
+
 int main(void)
 {
     PyConfig cfg;
@@ -290,5 +362,6 @@ int main(void)
     RUN(loads_numbers);
     RUN(loads_generated_documents);
     RUN(dumps_values);
+    RUN(float_repr);
     return tap_done();
 }
