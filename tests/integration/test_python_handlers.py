@@ -463,6 +463,83 @@ def test_faults_and_handler_resolution(tmp):
         srv.stop()
 
 
+ECHO = """
+import torch
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    out = []
+    for i, row in enumerate(data):
+        expr = context.get_request_header(i, "x-value")  # the client sends X-Value
+        out.append(repr(row) if expr is None else eval(expr, {"torch": torch}))
+    return out
+"""
+
+# results the worker encodes itself and ones it leaves to the json module / torch.save
+VALUES = [
+    "torch.randn(40, generator=torch.Generator().manual_seed(3)).tolist()",
+    "[0.1, -0.0, 1e-05, 1.5e-7, 1e16, 123456.0, 5e-324, 2 ** 70, -7, True, None]",
+    "[float('nan'), float('inf'), -float('inf')]",
+    "{'k': ('t', None, [{}]), 'caf\\u00e9 \"q\"\\n': '\\ud83d\\ude00\\x01\\ud800'}",
+    "{1: 2, 2.5: 'x', None: 0}",
+    "eval('[' * 70 + '1' + ']' * 70)",  # deeper than the worker's encoder goes
+]
+
+
+def test_data_rows_and_result_encoding_as_torchserve(tmp):
+    """The worker parses request bodies and encodes results in C (py_json.c) where it can and
+    leaves the rest to the json module: either way the handler sees what json.loads gives and
+    the client gets what json.dumps writes, with the same content types and warnings."""
+    store = os.path.join(tmp, "store")
+    write_model(store, "echo", ECHO)
+    srv = start_server(tmp, models=["echo"], store=store)
+    try:
+        wait_model(srv, "echo", body=b"1")
+
+        def row(body, ctype, query=""):
+            r = srv.post(f"/predictions/echo{query}", data=body, headers={"Content-Type": ctype})
+            assert r.status_code == 200, r.text
+            # the handler's repr(row): a literal but for inf and nan
+            return eval(r.text, {"inf": float("inf"), "nan": float("nan")})
+
+        for body in (b'{"a": [1, 2.5, -0.0, 1e400, 0.30000000000000004], "s": "caf\xc3\xa9"}',
+                     b' [true, false, null, 123456789012345678, 1.5E-3]\n',
+                     b'{"s": "a\\nb\\u00e9", "n": 12345678901234567890123, "a": 1, "a": 2}',
+                     b'[-1e-400, 9007199254740993, 2.2250738585072011e-308, NaN]'):
+            got = row(body, "application/json", "?q=7")
+            want = json.loads(body.decode())
+            assert repr(got["body"]) == repr(want), (body, got)
+            assert got["q"] == b"7"
+        assert row(b"caf\xc3\xa9", "text/plain")["body"] == "caf\u00e9"
+        # not JSON / not UTF-8: the bytes, and a warning naming the parameter
+        assert row(b'{"a": 1,}', "application/json")["body"] == b'{"a": 1,}'
+        assert "parameter body: not valid JSON, passed as bytes" in srv.log()
+        assert row(b"\xff\xfe", "text/plain")["body"] == b"\xff\xfe"
+        assert "parameter body: not valid UTF-8, passed as bytes" in srv.log()
+
+        g = {"torch": torch}
+        for expr in VALUES:
+            r = srv.post("/predictions/echo", data=b"1", headers={"X-Value": expr})
+            assert r.status_code == 200, (expr, r.text)
+            assert r.headers["Content-Type"] == "application/json", expr
+            assert r.content == json.dumps(eval(expr, g)).encode(), expr
+        r = srv.post("/predictions/echo", data=b"1", headers={"X-Value": "'caf\\u00e9'"})
+        assert r.content == "caf\u00e9".encode() and r.headers["Content-Type"].startswith(
+            "text/plain"), r.headers
+        r = srv.post("/predictions/echo", data=b"1", headers={"X-Value": "b'raw'"})
+        assert r.content == b"raw"
+        assert r.headers["Content-Type"] == "application/octet-stream"
+        r = srv.post("/predictions/echo", data=b"1", headers={"X-Value": "torch.ones(2)"})
+        assert r.headers["Content-Type"] == "application/octet-stream"
+        assert torch.equal(torch.load(io.BytesIO(r.content)), torch.ones(2))
+        r = srv.post("/predictions/echo", data=b"1", headers={"X-Value": "'\\ud800'"})
+        assert r.status_code == 500 and "UnicodeEncodeError" in r.json()["message"], r.text
+    finally:
+        srv.stop()
+
+
 SLOW = '''
 import time
 
