@@ -128,11 +128,14 @@ static int py_init_common(struct ts_ctx *ctx, void **state, int continuous)
         ts_set_load_error(ctx, "python: cannot import our ts package: %s", err);
         return -1;
     }
-    step_fn = PyObject_GetAttrString(mod, "step");
-    PyObject *r = step_fn ? PyObject_CallMethod(mod, "load", "sssii", ts_handler_spec(ctx),
-                                                ts_model_name(ctx), ts_model_dir(ctx),
-                                                ts_batch_size(ctx), continuous)
-                          : NULL;
+    /* step after load: load binds it to the loaded service's method */
+    PyObject *r =
+        PyObject_CallMethod(mod, "load", "sssii", ts_handler_spec(ctx), ts_model_name(ctx),
+                            ts_model_dir(ctx), ts_batch_size(ctx), continuous);
+    if (r)
+        step_fn = PyObject_GetAttrString(mod, "step");
+    if (!step_fn)
+        Py_CLEAR(r);
     Py_DECREF(mod);
     if (!r) {
         exception_text(err, sizeof(err));

@@ -301,9 +301,13 @@ def load(spec, model_name, model_dir, batch_size, continuous):
     except Exception:
         logger.error("loading handler %s failed:\n%s", spec, traceback.format_exc())
         raise
+    global step
+    step = _service.step
 
 
 def step(n):
+    """One handle call of the worker; load() rebinds it to the service's own step (py_handler.c
+    looks it up after load), one Python call less per step."""
     _service.step(n)
 
 

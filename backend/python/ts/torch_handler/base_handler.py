@@ -17,6 +17,10 @@ from ts.utils.util import load_label_mapping, single_class
 
 logger = logging.getLogger(__name__)
 
+# What `with torch.inference_mode():` enters, without the decorator object it builds on every
+# use (a few Python calls per request); torch.inference_mode itself where torch lacks it.
+_InferenceMode = getattr(torch._C, "_InferenceMode", None)
+
 
 class BaseHandler:
     def __init__(self):
@@ -87,9 +91,16 @@ class BaseHandler:
         return torch.as_tensor(data, device=self.device)
 
     def inference(self, data, *args, **kwargs):
-        with torch.inference_mode():
+        if _InferenceMode is None:
+            with torch.inference_mode():
+                marshalled_data = data.to(self.device)
+                return self.model(marshalled_data, *args, **kwargs)
+        guard = _InferenceMode(True)
+        try:
             marshalled_data = data.to(self.device)
             return self.model(marshalled_data, *args, **kwargs)
+        finally:
+            del guard
 
     def postprocess(self, data):
         return data.tolist()
