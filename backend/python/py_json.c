@@ -400,12 +400,17 @@ static int enc_str(struct pyj_buf *b, PyObject *s)
 
 typedef unsigned __int128 u128;
 
+/* 5^0 .. 5^54 (5^54 < 2^126): short_repr's k stays within 27 of zero */
+static u128 pow5_tab[55];
+
 static u128 pow5(int k)
 {
-    u128 r = 1;
-    while (k-- > 0)
-        r *= 5;
-    return r;
+    if (!pow5_tab[0]) {
+        pow5_tab[0] = 1;
+        for (int i = 1; i < 55; i++)
+            pow5_tab[i] = pow5_tab[i - 1] * 5;
+    }
+    return pow5_tab[k];
 }
 
 /* c = x / 10^k rounded to nearest, x = m2 * 2^e2: 0; 1 when x / 10^k is exactly halfway
@@ -424,7 +429,10 @@ static int round_div(uint64_t m2, int e2, int k, u128 *c)
         }
         if (sh >= 127)
             return -1;
-        den = (u128)1 << sh;
+        /* a power of two: shifts, not a 128-bit division */
+        u128 half = (u128)1 << (sh - 1), r = num & ((half << 1) - 1);
+        *c = (num >> sh) + (r > half);
+        return r == half;
     } else { /* m2 / (5^k * 2^(k - e2)) */
         num = m2;
         if (sh <= 0 || sh + 2.33 * k >= 126)
@@ -499,7 +507,9 @@ static size_t short_repr(double x, char *out)
         return 0;
     char dig[40];
     int n = 0;
-    for (u128 c = best; c; c /= 10)
+    if (best >> 64)
+        return 0;
+    for (uint64_t c = (uint64_t)best; c; c /= 10) /* at most 19 digits: 64-bit division */
         dig[n++] = (char)('0' + (int)(c % 10));
     for (int i = 0; i < n / 2; i++) {
         char t = dig[i];
