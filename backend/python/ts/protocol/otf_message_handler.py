@@ -11,7 +11,11 @@ from ts.utils.util import RequestCancelled
 
 
 def encode_value(val):
-    """A handler's result as response bytes, the way TorchServe encodes it."""
+    """A handler's result as response bytes, the way TorchServe encodes it.
+
+    The worker encodes bytes, str and plain JSON results itself, byte for byte the same
+    (_ts_worker.respond, backend/python/py_json.c; tests/unit/test_py_json.c holds it to
+    json.dumps): a change here must be made there too. This is the path for everything else."""
     if isinstance(val, (bytes, bytearray)):
         return bytes(val)
     if isinstance(val, str):
@@ -28,8 +32,9 @@ def encode_value(val):
 
 
 def default_content_type(val):
-    """The Content-Type of a result whose handler set none: JSON for what encode_value dumps,
-    text for a str, bytes as they are. (TorchServe sends no Content-Type then; an HTTP answer
+    """The Content-Type of a result whose handler set none (the worker's respond() picks the
+    same for the results it encodes): JSON for what encode_value dumps, text for a str, bytes
+    as they are. (TorchServe sends no Content-Type then; an HTTP answer
     without one is taken for text/html by libevent and by browsers.)"""
     if isinstance(val, (bytes, bytearray)):
         return "application/octet-stream"
