@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "http_fmt.h"
 #include "http_guard.h"
 #include "http_tls.h"
 #include "log.h"
@@ -196,6 +197,7 @@ void http_add_std_headers(struct evhttp_request *req, const char *req_id)
     if (srv->cfg.cors_allowed_origin &&
         evhttp_find_header(evhttp_request_get_input_headers(req), "Origin"))
         evhttp_add_header(h, "Access-Control-Allow-Origin", srv->cfg.cors_allowed_origin);
+    http_fmt_add_date(req);
 }
 
 /* A CORS preflight (OPTIONS with Access-Control-Request-Method) is answered here, before the
