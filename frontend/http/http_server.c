@@ -25,6 +25,7 @@
 #include "log.h"
 #include "mgmt/auth.h"
 #include "core/core.h"
+#include "core/ev_mem.h"
 #include "util.h"
 
 const char *http_reason(int status)
@@ -104,7 +105,8 @@ void http_path_parse(struct evhttp_request *req, struct http_path *p)
         char *raw = xstrndup(s, n);
         char *dec = evhttp_uridecode(raw, 0, NULL);
         free(raw);
-        p->seg[p->n++] = dec ? dec : xstrdup("");
+        p->seg[p->n++] = xstrdup(dec ? dec : "");
+        ev_mem_free(dec); /* libevent's allocation */
         s += n;
     }
 }
