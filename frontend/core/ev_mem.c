@@ -44,7 +44,9 @@ static int installed;
 
 static unsigned class_of(size_t n)
 {
-    for (unsigned c = 0; c < N_CLASSES; c++)
+    if (n <= 128) /* most: header names and values, the header entries */
+        return n ? (unsigned)(n - 1) >> 5 : 0;
+    for (unsigned c = 4; c < N_CLASSES; c++)
         if (n <= class_size[c])
             return c;
     return LARGE;

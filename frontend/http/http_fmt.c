@@ -114,3 +114,34 @@ void http_fmt_add_date(struct evhttp_request *req)
     }
     evhttp_add_header(evhttp_request_get_output_headers(req), "Date", date);
 }
+
+/* libevent's ASCII-only case folding, as a byte, compared as char, as its own does */
+static inline char lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c + ('a' - 'A')) : c;
+}
+
+/* libevent's, defined here (see http_fmt.h): its own calls EVUTIL_TOLOWER_ through the PLT
+ * for every byte, and evhttp_find_header compares every header name with it */
+int evutil_ascii_strcasecmp(const char *s1, const char *s2)
+{
+    for (;; s1++, s2++) {
+        char c1 = lower(*s1), c2 = lower(*s2);
+        if (c1 != c2)
+            return c1 < c2 ? -1 : 1;
+        if (c1 == 0)
+            return 0;
+    }
+}
+
+int evutil_ascii_strncasecmp(const char *s1, const char *s2, size_t n)
+{
+    for (; n--; s1++, s2++) {
+        char c1 = lower(*s1), c2 = lower(*s2);
+        if (c1 != c2)
+            return c1 < c2 ? -1 : 1;
+        if (c1 == 0)
+            return 0;
+    }
+    return 0;
+}

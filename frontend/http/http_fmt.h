@@ -8,6 +8,9 @@
  * PLT): the two formats evhttp's reply head uses are copied directly, any other format goes to
  * libevent's evbuffer_add_vprintf, so every caller gets the same bytes as before. And the
  * frontend adds Date itself, from a string made once per second, so evhttp does not.
+ * evhttp_find_header compares header names with evutil_ascii_strcasecmp, which calls
+ * EVUTIL_TOLOWER_ through the PLT for every byte; the frontend defines it and
+ * evutil_ascii_strncasecmp too, with the same results.
  */
 #ifndef TS_HTTP_FMT_H
 #define TS_HTTP_FMT_H

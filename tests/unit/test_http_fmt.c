@@ -1,6 +1,8 @@
 #include "../../frontend/http/http_fmt.c"
 
+#include <dlfcn.h>
 #include <event2/http.h>
+#include <event2/util.h>
 #include <stdlib.h>
 
 #include "tap.h"
@@ -98,11 +100,38 @@ TEST(date_as_libevent_writes_it)
     evhttp_request_free(req);
 }
 
+/* Our case-insensitive compares give libevent's results, high bytes included. */
+TEST(ascii_case_compares_as_libevents)
+{
+    int (*ref)(const char *, const char *) = dlsym(RTLD_NEXT, "evutil_ascii_strcasecmp");
+    int (*refn)(const char *, const char *, size_t) = dlsym(RTLD_NEXT, "evutil_ascii_strncasecmp");
+    CHECK(ref && refn);
+    if (!ref || !refn)
+        return;
+    const char alphabet[] = "aAzZ@[`{09-\x80\xff\xc3";
+    char a[8], b[8];
+    unsigned seed = 12345;
+    for (int i = 0; i < 200000; i++) {
+        size_t la = (seed = seed * 1103515245 + 12345) >> 16 & 7, lb = (seed >> 8) & 7;
+        for (size_t k = 0; k < 7; k++) {
+            seed = seed * 1103515245 + 12345;
+            a[k] = alphabet[(seed >> 16) % (sizeof(alphabet) - 1)];
+            b[k] = (seed >> 24) & 1 ? a[k] : alphabet[(seed >> 8) % (sizeof(alphabet) - 1)];
+        }
+        a[la] = b[lb] = 0;
+        CHECK(evutil_ascii_strcasecmp(a, b) == ref(a, b));
+        size_t n = seed % 9;
+        CHECK(evutil_ascii_strncasecmp(a, b, n) == refn(a, b, n));
+    }
+    CHECK(evutil_ascii_strcasecmp("Content-Length", "content-length") == 0);
+}
+
 int main(void)
 {
     RUN(header_lines_as_printf);
     RUN(status_lines_as_printf);
     RUN(other_formats_are_libevents);
     RUN(date_as_libevent_writes_it);
+    RUN(ascii_case_compares_as_libevents);
     return tap_done();
 }
