@@ -66,25 +66,80 @@ void otf_encode_infer_begin(struct buf *b)
     buf_put_u8(b, OTF_CMD_INFER);
 }
 
-static void put_kvs(struct buf *b, const struct otf_kv *kv, size_t n)
+/* The hot encoders (a request, a prediction) size their bytes first and write them with one
+ * reservation: a call per field to buf_put costs more than the copying. */
+static size_t str_size(struct otf_str s)
+{
+    return 4 + (s.len > 0 && s.p ? (size_t)s.len : 0);
+}
+
+static uint8_t *raw_i32(uint8_t *q, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    q[0] = (uint8_t)(u >> 24);
+    q[1] = (uint8_t)(u >> 16);
+    q[2] = (uint8_t)(u >> 8);
+    q[3] = (uint8_t)u;
+    return q + 4;
+}
+
+static uint8_t *raw_str(uint8_t *q, struct otf_str s)
+{
+    if (s.len <= 0 || !s.p)
+        return raw_i32(q, 0);
+    q = raw_i32(q, s.len);
+    memcpy(q, s.p, (size_t)s.len);
+    return q + s.len;
+}
+
+static size_t kvs_size(const struct otf_kv *kv, size_t n)
+{
+    size_t size = 0;
+    for (size_t i = 0; i < n; i++)
+        size += str_size(kv[i].key) + str_size(kv[i].val);
+    return size;
+}
+
+static uint8_t *raw_kvs(uint8_t *q, const struct otf_kv *kv, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        otf_put_str(b, kv[i].key);
-        otf_put_str(b, kv[i].val);
+        q = raw_str(q, kv[i].key);
+        q = raw_str(q, kv[i].val);
     }
+    return q;
+}
+
+/* Room for size more bytes in b: where they go. The caller writes exactly size bytes and then
+ * calls raw_done. */
+static uint8_t *raw_begin(struct buf *b, size_t size)
+{
+    buf_reserve(b, size);
+    return b->data + b->len;
+}
+
+static void raw_done(struct buf *b, const uint8_t *end)
+{
+    b->len = (size_t)(end - b->data);
+    b->data[b->len] = '\0';
 }
 
 void otf_encode_request(struct buf *b, const struct otf_request *r)
 {
-    otf_put_str(b, r->id);
-    put_kvs(b, r->headers, r->n_headers);
-    buf_put_i32(b, -1);
+    size_t size = str_size(r->id) + kvs_size(r->headers, r->n_headers) + 8;
+    for (size_t i = 0; i < r->n_params; i++)
+        size += str_size(r->params[i].name) + str_size(r->params[i].ctype) +
+                str_size(r->params[i].value);
+    uint8_t *q = raw_begin(b, size);
+    q = raw_str(q, r->id);
+    q = raw_kvs(q, r->headers, r->n_headers);
+    q = raw_i32(q, -1);
     for (size_t i = 0; i < r->n_params; i++) {
-        otf_put_str(b, r->params[i].name);
-        otf_put_str(b, r->params[i].ctype);
-        otf_put_str(b, r->params[i].value);
+        q = raw_str(q, r->params[i].name);
+        q = raw_str(q, r->params[i].ctype);
+        q = raw_str(q, r->params[i].value);
     }
-    buf_put_i32(b, -1);
+    q = raw_i32(q, -1);
+    raw_done(b, q);
 }
 
 void otf_encode_list_end(struct buf *b)
@@ -126,13 +181,17 @@ void otf_encode_response_begin(struct buf *b, int32_t code, struct otf_str msg)
 
 void otf_encode_prediction(struct buf *b, const struct otf_prediction *p)
 {
-    otf_put_str(b, p->id);
-    otf_put_str(b, p->ctype);
-    buf_put_i32(b, p->status);
-    otf_put_str(b, p->phrase);
-    buf_put_i32(b, (int32_t)p->n_headers);
-    put_kvs(b, p->headers, p->n_headers);
-    otf_put_str(b, p->body);
+    size_t size = str_size(p->id) + str_size(p->ctype) + 4 + str_size(p->phrase) + 4 +
+                  kvs_size(p->headers, p->n_headers) + str_size(p->body);
+    uint8_t *q = raw_begin(b, size);
+    q = raw_str(q, p->id);
+    q = raw_str(q, p->ctype);
+    q = raw_i32(q, p->status);
+    q = raw_str(q, p->phrase);
+    q = raw_i32(q, (int32_t)p->n_headers);
+    q = raw_kvs(q, p->headers, p->n_headers);
+    q = raw_str(q, p->body);
+    raw_done(b, q);
 }
 
 /* ---------------------------------------------------------------- decoding */
