@@ -15,12 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int otf_str_eq(struct otf_str s, const char *c)
-{
-    size_t n = strlen(c);
-    return s.len >= 0 && (size_t)s.len == n && (n == 0 || memcmp(s.p, c, n) == 0);
-}
-
 char *otf_strdup(struct otf_str s)
 {
     if (s.len <= 0)
@@ -31,8 +25,10 @@ char *otf_strdup(struct otf_str s)
 const struct otf_kv *otf_find_kv(const struct otf_kv *kv, size_t n, const char *key)
 {
     const struct otf_kv *found = NULL;
+    size_t klen = strlen(key);
     for (size_t i = 0; i < n; i++)
-        if (otf_str_eq(kv[i].key, key))
+        if (kv[i].key.len >= 0 && (size_t)kv[i].key.len == klen &&
+            (klen == 0 || memcmp(kv[i].key.p, key, klen) == 0))
             found = &kv[i];
     return found;
 }

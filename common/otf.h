@@ -139,8 +139,14 @@ static inline struct otf_str otf_sn(const char *s, size_t n)
     return r;
 }
 
-/* Case-sensitive exact match of a decoded string against a C string. */
-int otf_str_eq(struct otf_str s, const char *c);
+/* Case-sensitive exact match of a decoded string against a C string (inline: the length of a
+ * literal folds at compile time, and the frontend compares every header of every prediction
+ * with a few). */
+static inline int otf_str_eq(struct otf_str s, const char *c)
+{
+    size_t n = __builtin_strlen(c);
+    return s.len >= 0 && (size_t)s.len == n && (n == 0 || __builtin_memcmp(s.p, c, n) == 0);
+}
 /* malloc'd NUL-terminated copy (a null string gives ""). */
 char *otf_strdup(struct otf_str s);
 
