@@ -19,11 +19,12 @@
 
 #include <jansson.h>
 
+#include "jnum.h"
 #include "log.h"
 #include "worker.h"
 
 #define PREDICTION_MSG "Prediction success"
-#define CTX_METRICS_MAX 8192 /* bytes of metric lines one request holds until it answers */
+#define CTX_METRICS_MAX 8192 /* bytes of metric records one request holds until it answers */
 
 void ctx_init(struct ts_ctx *c, int fd, size_t max_field)
 {
@@ -60,7 +61,7 @@ void ctx_destroy(struct ts_ctx *c)
     free(c->cur);
     free(c->out_ids);
     for (size_t i = 0; i < c->n_counters; i++)
-        free(c->counters[i].name);
+        free(c->counters[i].key);
     free(c->counters);
     for (size_t i = 0; i < c->n_seq; i++)
         free(c->seq[i].seq_id);
@@ -72,34 +73,53 @@ void ctx_destroy(struct ts_ctx *c)
 
 /* ---------------------------------------------------------------- requests */
 
-static char *dup_otf(struct otf_str s, size_t *len)
+/* Copies s into *p as a NUL-terminated string and moves *p past it. */
+static char *put_str(char **p, struct otf_str s, size_t *len)
 {
     size_t n = s.len > 0 ? (size_t)s.len : 0;
-    char *p = xmalloc(n + 1);
+    char *d = *p;
     if (n)
-        memcpy(p, s.p, n);
-    p[n] = '\0';
+        memcpy(d, s.p, n);
+    d[n] = '\0';
+    *p = d + n + 1;
     if (len)
         *len = n;
-    return p;
+    return d;
 }
 
+static size_t str_room(struct otf_str s)
+{
+    return (s.len > 0 ? (size_t)s.len : 0) + 1;
+}
+
+/* One allocation for the request, its arrays and its strings: a request with a dozen headers
+ * would otherwise cost some thirty malloc/free pairs. */
 struct wreq *wreq_from_otf(const struct otf_request *q)
 {
-    struct wreq *r = xcalloc(1, sizeof(*r));
-    r->id = dup_otf(q->id, NULL);
+    size_t room = str_room(q->id);
+    for (size_t i = 0; i < q->n_headers; i++)
+        room += str_room(q->headers[i].key) + str_room(q->headers[i].val);
+    for (size_t i = 0; i < q->n_params; i++)
+        room += str_room(q->params[i].name) + str_room(q->params[i].ctype) +
+                str_room(q->params[i].value);
+    size_t head = sizeof(struct wreq) + q->n_headers * sizeof(struct wkv) +
+                  q->n_params * sizeof(struct wparam);
+    struct wreq *r = xmalloc(head + room);
+    memset(r, 0, sizeof(*r));
+    r->headers = (struct wkv *)(r + 1);
+    r->params = (struct wparam *)(r->headers + q->n_headers);
+    char *p = (char *)r + head;
+    r->id = put_str(&p, q->id, NULL);
     r->n_headers = q->n_headers;
-    r->headers = xcalloc(q->n_headers ? q->n_headers : 1, sizeof(*r->headers));
     for (size_t i = 0; i < q->n_headers; i++) {
-        r->headers[i].key = dup_otf(q->headers[i].key, NULL);
-        r->headers[i].val = dup_otf(q->headers[i].val, NULL);
+        r->headers[i].key = put_str(&p, q->headers[i].key, NULL);
+        r->headers[i].val = put_str(&p, q->headers[i].val, NULL);
     }
     r->n_params = q->n_params;
-    r->params = xcalloc(q->n_params ? q->n_params : 1, sizeof(*r->params));
     for (size_t i = 0; i < q->n_params; i++) {
-        r->params[i].name = dup_otf(q->params[i].name, NULL);
-        r->params[i].ctype = dup_otf(q->params[i].ctype, NULL);
-        r->params[i].value = dup_otf(q->params[i].value, &r->params[i].len);
+        r->params[i].name = put_str(&p, q->params[i].name, NULL);
+        r->params[i].ctype = put_str(&p, q->params[i].ctype, NULL);
+        r->params[i].value = put_str(&p, q->params[i].value, &r->params[i].len);
     }
     r->is_new = 1;
     buf_init(&r->metrics);
@@ -122,21 +142,13 @@ void wreq_free(struct wreq *r)
         return;
     if (r->user && r->user_free)
         r->user_free(r->user);
-    free(r->id);
-    free_kvs(r->headers, r->n_headers);
-    for (size_t i = 0; i < r->n_params; i++) {
-        free(r->params[i].name);
-        free(r->params[i].ctype);
-        free(r->params[i].value);
-    }
-    free(r->params);
     free(r->phrase);
     free(r->ctype);
     free(r->body);
     free_kvs(r->rheaders, r->n_rheaders);
     free(r->state_copy);
     buf_free(&r->metrics);
-    free(r);
+    free(r); /* with its arrays and strings */
 }
 
 /* The request at idx of the current call, or NULL (a handler bug: logged once per call). */
@@ -212,13 +224,21 @@ static void open_frame_for(struct ts_ctx *c, const struct wreq *r)
     c->out_ids[c->n_out_ids++] = r;
 }
 
+/* Headers of one prediction kept on the stack (the usual case); more are malloc'd. */
+#define PRED_KV_STACK 16
+
 void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, size_t len,
                           const char *stream_next)
 {
-    size_t nh = r->n_rheaders + c->n_counters + 3;
-    struct otf_kv *kv = xcalloc(nh, sizeof(*kv));
-    char(*vals)[24] = xcalloc(c->n_counters + 1, sizeof(*vals));
-    char **keys = xcalloc(c->n_counters + 1, sizeof(*keys));
+    size_t nh = r->n_rheaders + c->n_counters + 4;
+    struct otf_kv kv_stack[PRED_KV_STACK];
+    char num_stack[PRED_KV_STACK][JNUM_MAX];
+    struct otf_kv *kv = kv_stack;
+    char(*num)[JNUM_MAX] = num_stack;
+    if (nh > PRED_KV_STACK) {
+        kv = xmalloc(nh * sizeof(*kv));
+        num = xmalloc((c->n_counters + 1) * sizeof(*num));
+    }
     size_t k = 0;
     for (size_t i = 0; i < r->n_rheaders; i++, k++) {
         kv[k].key = otf_s(r->rheaders[i].key);
@@ -229,17 +249,20 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
         kv[k++].val = otf_s(stream_next);
     }
     for (size_t i = 0; i < c->n_counters; i++, k++) {
-        keys[i] = xasprintf("x-ts-worker-%s", c->counters[i].name);
-        snprintf(vals[i], sizeof(vals[i]), "%lld", (long long)c->counters[i].total);
-        kv[k].key = otf_s(keys[i]);
-        kv[k].val = otf_s(vals[i]);
+        kv[k].key = otf_s(c->counters[i].key);
+        kv[k].val = otf_sn(num[i], jnum_i64(num[i], c->counters[i].total));
     }
-    snprintf(vals[c->n_counters], sizeof(vals[0]), "%zu", c->ncur);
-    kv[k].key = otf_s("x-ts-worker-batch");
-    kv[k++].val = otf_s(vals[c->n_counters]);
+    kv[k].key = otf_s(CTX_COUNTER_PREFIX "batch");
+    kv[k++].val = otf_sn(num[c->n_counters], jnum_u64(num[c->n_counters], c->ncur));
     if (r->metrics.len) {
         kv[k].key = otf_s(OTF_METRICS_KEY);
         kv[k++].val = otf_sn((const char *)r->metrics.data, r->metrics.len);
+    }
+    uint8_t step[OTF_STEP_LEN];
+    if (r->has_step) {
+        otf_step_encode(step, &r->step);
+        kv[k].key = otf_s(OTF_STEP_KEY);
+        kv[k++].val = otf_sn((const char *)step, sizeof(step));
     }
 
     open_frame_for(c, r);
@@ -254,11 +277,11 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
     };
     otf_encode_prediction(&c->out, &p);
     buf_reset(&r->metrics);
-    for (size_t i = 0; i < c->n_counters; i++)
-        free(keys[i]);
-    free(keys);
-    free(vals);
-    free(kv);
+    r->has_step = 0;
+    if (kv != kv_stack) {
+        free(kv);
+        free(num);
+    }
 }
 
 void ctx_queue_final(struct ts_ctx *c, struct wreq *r)
@@ -493,7 +516,7 @@ void ts_set_header(struct ts_ctx *ctx, size_t idx, const char *key, const char *
     struct wreq *r = req_at(ctx, idx);
     if (!r || !key)
         return;
-    if (!strcasecmp(key, OTF_METRICS_KEY)) {
+    if (!strcasecmp(key, OTF_METRICS_KEY) || !strcasecmp(key, OTF_STEP_KEY)) {
         LOG_REQ(LOG_LEVEL_ERROR, r->id, "handler %s: header %s is reserved (use ts_metric_add)",
                 ctx->h->name, key);
         return;
@@ -781,8 +804,10 @@ void ts_counter_add(struct ts_ctx *ctx, const char *name, int64_t delta)
             return;
         }
     ctx->counters = xrealloc(ctx->counters, (ctx->n_counters + 1) * sizeof(*ctx->counters));
-    ctx->counters[ctx->n_counters].name = xstrdup(name);
-    ctx->counters[ctx->n_counters].total = delta;
+    struct counter *ct = &ctx->counters[ctx->n_counters];
+    ct->key = xasprintf(CTX_COUNTER_PREFIX "%s", name);
+    ct->name = ct->key + strlen(CTX_COUNTER_PREFIX);
+    ct->total = delta;
     ctx->n_counters++;
 }
 

@@ -31,7 +31,8 @@ struct wparam {
     size_t len;
 };
 
-/* One request held by the worker. */
+/* One request held by the worker: the struct, its header and parameter arrays and their strings
+ * are one allocation (wreq_from_otf); the response fields are separate. */
 struct wreq {
     struct wreq *next; /* pending / held list */
     char *id;
@@ -57,16 +58,22 @@ struct wreq {
     size_t body_len;
     struct wkv *rheaders;
     size_t n_rheaders;
-    /* metric lines (OTF_METRICS_KEY) waiting for the request's next prediction */
+    /* metric records (OTF_METRICS_KEY) waiting for the request's next prediction */
     struct buf metrics;
+    /* the times of the latest step it led (first wanted request), for the same (OTF_STEP_KEY) */
+    int has_step;
+    struct otf_step step;
     int64_t read_us; /* when its 'I' frame was read (PredictionTime starts there) */
     /* state API: the copy ts_state_get handed out; fresh: a start request dropped old state */
     void *state_copy;
     int state_fresh;
 };
 
+#define CTX_COUNTER_PREFIX "x-ts-worker-"
+
 struct counter {
-    char *name;
+    char *key;        /* CTX_COUNTER_PREFIX "<name>": the header it travels as */
+    const char *name; /* in key, after the prefix */
     int64_t total;
 };
 
@@ -141,7 +148,7 @@ void ctx_fail_uncommitted(struct ts_ctx *c, int rc);
 /* A sequence ended (any 'S' event): drops its state from the LRU and LMDB, committed at once. */
 void ctx_state_drop(struct ts_ctx *c, const char *seq_id);
 
-/* Adds a metric line to r's next prediction (kind 'c', 'g' or 'h'; see otf.h). */
+/* Adds a metric record to r's next prediction (kind 'c', 'g' or 'h'; see otf.h). */
 void ctx_metric(struct wreq *r, char kind, const char *name, const char *unit, double value);
 
 /* Error body {"code": status, "type": ..., "message": msg}, malloc'd. */

@@ -438,8 +438,10 @@ static void step_metrics(struct ts_ctx *c, int64_t handle_us, int64_t predict_us
 {
     for (size_t i = 0; i < c->ncur; i++)
         if (!c->cur[i]->cancelled) {
-            ctx_metric(c->cur[i], 'g', "HandlerTime", "ms", (double)handle_us / 1000.0);
-            ctx_metric(c->cur[i], 'g', "PredictionTime", "ms", (double)predict_us / 1000.0);
+            /* gauges: a request that answers after several steps reports its latest */
+            c->cur[i]->has_step = 1;
+            c->cur[i]->step.handle_us = handle_us > 0 ? handle_us : 0;
+            c->cur[i]->step.predict_us = predict_us > 0 ? predict_us : 0;
             return;
         }
 }

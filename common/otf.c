@@ -15,12 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int otf_str_eq(struct otf_str s, const char *c)
-{
-    size_t n = strlen(c);
-    return s.len >= 0 && (size_t)s.len == n && (n == 0 || memcmp(s.p, c, n) == 0);
-}
-
 char *otf_strdup(struct otf_str s)
 {
     if (s.len <= 0)
@@ -31,8 +25,10 @@ char *otf_strdup(struct otf_str s)
 const struct otf_kv *otf_find_kv(const struct otf_kv *kv, size_t n, const char *key)
 {
     const struct otf_kv *found = NULL;
+    size_t klen = strlen(key);
     for (size_t i = 0; i < n; i++)
-        if (otf_str_eq(kv[i].key, key))
+        if (kv[i].key.len >= 0 && (size_t)kv[i].key.len == klen &&
+            (klen == 0 || memcmp(kv[i].key.p, key, klen) == 0))
             found = &kv[i];
     return found;
 }
@@ -66,25 +62,80 @@ void otf_encode_infer_begin(struct buf *b)
     buf_put_u8(b, OTF_CMD_INFER);
 }
 
-static void put_kvs(struct buf *b, const struct otf_kv *kv, size_t n)
+/* The hot encoders (a request, a prediction) size their bytes first and write them with one
+ * reservation: a call per field to buf_put costs more than the copying. */
+static size_t str_size(struct otf_str s)
+{
+    return 4 + (s.len > 0 && s.p ? (size_t)s.len : 0);
+}
+
+static uint8_t *raw_i32(uint8_t *q, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    q[0] = (uint8_t)(u >> 24);
+    q[1] = (uint8_t)(u >> 16);
+    q[2] = (uint8_t)(u >> 8);
+    q[3] = (uint8_t)u;
+    return q + 4;
+}
+
+static uint8_t *raw_str(uint8_t *q, struct otf_str s)
+{
+    if (s.len <= 0 || !s.p)
+        return raw_i32(q, 0);
+    q = raw_i32(q, s.len);
+    memcpy(q, s.p, (size_t)s.len);
+    return q + s.len;
+}
+
+static size_t kvs_size(const struct otf_kv *kv, size_t n)
+{
+    size_t size = 0;
+    for (size_t i = 0; i < n; i++)
+        size += str_size(kv[i].key) + str_size(kv[i].val);
+    return size;
+}
+
+static uint8_t *raw_kvs(uint8_t *q, const struct otf_kv *kv, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        otf_put_str(b, kv[i].key);
-        otf_put_str(b, kv[i].val);
+        q = raw_str(q, kv[i].key);
+        q = raw_str(q, kv[i].val);
     }
+    return q;
+}
+
+/* Room for size more bytes in b: where they go. The caller writes exactly size bytes and then
+ * calls raw_done. */
+static uint8_t *raw_begin(struct buf *b, size_t size)
+{
+    buf_reserve(b, size);
+    return b->data + b->len;
+}
+
+static void raw_done(struct buf *b, const uint8_t *end)
+{
+    b->len = (size_t)(end - b->data);
+    b->data[b->len] = '\0';
 }
 
 void otf_encode_request(struct buf *b, const struct otf_request *r)
 {
-    otf_put_str(b, r->id);
-    put_kvs(b, r->headers, r->n_headers);
-    buf_put_i32(b, -1);
+    size_t size = str_size(r->id) + kvs_size(r->headers, r->n_headers) + 8;
+    for (size_t i = 0; i < r->n_params; i++)
+        size += str_size(r->params[i].name) + str_size(r->params[i].ctype) +
+                str_size(r->params[i].value);
+    uint8_t *q = raw_begin(b, size);
+    q = raw_str(q, r->id);
+    q = raw_kvs(q, r->headers, r->n_headers);
+    q = raw_i32(q, -1);
     for (size_t i = 0; i < r->n_params; i++) {
-        otf_put_str(b, r->params[i].name);
-        otf_put_str(b, r->params[i].ctype);
-        otf_put_str(b, r->params[i].value);
+        q = raw_str(q, r->params[i].name);
+        q = raw_str(q, r->params[i].ctype);
+        q = raw_str(q, r->params[i].value);
     }
-    buf_put_i32(b, -1);
+    q = raw_i32(q, -1);
+    raw_done(b, q);
 }
 
 void otf_encode_list_end(struct buf *b)
@@ -126,13 +177,17 @@ void otf_encode_response_begin(struct buf *b, int32_t code, struct otf_str msg)
 
 void otf_encode_prediction(struct buf *b, const struct otf_prediction *p)
 {
-    otf_put_str(b, p->id);
-    otf_put_str(b, p->ctype);
-    buf_put_i32(b, p->status);
-    otf_put_str(b, p->phrase);
-    buf_put_i32(b, (int32_t)p->n_headers);
-    put_kvs(b, p->headers, p->n_headers);
-    otf_put_str(b, p->body);
+    size_t size = str_size(p->id) + str_size(p->ctype) + 4 + str_size(p->phrase) + 4 +
+                  kvs_size(p->headers, p->n_headers) + str_size(p->body);
+    uint8_t *q = raw_begin(b, size);
+    q = raw_str(q, p->id);
+    q = raw_str(q, p->ctype);
+    q = raw_i32(q, p->status);
+    q = raw_str(q, p->phrase);
+    q = raw_i32(q, (int32_t)p->n_headers);
+    q = raw_kvs(q, p->headers, p->n_headers);
+    q = raw_str(q, p->body);
+    raw_done(b, q);
 }
 
 /* ---------------------------------------------------------------- decoding */
@@ -385,30 +440,47 @@ static int unit_char(char c)
     return name_char(c, 0) || c == '%' || c == '/' || c == '.' || c == '-';
 }
 
+static void put_be64(uint8_t *q, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        q[i] = (uint8_t)v;
+}
+
+static uint64_t get_be64(const uint8_t *q)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | q[i];
+    return v;
+}
+
 int otf_metric_encode(struct buf *b, char kind, const char *name, const char *unit, double value)
 {
     if ((kind != 'c' && kind != 'g' && kind != 'h') || !name || !*name || !isfinite(value))
         return -EINVAL;
-    char n[OTF_METRIC_NAME_MAX + 1], u[OTF_METRIC_UNIT_MAX + 1];
+    /* the longest record: 3 bytes of head, the name, the unit, 8 bytes of value */
+    uint8_t rec[3 + OTF_METRIC_NAME_MAX + OTF_METRIC_UNIT_MAX + 8];
+    uint8_t *n = rec + 3;
     size_t k = 0;
     if (name[0] >= '0' && name[0] <= '9')
         n[k++] = '_';
     for (size_t i = 0; name[i] && k < OTF_METRIC_NAME_MAX; i++, k++)
-        n[k] = name_char(name[i], k == 0) ? name[i] : '_';
-    n[k] = '\0';
-    k = 0;
-    for (size_t i = 0; unit && unit[i] && k < OTF_METRIC_UNIT_MAX; i++)
-        u[k++] = unit_char(unit[i]) ? unit[i] : '_';
-    if (!k)
-        u[k++] = '-';
-    u[k] = '\0';
+        n[k] = name_char(name[i], k == 0) ? (uint8_t)name[i] : '_';
+    uint8_t *u = n + k;
+    size_t ku = 0;
+    for (size_t i = 0; unit && unit[i] && ku < OTF_METRIC_UNIT_MAX; i++)
+        u[ku++] = unit_char(unit[i]) ? (uint8_t)unit[i] : '_';
+    rec[0] = (uint8_t)kind;
+    rec[1] = (uint8_t)k;
+    rec[2] = (uint8_t)ku;
     uint64_t bits;
     memcpy(&bits, &value, sizeof(bits));
-    buf_printf(b, "%c %s %s %016llx\n", kind, n, u, (unsigned long long)bits);
+    put_be64(u + ku, bits);
+    buf_put(b, rec, 3 + k + ku + 8);
     return 0;
 }
 
-/* Byte classes of metric lines: a name's first byte, a name's later bytes, a unit's bytes. */
+/* Byte classes of metric names and units: a name's first byte, a name's later bytes, a unit's. */
 enum { C_FIRST = 1, C_NAME = 2, C_UNIT = 4 };
 static const unsigned char metric_cls[256] = {
     ['a' ... 'z'] = C_FIRST | C_NAME | C_UNIT,
@@ -422,45 +494,50 @@ static const unsigned char metric_cls[256] = {
     ['-'] = C_UNIT,
 };
 
-/* The run of bytes of class cls from p, which must end in a space and be 1..max long. */
-static const char *token(const char *p, const char *end, int cls, size_t max, struct otf_str *out)
+static int all_of(const uint8_t *p, size_t n, int cls)
 {
-    const char *q = p;
-    while (q < end && (metric_cls[(unsigned char)*q] & cls))
-        q++;
-    if (q == p || q == end || *q != ' ' || (size_t)(q - p) > max)
-        return NULL;
-    *out = otf_sn(p, (size_t)(q - p));
-    return q + 1;
+    for (size_t i = 0; i < n; i++)
+        if (!(metric_cls[p[i]] & cls))
+            return 0;
+    return 1;
 }
 
 long otf_metric_next(const char *p, size_t len, struct otf_metric *m)
 {
     if (len == 0)
         return 0;
-    const char *end = p + len, *q;
-    if (len < 3 || (p[0] != 'c' && p[0] != 'g' && p[0] != 'h') || p[1] != ' ')
+    const uint8_t *q = (const uint8_t *)p;
+    if (len < 3 || (q[0] != 'c' && q[0] != 'g' && q[0] != 'h'))
         return TS_E_PROTOCOL;
-    m->kind = p[0];
-    if (!(metric_cls[(unsigned char)p[2]] & C_FIRST) ||
-        !(q = token(p + 2, end, C_NAME, OTF_METRIC_NAME_MAX, &m->name)) ||
-        !(q = token(q, end, C_UNIT, OTF_METRIC_UNIT_MAX, &m->unit)))
+    size_t nl = q[1], ul = q[2], total = 3 + nl + ul + 8;
+    if (nl < 1 || nl > OTF_METRIC_NAME_MAX || ul > OTF_METRIC_UNIT_MAX || len < total)
         return TS_E_PROTOCOL;
-    if (m->unit.len == 1 && m->unit.p[0] == '-')
-        m->unit.len = 0;
-    /* the value's IEEE-754 bits in 16 hex digits: exact, and a tenth of strtod's cost */
-    if (end - q < 17 || q[16] != '\n')
+    /* the frontend writes names and units into /metrics as they are: check every byte */
+    if (!(metric_cls[q[3]] & C_FIRST) || !all_of(q + 3, nl, C_NAME) ||
+        !all_of(q + 3 + nl, ul, C_UNIT))
         return TS_E_PROTOCOL;
-    uint64_t bits = 0;
-    for (int i = 0; i < 16; i++) {
-        char c = q[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return TS_E_PROTOCOL;
-        bits = bits << 4 | (uint64_t)d;
-    }
+    uint64_t bits = get_be64(q + 3 + nl + ul);
     memcpy(&m->value, &bits, sizeof(bits));
     if (!isfinite(m->value))
         return TS_E_PROTOCOL;
-    return q + 17 - p;
+    m->kind = (char)q[0];
+    m->name = otf_sn(p + 3, nl);
+    m->unit = otf_sn(p + 3 + nl, ul);
+    return (long)total;
+}
+
+void otf_step_encode(uint8_t out[OTF_STEP_LEN], const struct otf_step *s)
+{
+    put_be64(out, (uint64_t)s->handle_us);
+    put_be64(out + 8, (uint64_t)s->predict_us);
+}
+
+int otf_step_decode(struct otf_str v, struct otf_step *s)
+{
+    if (v.len != OTF_STEP_LEN)
+        return TS_E_PROTOCOL;
+    const uint8_t *q = (const uint8_t *)v.p;
+    s->handle_us = (int64_t)get_be64(q);
+    s->predict_us = (int64_t)get_be64(q + 8);
+    return s->handle_us < 0 || s->predict_us < 0 ? TS_E_PROTOCOL : 0;
 }

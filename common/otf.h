@@ -37,14 +37,21 @@
 /* Header that marks streaming frames, as TorchServe defines it. */
 #define OTF_STREAM_NEXT "ts_stream_next"
 
-/* Metrics a worker reports with a prediction (our extension; TorchServe's Python worker prints
- * them on stdout instead). The header's value is lines "KIND NAME UNIT VALUE\n": KIND 'c'
- * counter, 'g' gauge, 'h' histogram; NAME [A-Za-z_:][A-Za-z0-9_:]*; UNIT [A-Za-z0-9_%/.-]+ ("-"
- * for none); VALUE a finite double as the 16 lowercase hex digits of its IEEE-754 bits (exact,
- * and cheap to read on the frontend's request path). The frontend takes the header out of the
- * prediction before any transport sees it, and handlers cannot set it (ts_set_header refuses the
- * name). */
+/* Metadata a worker sends with a prediction, in two headers of ours (TorchServe's Python worker
+ * prints its metrics on stdout instead). Both are binary; the frontend takes them out of the
+ * prediction before any transport sees it, and handlers cannot set them (ts_set_header refuses
+ * the names).
+ * - OTF_METRICS_KEY: the handler's metrics (ts_metric_add), records of
+ *     kind(u8: 'c' counter, 'g' gauge, 'h' histogram) name_len(u8, 1..64) unit_len(u8, 0..24)
+ *     name unit value(the IEEE-754 bits of a finite double, 8 bytes big-endian)
+ *   NAME [A-Za-z_:][A-Za-z0-9_:]*, UNIT [A-Za-z0-9_%/.-]* (empty for none). Exact, and read
+ *   without parsing text on the frontend's request path.
+ * - OTF_STEP_KEY: the step's HandlerTime and PredictionTime, fixed: handle_us predict_us (int64
+ *   big-endian, >= 0), on the first still-wanted request of each step (its latest step's if it
+ *   answers after several). */
 #define OTF_METRICS_KEY "ts_worker_metrics"
+#define OTF_STEP_KEY "ts_worker_step"
+#define OTF_STEP_LEN 16
 #define OTF_METRIC_NAME_MAX 64
 #define OTF_METRIC_UNIT_MAX 24
 
@@ -132,8 +139,14 @@ static inline struct otf_str otf_sn(const char *s, size_t n)
     return r;
 }
 
-/* Case-sensitive exact match of a decoded string against a C string. */
-int otf_str_eq(struct otf_str s, const char *c);
+/* Case-sensitive exact match of a decoded string against a C string (inline: the length of a
+ * literal folds at compile time, and the frontend compares every header of every prediction
+ * with a few). */
+static inline int otf_str_eq(struct otf_str s, const char *c)
+{
+    size_t n = __builtin_strlen(c);
+    return s.len >= 0 && (size_t)s.len == n && (n == 0 || __builtin_memcmp(s.p, c, n) == 0);
+}
 /* malloc'd NUL-terminated copy (a null string gives ""). */
 char *otf_strdup(struct otf_str s);
 
@@ -156,7 +169,7 @@ void otf_response_free(struct otf_response *r);
 long otf_decode_command(const uint8_t *p, size_t len, size_t max_field, struct otf_command *out);
 void otf_command_free(struct otf_command *c);
 
-/* A decoded metric line; name and unit point into the line (zero copy, as the frames). */
+/* A decoded metric record; name and unit point into the record (zero copy, as the frames). */
 struct otf_metric {
     char kind; /* 'c', 'g' or 'h' */
     struct otf_str name;
@@ -164,13 +177,22 @@ struct otf_metric {
     double value;
 };
 
-/* Appends one metric line. The name and unit are made valid (other bytes become '_', a leading
+/* Appends one metric record. The name and unit are made valid (other bytes become '_', a leading
  * digit gets a '_' before it, both are cut at their maximum); -EINVAL for an unknown kind, an
  * empty name or a value that is not finite (nothing appended). */
 int otf_metric_encode(struct buf *b, char kind, const char *name, const char *unit, double value);
-/* The next metric line of [p, p+len): bytes consumed (> 0), 0 at the end, or TS_E_PROTOCOL for
- * a line that is not one as otf_metric_encode writes them (the rest cannot be trusted). */
+/* The next metric record of [p, p+len): bytes consumed (> 0), 0 at the end, or TS_E_PROTOCOL for
+ * one that is not as otf_metric_encode writes them (the rest cannot be trusted). */
 long otf_metric_next(const char *p, size_t len, struct otf_metric *m);
+
+/* A step's times (OTF_STEP_KEY). */
+struct otf_step {
+    int64_t handle_us;  /* the handle() call */
+    int64_t predict_us; /* from the oldest new request's arrival to the call's end */
+};
+void otf_step_encode(uint8_t out[OTF_STEP_LEN], const struct otf_step *s);
+/* 0, or TS_E_PROTOCOL for a value of another length or a negative time. */
+int otf_step_decode(struct otf_str v, struct otf_step *s);
 
 /* Header lookups on decoded lists (last match wins, as proto3 maps do). */
 const struct otf_kv *otf_find_kv(const struct otf_kv *kv, size_t n, const char *key);

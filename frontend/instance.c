@@ -80,7 +80,24 @@ static int is_torchserve_c(pid_t pid)
     if (deleted)
         *deleted = '\0';
     const char *base = strrchr(exe, '/');
-    return !strcmp(base ? base + 1 : exe, "torchserve-c");
+    if (!strcmp(base ? base + 1 : exe, "torchserve-c"))
+        return 1;
+    /* under valgrind the executable is the tool's; the program is one of its arguments */
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    n = (ssize_t)fread(exe, 1, sizeof(exe) - 1, f);
+    fclose(f);
+    if (n <= 0)
+        return 0;
+    exe[n] = '\0';
+    for (const char *a = exe; a < exe + n; a += strlen(a) + 1) {
+        base = strrchr(a, '/');
+        if (!strcmp(base ? base + 1 : a, "torchserve-c"))
+            return 1;
+    }
+    return 0;
 }
 
 /* 0 and the record's fields, or -1 when there is no readable record. */

@@ -22,6 +22,7 @@
 
 #include "instance.h"
 #include "core/core.h"
+#include "core/ev_mem.h"
 #include "core/model.h"
 #include "core/worker_pool.h"
 #include "grpc/grpc_server.h"
@@ -292,6 +293,7 @@ int server_main(const struct server_opts *o)
     mkdir(srv->cfg.state_dir, 0700);
 
     signal(SIGPIPE, SIG_IGN);
+    ev_mem_install(); /* before any other libevent call */
     evthread_use_pthreads();
     /* epoll's changelist folds the interest changes of one loop turn into one epoll_ctl per fd:
      * evhttp turns a connection's read and write interest off and on around each request, which

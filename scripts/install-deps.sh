@@ -8,7 +8,7 @@ set -eu
 # Python handler plugin (build/lib/libts_python.so); clang and libclang-rt-14-dev: the libFuzzer
 # targets (make fuzz)
 PKGS="build-essential pkg-config
-libevent-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+libevent-dev libgrpc-dev libabsl-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 protobuf-compiler-grpc libprotobuf-dev liblmdb-dev libyaml-dev libjansson-dev libarchive-dev
 uuid-dev libtorch-dev libopenblas0-pthread libssl-dev openssl
 python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch python3-yaml

@@ -13,6 +13,7 @@
 
 #include "handler.h"
 #include "handler_loader.h"
+#include "jnum.h"
 #include "log.h"
 #include "oip.h"
 #include "tjson.h"
@@ -260,8 +261,8 @@ static void run_group(struct ts_ctx *ctx, struct tsc_state *s, struct item *item
     int rc = tsh_forward(s->m, &in, 1, &out, &nout, &err);
     /* each response of the group carries it (x-ts-worker-forward-us), so a client can tell the
      * model's own time from the serving overhead */
-    char fwd_us[24];
-    snprintf(fwd_us, sizeof(fwd_us), "%lld", (long long)(ts_now_us() - t0));
+    char fwd_us[JNUM_MAX + 1];
+    fwd_us[jnum_i64(fwd_us, ts_now_us() - t0)] = '\0';
     if (rc) {
         snprintf(msg, sizeof(msg), "%s", err);
         free(err);

@@ -138,38 +138,50 @@ static void group_changed(struct worker_group *g, const char *why)
         events->workers_changed(m);
 }
 
-/* The worker's metric lines for m. A bad line ends the list (the worker is ours: a bug, logged);
- * a refused value is logged the first time and every 1,000th time after. */
-static void group_metrics(struct worker_group *g, struct job *j, struct otf_str lines)
+/* One value for m's table; a refused one is logged the first time and every 1,000th after. */
+static void record_metric(struct model *m, const struct otf_metric *om)
+{
+    char why[160];
+    if (custom_metrics_record(&m->custom, om, why, sizeof(why)) && m->custom.refused % 1000 == 1)
+        LOG_WARN("model %s %s: metric refused (%llu so far): %s", m->name, m->version,
+                 (unsigned long long)m->custom.refused, why);
+}
+
+/* The worker's metrics for m: the handler's records, then the step's HandlerTime and
+ * PredictionTime (TorchServe's gauges, ms). A bad record ends the list (the worker is ours: a
+ * bug, logged). */
+static void group_metrics(struct worker_group *g, struct job *j, struct otf_str records,
+                          const struct otf_step *step)
 {
 #ifdef TS_METRICS_OFF
-    (void)g, (void)j, (void)lines;
+    (void)g, (void)j, (void)records, (void)step;
     return;
 #endif
     struct model *m = model_of_group(g);
-    const char *p = lines.p;
-    size_t left = lines.len > 0 ? (size_t)lines.len : 0;
+    const char *p = records.p;
+    size_t left = records.len > 0 ? (size_t)records.len : 0;
     struct otf_metric om;
     long n;
     while ((n = otf_metric_next(p, left, &om)) > 0) {
         p += n;
         left -= (size_t)n;
-        char why[160];
-        if (custom_metrics_record(&m->custom, &om, why, sizeof(why))) {
-            if (m->custom.refused % 1000 == 1)
-                LOG_WARN("model %s %s: metric refused (%llu so far): %s", m->name, m->version,
-                         (unsigned long long)m->custom.refused, why);
-            continue;
-        }
-        /* the first frame of a job: its time with the worker less the worker's own */
-        if (j && j->frames == 0 && j->dispatched_us && om.name.len == 14 &&
-            !memcmp(om.name.p, "PredictionTime", 14)) {
-            double ms = (double)(ts_now_us() - j->dispatched_us) / 1000.0 - om.value;
-            srv->counters.worker_thread_time_ms = ms > 0 ? ms : 0;
-        }
+        record_metric(m, &om);
     }
     if (n < 0)
-        LOG_WARN("model %s %s: a worker sent a malformed metric line", m->name, m->version);
+        LOG_WARN("model %s %s: a worker sent a malformed metric record", m->name, m->version);
+    if (!step)
+        return;
+    om = (struct otf_metric){'g', otf_sn("HandlerTime", 11), otf_sn("ms", 2),
+                             (double)step->handle_us / 1000.0};
+    record_metric(m, &om);
+    om.name = otf_sn("PredictionTime", 14);
+    om.value = (double)step->predict_us / 1000.0;
+    record_metric(m, &om);
+    /* the first frame of a job: its time with the worker less the worker's own */
+    if (j && j->frames == 0 && j->dispatched_us) {
+        double ms = (double)(ts_now_us() - j->dispatched_us) / 1000.0 - om.value;
+        srv->counters.worker_thread_time_ms = ms > 0 ? ms : 0;
+    }
 }
 
 static const struct worker_group_ops model_group_ops = {

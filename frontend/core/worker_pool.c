@@ -197,23 +197,32 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     free(msg);
 }
 
-/* The worker gets its next batch before the answers of this frame are written to the clients:
- * its compute then overlaps our reply writing instead of waiting behind it. */
-/* Takes the worker's metric lines out of the prediction (they are never a client's) and hands
- * them to the group. Our worker appends them last. */
+/* Takes the worker's metadata headers out of the prediction (they are never a client's) and
+ * hands them to the group. */
 static void take_metrics(struct worker *w, struct otf_prediction *p, struct job *j)
 {
-    for (size_t k = p->n_headers; k-- > 0;) {
-        if (!otf_str_eq(p->headers[k].key, OTF_METRICS_KEY))
-            continue;
-        struct otf_str lines = p->headers[k].val;
-        memmove(&p->headers[k], &p->headers[k + 1], (p->n_headers - k - 1) * sizeof(*p->headers));
-        p->n_headers--;
-        if (w->group && w->group->ops->metrics)
-            w->group->ops->metrics(w->group, j, lines);
+    struct otf_str records = {NULL, 0};
+    struct otf_step step;
+    int has_step = 0, bad_step = 0;
+    size_t n = 0;
+    for (size_t k = 0; k < p->n_headers; k++) {
+        const struct otf_kv *kv = &p->headers[k];
+        if (otf_str_eq(kv->key, OTF_METRICS_KEY))
+            records = kv->val;
+        else if (otf_str_eq(kv->key, OTF_STEP_KEY))
+            bad_step = !(has_step = otf_step_decode(kv->val, &step) == 0);
+        else
+            p->headers[n++] = *kv;
     }
+    p->n_headers = n;
+    if (bad_step)
+        LOG_WARN("worker %d sent a malformed %s header", w->id, OTF_STEP_KEY);
+    if ((records.len > 0 || has_step) && w->group && w->group->ops->metrics)
+        w->group->ops->metrics(w->group, j, records, has_step ? &step : NULL);
 }
 
+/* The worker gets its next batch before the answers of this frame are written to the clients:
+ * its compute then overlaps our reply writing instead of waiting behind it. */
 static void handle_response(struct worker *w, struct otf_response *r)
 {
     w->steps++;

@@ -38,10 +38,11 @@ struct worker_group_ops {
     void (*slots)(struct worker_group *g);
     /* A worker died, failed for good, or is respawning; alive = worker_pool_alive(g). */
     void (*changed)(struct worker_group *g, const char *why);
-    /* A prediction carried the worker's metric lines (OTF_METRICS_KEY, taken out of the
-     * prediction before any sink sees it). j: its job, before the frame is delivered; NULL when
-     * the job is gone. */
-    void (*metrics)(struct worker_group *g, struct job *j, struct otf_str lines);
+    /* A prediction carried the worker's metrics: records (OTF_METRICS_KEY; len 0 for none)
+     * and step times (OTF_STEP_KEY; NULL for none), taken out of the prediction before any sink
+     * sees it. j: its job, before the frame is delivered; NULL when the job is gone. */
+    void (*metrics)(struct worker_group *g, struct job *j, struct otf_str records,
+                    const struct otf_step *step);
 };
 
 /* One model's workers and what they load. The strings are the owner's, immutable while the group

@@ -301,6 +301,7 @@ void grpc_drive_init(void)
         unsetenv("GRPC_POLL_STRATEGY");
         ps = NULL;
     }
+    grpc_absl_release_mode();
     if (want && *want && strcmp(want, "loop") && strcmp(want, "auto") && strcmp(want, "thread"))
         LOG_WARN("TS_GRPC_DRIVE=%s: expected loop, thread or auto; using auto", want);
     if (want && !strcmp(want, "thread"))

@@ -23,6 +23,9 @@ typedef void grpc_drive_handle_fn(void *tag, int success);
 
 /* grpc_init, with the epoll1 engine when the loop drive may be used. */
 void grpc_drive_init(void);
+
+/* Abseil's debug-only mutex deadlock detection off (grpc_absl.cpp); before grpc_init. */
+void grpc_absl_release_mode(void);
 /* Starts delivering cq's completions to handle, once the servers are started with n_listeners
  * listening sockets. Logs which drive runs and why. 0, or -1 after logging why. */
 int grpc_drive_start(grpc_completion_queue *cq, int n_listeners, grpc_drive_handle_fn *handle);

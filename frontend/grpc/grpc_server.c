@@ -44,6 +44,7 @@
 #include "core/access_log.h"
 #include "core/core.h"
 #include "grpc_drive.h"
+#include "jnum.h"
 #include "log.h"
 #include "mgmt/auth.h"
 #include "pb_req.h"
@@ -343,7 +344,8 @@ static void on_new(struct gcall *c, int success)
     }
     if (!s->shut_down)
         arm_new_call(s);
-    snprintf(c->id, sizeof(c->id), "g%llu", (unsigned long long)++G.next_id);
+    c->id[0] = 'g'; /* "g<n>"; a u64 is at most 20 digits */
+    c->id[1 + jnum_u64(c->id + 1, ++G.next_id)] = '\0';
     c->start_us = access_log_clock_us();
     if (G.busy_calls++ == 0)
         grpc_drive_busy(1);

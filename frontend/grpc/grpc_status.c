@@ -92,13 +92,16 @@ void grpc_access(grpc_call *call, grpc_slice method, int64_t start_us, int code,
     if (!strncmp(client, "ipv4:", 5) || !strncmp(client, "ipv6:", 5))
         client += 5;
     char target[256];
-    snprintf(target, sizeof(target), "%.*s", (int)GRPC_SLICE_LENGTH(method),
-             (const char *)GRPC_SLICE_START_PTR(method));
-    char status[24];
+    size_t tl = GRPC_SLICE_LENGTH(method) < sizeof(target) - 1 ? GRPC_SLICE_LENGTH(method)
+                                                               : sizeof(target) - 1;
+    memcpy(target, GRPC_SLICE_START_PTR(method), tl);
+    target[tl] = '\0';
+    char num[24];
+    const char *status = num;
     if (code >= 0 && code < (int)(sizeof(status_names) / sizeof(status_names[0])))
-        snprintf(status, sizeof(status), "%s", status_names[code]);
+        status = status_names[code];
     else
-        snprintf(status, sizeof(status), "%d", code);
+        snprintf(num, sizeof(num), "%d", code);
     access_log_line(client, "POST", target, "HTTP/2", status, (long long)bytes, start_us, rid);
     gpr_free(peer);
 }

@@ -29,6 +29,22 @@ static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
     return -1;
 }
 
+/* name[at..] = ("." if at) + field, cut to namelen - 1 bytes; the new length (at < namelen) */
+static size_t path_append(char *name, size_t namelen, size_t at, const char *field)
+{
+    size_t room = namelen - 1 - at;
+    if (at && room) {
+        name[at++] = '.';
+        room--;
+    }
+    size_t n = strlen(field);
+    if (n > room)
+        n = room;
+    memcpy(name + at, field, n);
+    name[at + n] = '\0';
+    return at + n;
+}
+
 /* 1 found (path written from name + at), 0 not found, -1 malformed */
 static int nul_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
                     int depth, char *name, size_t namelen, size_t at)
@@ -61,10 +77,8 @@ static int nul_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const
                     : NULL;
             if (f && (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_MESSAGE)) {
                 size_t next = at;
-                if (at < namelen) { /* a path longer than name is cut */
-                    snprintf(name + at, namelen - at, "%s%s", at ? "." : "", f->name);
-                    next = strlen(name);
-                }
+                if (at < namelen) /* a path longer than name is cut */
+                    next = path_append(name, namelen, at, f->name);
                 if (f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, len))
                     return 1;
                 if (f->type == PROTOBUF_C_TYPE_MESSAGE) {

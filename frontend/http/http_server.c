@@ -19,11 +19,13 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "http_fmt.h"
 #include "http_guard.h"
 #include "http_tls.h"
 #include "log.h"
 #include "mgmt/auth.h"
 #include "core/core.h"
+#include "core/ev_mem.h"
 #include "util.h"
 
 const char *http_reason(int status)
@@ -103,7 +105,8 @@ void http_path_parse(struct evhttp_request *req, struct http_path *p)
         char *raw = xstrndup(s, n);
         char *dec = evhttp_uridecode(raw, 0, NULL);
         free(raw);
-        p->seg[p->n++] = dec ? dec : xstrdup("");
+        p->seg[p->n++] = xstrdup(dec ? dec : "");
+        ev_mem_free(dec); /* libevent's allocation */
         s += n;
     }
 }
@@ -196,6 +199,7 @@ void http_add_std_headers(struct evhttp_request *req, const char *req_id)
     if (srv->cfg.cors_allowed_origin &&
         evhttp_find_header(evhttp_request_get_input_headers(req), "Origin"))
         evhttp_add_header(h, "Access-Control-Allow-Origin", srv->cfg.cors_allowed_origin);
+    http_fmt_add_date(req);
 }
 
 /* A CORS preflight (OPTIONS with Access-Control-Request-Method) is answered here, before the

@@ -2,8 +2,8 @@
 # Instructions the frontend or the worker spends per /predictions/MODEL request, under callgrind:
 # the stable figure on a noisy machine (wall-clock ratios drift with the host's load).
 #
-#   scripts/bench/cg_request.sh [BUILD_DIR] [N] [frontend|worker]
-#                                          (default build, 2000, frontend; needs valgrind)
+#   scripts/bench/cg_request.sh [BUILD_DIR] [N] [frontend|worker] [http|grpc]
+#                                    (default build, 2000, frontend, http; needs valgrind)
 #
 # Runs the frontend (or its one worker, through a wrapper that execs it under valgrind) under
 # valgrind --tool=callgrind twice, serving N/2 and then 3N/2 sequential keep-alive requests
@@ -15,6 +15,8 @@
 # EXTRA_CONFIG: config.properties lines (';'-separated) added to the server's config, for
 # an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false". CG_KEEP=DIR keeps the
 # second run's callgrind file as DIR/cg.out for callgrind_annotate.
+# With grpc the requests are unary gRPC Predictions calls on one channel (python3-grpcio, the
+# stubs make builds in BUILD_DIR/py) instead of HTTP POSTs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
@@ -24,41 +26,63 @@ WHO=${3:-frontend}
 MODEL=${MODEL:-mlp}
 [ -e "$ROOT/model-store/$MODEL.mar" ] || { echo "cg_request: model-store/$MODEL.mar missing: make models" >&2; exit 2; }
 case $WHO in frontend | worker) ;; *) echo "cg_request: frontend or worker, not $WHO" >&2; exit 2 ;; esac
+PROTO=${4:-http}
+case $PROTO in http | grpc) ;; *) echo "cg_request: http or grpc, not $PROTO" >&2; exit 2 ;; esac
 BODY=$ROOT/scripts/models/mlp/sample.json
 
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-client() { # PORT N BODY WAIT_S: N sequential requests, once the server answers (within WAIT_S)
-    /usr/bin/python3 - "$@" "$MODEL" <<'PY'
-import sys, time, requests
-port, n, body, wait = int(sys.argv[1]), int(sys.argv[2]), open(sys.argv[3], "rb").read(), int(sys.argv[4])
-url = f"http://127.0.0.1:{port}/predictions/{sys.argv[5]}"
-s = requests.Session()
+client() { # PORT GRPC_PORT N BODY WAIT_S: N sequential requests, once the server answers
+    /usr/bin/python3 - "$PROTO" "$BUILD/py" "$@" "$MODEL" <<'PY'
+import sys, time
+proto, stubs = sys.argv[1], sys.argv[2]
+port, gport, n, wait = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[7])
+body = open(sys.argv[6], "rb").read()
+model = sys.argv[8]
+if proto == "grpc":
+    sys.path.insert(0, stubs)
+    import grpc, inference_pb2 as pb, inference_pb2_grpc as pbg
+    req = pb.PredictionsRequest(model_name=model, input={"data": body})
+    stub = None
+    def one():
+        global stub
+        if stub is None:  # a channel refused while the server starts backs off: start afresh
+            stub = pbg.InferenceAPIsServiceStub(grpc.insecure_channel(f"127.0.0.1:{gport}"))
+        try:
+            return len(stub.Predictions(req, timeout=60).prediction) > 0
+        except grpc.RpcError:
+            stub = None
+            return False
+else:
+    import requests
+    url = f"http://127.0.0.1:{port}/predictions/{model}"
+    s = requests.Session()
+    def one():
+        try:
+            return s.post(url, data=body, headers={"Content-Type": "application/json"}).status_code == 200
+        except requests.RequestException:
+            return False
 deadline = time.time() + wait
-while True:
-    try:
-        if s.post(url, data=body, headers={"Content-Type": "application/json"}).status_code == 200:
-            break
-    except requests.RequestException:
-        pass
+while not one():
     if time.time() > deadline:
         sys.exit("the server did not start")
     time.sleep(0.5)
 for _ in range(n - 1):
-    assert s.post(url, data=body, headers={"Content-Type": "application/json"}).status_code == 200
+    assert one()
 PY
 }
 
 run() { # run REQUESTS: prints the frontend's total instructions
-    local n=$1 d p
+    local n=$1 d p g
     d=$(mktemp -d)
     p=$(port)
+    g=$(port)
     cp "$ROOT/model-store/$MODEL.mar" "$d/"
     cat > "$d/config.properties" <<C
 inference_address=http://127.0.0.1:$p
 management_address=http://127.0.0.1:$(port)
 metrics_address=http://127.0.0.1:$(port)
-grpc_inference_port=$(port)
+grpc_inference_port=$g
 grpc_management_port=$(port)
 disable_token_authorization=true
 default_workers_per_model=1
@@ -82,14 +106,14 @@ C
             --ts-config config.properties --models $MODEL=$MODEL.mar >/dev/null 2>"$d/err.log") &
     fi
     local vp=$!
-    client "$p" 1 "$BODY" 900
+    client "$p" "$g" 1 "$BODY" 900
     # the valgrind process the wrapper exec'd is the frontend's child
     local wp=
     if [ "$WHO" = worker ]; then
         wp=$(ps -o pid= --ppid $vp | tr -d ' ')
         callgrind_control -i on "$wp" >/dev/null
     fi
-    client "$p" "$n" "$BODY" 60
+    client "$p" "$g" "$n" "$BODY" 60
     local out=$d/cg.out
     if [ -n "$wp" ]; then
         # dumped now: at shutdown a slow valgrind would be killed before writing its file
@@ -112,4 +136,4 @@ C
 a=$(run $((N / 2)))
 b=$(run $((N * 3 / 2)))
 [ -n "$a" ] && [ -n "$b" ] || exit 1
-echo "$WHO instructions per request: $(( (b - a) / N )) ($BUILD, $MODEL, N=$N)"
+echo "$WHO instructions per $PROTO request: $(( (b - a) / N )) ($BUILD, $MODEL, N=$N)"

@@ -6,7 +6,9 @@
  *   grpc_bare HOST:PORT SECONDS
  *
  * Per call: {SEND_INITIAL_METADATA, RECV_MESSAGE}, then {SEND_MESSAGE, SEND_STATUS_FROM_SERVER,
- * RECV_CLOSE_ON_SERVER}. Exits after SECONDS (or when killed).
+ * RECV_CLOSE_ON_SERVER}. Exits after SECONDS (or when killed). Linked with the frontend's
+ * grpc_absl.cpp: the same gRPC core as torchserve-c's, without Abseil's debug-only mutex
+ * deadlock detection.
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
@@ -17,6 +19,8 @@
 #include <string.h>
 
 #define ARMED 64
+
+void grpc_absl_release_mode(void); /* frontend/grpc/grpc_absl.cpp */
 
 enum stage { NEW, RECEIVED, DONE };
 
@@ -68,6 +72,7 @@ int main(int argc, char **argv)
     memset(msg + 2, '7', 130);
     answer = grpc_slice_from_copied_buffer(msg, sizeof(msg));
 
+    grpc_absl_release_mode();
     grpc_init();
     server = grpc_server_create(NULL, NULL);
     cq = grpc_completion_queue_create_for_next(NULL);

@@ -3,7 +3,11 @@
  * reads them from a worker's socket (frontend/core/worker_pool.c). A decoded frame must lie
  * inside the bytes consumed, encode back to exactly those bytes, and every shorter prefix of it
  * must ask for more bytes. A 16-byte field limit must give the same frame or a clean refusal.
+ * The metadata our worker appends (otf.h): metric records lie inside their record and encode back
+ * to the same bytes; a step header that decodes encodes back to the same 16 bytes.
  */
+#include <math.h>
+
 #include "fuzz.h"
 #include "otf.h"
 
@@ -60,11 +64,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             while ((k = otf_metric_next(q, left, &m)) > 0) {
                 FUZZ_CHECK((size_t)k <= left && m.name.len >= 1 &&
                            m.name.len <= OTF_METRIC_NAME_MAX && m.name.p >= q &&
-                           m.name.p + m.name.len <= q + k);
+                           m.name.p + m.name.len <= q + k && m.unit.len <= OTF_METRIC_UNIT_MAX &&
+                           m.unit.p >= q && m.unit.p + m.unit.len <= q + k && isfinite(m.value));
+                /* a record reads back as the record its fields encode */
+                char nm[OTF_METRIC_NAME_MAX + 1], un[OTF_METRIC_UNIT_MAX + 1];
+                memcpy(nm, m.name.p, (size_t)m.name.len);
+                nm[m.name.len] = '\0';
+                memcpy(un, m.unit.p, (size_t)m.unit.len);
+                un[m.unit.len] = '\0';
+                struct buf rb;
+                buf_init(&rb);
+                FUZZ_CHECK(otf_metric_encode(&rb, m.kind, nm, un, m.value) == 0);
+                FUZZ_CHECK(rb.len == (size_t)k && memcmp(rb.data, q, (size_t)k) == 0);
+                buf_free(&rb);
                 q += k;
                 left -= (size_t)k;
             }
             FUZZ_CHECK(k == 0 || k == TS_E_PROTOCOL);
+        }
+        const struct otf_kv *sk = otf_find_kv(p->headers, p->n_headers, OTF_STEP_KEY);
+        struct otf_step st;
+        if (sk && otf_step_decode(sk->val, &st) == 0) {
+            FUZZ_CHECK(sk->val.len == OTF_STEP_LEN && st.handle_us >= 0 && st.predict_us >= 0);
+            uint8_t again[OTF_STEP_LEN];
+            otf_step_encode(again, &st);
+            FUZZ_CHECK(memcmp(again, sk->val.p, OTF_STEP_LEN) == 0);
         }
         free(otf_strdup(p->id));
         otf_encode_prediction(&b, p);

@@ -69,6 +69,14 @@ def otf_seeds():
         + prediction("req-1", "[0.1, 0.2]") + prediction("req-2", "oops", 507, phrase="bad") + i32(-1))
     put("otf_response", "stream", i32(200) + s("")
         + prediction("req-1", "word", headers=[("ts_stream_next", "true")], ctype="text/plain") + i32(-1))
+    # what our worker appends: x-ts-worker-batch, the handler's metric records, the step's times
+    records = (b"c\x05\x05WordsCount" + struct.pack("!d", 3.0)
+               + b"h\x07\x00Latency" + struct.pack("!d", 1.5))
+    put("otf_response", "metrics", i32(200) + s("Prediction success")
+        + prediction("req-1", "[0.1]", headers=[("x-ts-worker-batch", "1"),
+                                                ("ts_worker_metrics", records),
+                                                ("ts_worker_step", struct.pack("!qq", 120, 150))])
+        + i32(-1))
 
 
 def oip_payload(header, raw=b""):

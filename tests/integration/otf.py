@@ -108,6 +108,10 @@ class _Reader:
         return self.raw(self.i32())
 
 
+# the worker's metadata headers carry binary values (common/otf.h): kept as bytes
+BINARY_HEADERS = frozenset(("ts_worker_metrics", "ts_worker_step"))
+
+
 def decode_response(data, offset=0):
     """(Response, bytes consumed from offset), or (None, 0) if data[offset:] holds only part of
     a frame."""
@@ -128,7 +132,8 @@ def decode_response(data, offset=0):
             headers = {}
             for _ in range(nh):
                 k = r.str().decode()
-                headers[k] = r.str().decode()
+                v = r.str()
+                headers[k] = v if k in BINARY_HEADERS else v.decode()
             body = r.str()
             preds.append(Prediction(rid, ctype, status, phrase, headers, body))
         return Response(code, msg, preds), r.o - offset

@@ -8,6 +8,7 @@ import os
 import select
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -177,6 +178,11 @@ def test_mlp_batch1_matches_torch(mlp_dir, ref_model):
             assert (p.req_id, p.status, p.ctype) == ("r%d" % i, 200, "application/json")
             assert p.header("ts_stream_next") is None
             assert p.header("x-ts-worker-batch") == "1"
+            # the step's HandlerTime and PredictionTime: 16 fixed bytes (common/otf.h)
+            handle_us, predict_us = struct.unpack("!qq", p.header("ts_worker_step"))
+            assert 0 < handle_us <= predict_us < 60_000_000
+            assert handle_us >= int(p.header("x-ts-worker-forward-us"))
+            assert p.header("ts_worker_metrics") is None  # the mlp reports nothing of its own
             assert_close(json.loads(p.body), reference(ref_model, row))
         # several samples in one request -> a list of rows
         rows = rand_rows(4, 2)
@@ -197,6 +203,8 @@ def test_mlp_batch8_one_forward(mlp_dir, ref_model):
         resp = w.recv()
         assert resp.code == 200
         assert [p.req_id for p in resp.preds] == ["b%d" % i for i in range(8)]
+        # one step: its times travel with its first request only
+        assert [p.header("ts_worker_step") is not None for p in resp.preds] == [True] + [False] * 7
         for i, p in enumerate(resp.preds):
             assert p.status == 200
             assert p.header("x-ts-worker-batch") == "8"

@@ -273,9 +273,9 @@ TEST(protocol_errors)
     buf_free(&b);
 }
 
-/* Worker metric lines: names and units made valid on the way out, read back exactly; anything
+/* Worker metric records: names and units made valid on the way out, read back exactly; anything
  * else is refused. */
-TEST(metric_lines)
+TEST(metric_records)
 {
     struct buf b;
     buf_init(&b);
@@ -289,12 +289,16 @@ TEST(metric_lines)
     memset(long_name, 'a', sizeof(long_name) - 1);
     long_name[sizeof(long_name) - 1] = '\0';
     CHECK_EQ_INT(otf_metric_encode(&b, 'g', long_name, long_name, 7), 0);
+    /* the first record byte for byte: kind, lengths, name, unit, big-endian bits of 3.0 */
+    static const uint8_t words[] = {'c', 5,   5,    'W',  'o', 'r', 'd', 's', 'C', 'o', 'u',
+                                    'n', 't', 0x40, 0x08, 0,   0,   0,   0,   0,   0};
+    CHECK(b.len > sizeof(words) && !memcmp(b.data, words, sizeof(words)));
     const char *p = (const char *)b.data;
     size_t left = b.len;
     struct otf_metric m;
     long n = otf_metric_next(p, left, &m);
-    CHECK(n > 0 && m.kind == 'c' && str_is(m.name, "Words") && str_is(m.unit, "Count") &&
-          m.value == 3);
+    CHECK(n == (long)sizeof(words) && m.kind == 'c' && str_is(m.name, "Words") &&
+          str_is(m.unit, "Count") && m.value == 3);
     p += n, left -= (size_t)n;
     n = otf_metric_next(p, left, &m);
     CHECK(n > 0 && m.kind == 'g' && str_is(m.name, "_9_bad_name_") && m.unit.len == 0 &&
@@ -308,21 +312,50 @@ TEST(metric_lines)
     p += n, left -= (size_t)n;
     CHECK_EQ_INT(otf_metric_next(p, left, &m), 0);
     buf_free(&b);
-    const char *bad[] = {"c x Count 3ff0000000000000",
-                         "q x Count 3ff0000000000000\n",
-                         "c 1x Count 3ff0000000000000\n",
-                         "c x Count 7ff8000000000000\n" /* NaN */,
-                         "c x Count 3FF0000000000000\n",
-                         "c x Count 3ff000000000000\n",
-                         "c x\n",
-                         "c x a b 3ff0000000000000\n",
-                         "c x-y Count 3ff0000000000000\n",
-                         "c  Count 3ff0000000000000\n",
-                         "c x Count 1\n"};
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        CHECK(otf_metric_next(bad[i], strlen(bad[i]), &m) == TS_E_PROTOCOL);
-    const char *one = "c x Count 3ff0000000000000\n";
-    CHECK(otf_metric_next(one, strlen(one), &m) == (long)strlen(one) && m.value == 1.0);
+
+    /* one good record (c x Count 1.0), then ways to break it */
+    static const uint8_t one[] = {'c',  1,    5, 'x', 'C', 'o', 'u', 'n', 't',
+                                  0x3f, 0xf0, 0, 0,   0,   0,   0,   0};
+    CHECK(otf_metric_next((const char *)one, sizeof(one), &m) == (long)sizeof(one) &&
+          m.value == 1.0);
+    struct {
+        size_t at;
+        uint8_t byte;
+    } bad[] = {
+        {0, 'q'},  /* kind */
+        {1, 0},    /* empty name */
+        {1, 65},   /* name too long (and past the end) */
+        {2, 25},   /* unit too long */
+        {2, 6},    /* unit runs into the value */
+        {3, '1'},  /* a name starts with a digit */
+        {3, '-'},  /* not a name byte */
+        {5, ' '},  /* not a unit byte */
+        {9, 0x7f}, /* with {10, 0xf8}: NaN */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t rec[sizeof(one)];
+        memcpy(rec, one, sizeof(one));
+        rec[bad[i].at] = bad[i].byte;
+        if (bad[i].at == 9)
+            rec[10] = 0xf8;
+        CHECK(otf_metric_next((const char *)rec, sizeof(rec), &m) == TS_E_PROTOCOL);
+    }
+    for (size_t cut = 1; cut < sizeof(one); cut++) /* a record is never cut */
+        CHECK(otf_metric_next((const char *)one, cut, &m) == TS_E_PROTOCOL);
+}
+
+/* Step times: 16 bytes, big-endian, never negative. */
+TEST(step_times)
+{
+    struct otf_step s = {.handle_us = 1234, .predict_us = (int64_t)1 << 40}, t;
+    uint8_t v[OTF_STEP_LEN];
+    otf_step_encode(v, &s);
+    CHECK(v[6] == 0x04 && v[7] == 0xd2 && v[10] == 0x01 && v[15] == 0);
+    CHECK_EQ_INT(otf_step_decode(otf_sn((const char *)v, sizeof(v)), &t), 0);
+    CHECK(t.handle_us == 1234 && t.predict_us == (int64_t)1 << 40);
+    CHECK_EQ_INT(otf_step_decode(otf_sn((const char *)v, sizeof(v) - 1), &t), TS_E_PROTOCOL);
+    v[0] = 0x80;
+    CHECK_EQ_INT(otf_step_decode(otf_sn((const char *)v, sizeof(v)), &t), TS_E_PROTOCOL);
 }
 
 int main(void)
@@ -334,6 +367,7 @@ int main(void)
     RUN(back_to_back_frames);
     RUN(too_large);
     RUN(protocol_errors);
-    RUN(metric_lines);
+    RUN(metric_records);
+    RUN(step_times);
     return tap_done();
 }
