@@ -202,6 +202,24 @@ static int lit(struct dec *d, const char *word, size_t n)
 
 static PyObject *dec_value(struct dec *d);
 
+/* After an array's or object's item: 1 at its closing bracket (taken), 0 after a comma (and
+ * the space after it), -1 for anything else. */
+static int after_item(struct dec *d, char close)
+{
+    skip_ws(d);
+    if (d->p == d->end)
+        return -1;
+    if (*d->p == close) {
+        d->p++;
+        return 1;
+    }
+    if (*d->p != ',')
+        return -1;
+    d->p++;
+    skip_ws(d);
+    return 0;
+}
+
 static PyObject *dec_array(struct dec *d)
 {
     d->p++;
@@ -221,17 +239,11 @@ static PyObject *dec_array(struct dec *d)
             return NULL;
         }
         Py_DECREF(v);
-        skip_ws(d);
-        if (d->p == d->end)
-            break;
-        if (*d->p == ']') {
-            d->p++;
+        int r = after_item(d, ']');
+        if (r > 0)
             return list;
-        }
-        if (*d->p != ',')
+        if (r < 0)
             break;
-        d->p++;
-        skip_ws(d);
     }
     Py_DECREF(list);
     return NULL;
@@ -267,17 +279,11 @@ static PyObject *dec_object(struct dec *d)
         Py_XDECREF(v);
         if (rc < 0)
             break;
-        skip_ws(d);
-        if (d->p == d->end)
-            break;
-        if (*d->p == '}') {
-            d->p++;
+        int r = after_item(d, '}');
+        if (r > 0)
             return dict;
-        }
-        if (*d->p != ',')
+        if (r < 0)
             break;
-        d->p++;
-        skip_ws(d);
     }
     Py_DECREF(dict);
     return NULL;
