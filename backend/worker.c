@@ -30,6 +30,9 @@
 #include "handler_loader.h"
 #include "log.h"
 #include "manifest.h"
+/* LeakSanitizer in the ASan build: a Python worker embeds CPython, which is never finalised;
+ * every ts_* call a Python handler makes ends in code a C handler exercises too */
+#include "python/lsan_python.h"
 #include "torch_shim.h"
 
 #define WORKER_FD 3
@@ -562,24 +565,6 @@ static void serve(struct ts_ctx *c)
         deliver_seq_events(c);
     }
 }
-
-#ifdef __SANITIZE_ADDRESS__
-/* LeakSanitizer (the ASan build): a Python worker never finalises CPython (py_handler.c), so the
- * interpreter's own objects are still allocated at exit, referenced in ways LSan cannot follow.
- * Allocations made inside libpython are not reported; the worker's own (every ts_* call a
- * Python handler makes ends in code a C handler exercises too) still are. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-    return "leak:libpython3.11.so\n";
-}
-/* the "Suppressions used" summary would be a report file of its own for CI (.ci/run) */
-const char *__lsan_default_options(void);
-const char *__lsan_default_options(void)
-{
-    return "print_suppressions=0";
-}
-#endif
 
 int main(int argc, char **argv)
 {

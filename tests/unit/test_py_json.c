@@ -6,19 +6,7 @@
 
 #include "tap.h"
 
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-    /* the interpreter's own allocations, never freed (it is not finalised) */
-    return "leak:libpython3.11.so\n";
-}
-/* the "Suppressions used" summary would be a report file of its own for CI (.ci/run), as in
- * backend/worker.c */
-const char *__lsan_default_options(void);
-const char *__lsan_default_options(void)
-{
-    return "print_suppressions=0";
-}
+#include "python/lsan_python.h"
 
 /* Python code run once: helpers and the generated cases (a fixed seed: the same every run) */
 static const char *const setup_py =

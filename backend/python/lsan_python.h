@@ -1,0 +1,27 @@
+/*
+ * lsan_python: LeakSanitizer's settings for an executable that embeds CPython (the worker, and
+ * test_py_json). Included by exactly one file of each such executable: it defines the two
+ * functions LSan looks up.
+ *
+ * CPython is never finalised (py_handler.c), so the interpreter's own objects are still
+ * allocated at exit, referenced in ways LSan cannot follow. Allocations made inside libpython
+ * are not reported; the executable's own still are. The "Suppressions used" summary would be a
+ * report file of its own for CI (.ci/run), so it is not printed.
+ */
+#ifndef TS_LSAN_PYTHON_H
+#define TS_LSAN_PYTHON_H
+
+#ifdef __SANITIZE_ADDRESS__
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+    return "leak:libpython3.11.so\n";
+}
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void)
+{
+    return "print_suppressions=0";
+}
+#endif
+
+#endif
