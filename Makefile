@@ -236,6 +236,12 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_oip.h $(BUILD)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< $(BUILD)/libfuzz.a $(LDFLAGS) \
 	    $(FRONTEND_LIBS) -lz
+# py_json embeds CPython (Python's headers and libpython3.11) and needs nothing from the archive
+$(BUILD)/fuzz/py_json: tests/fuzz/py_json.c backend/python/py_json.c backend/python/py_json.h \
+                       backend/python/lsan_python.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer $(shell $(PYTHON_CONFIG) --includes) -o $@ $< $(LDFLAGS) \
+	    $(shell $(PYTHON_CONFIG) --embed --ldflags)
 fuzz-run: $(FUZZ_RUNS)
 $(FUZZ_RUNS): fuzz-run-%: $(BUILD)/fuzz/%
 	@tests/fuzz/run.sh $* $(FUZZ_S) $(BUILD)

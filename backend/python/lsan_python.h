@@ -11,7 +11,16 @@
 #ifndef TS_LSAN_PYTHON_H
 #define TS_LSAN_PYTHON_H
 
-#ifdef __SANITIZE_ADDRESS__
+/* gcc says ASan with __SANITIZE_ADDRESS__, clang (the fuzz targets) with __has_feature */
+#if defined(__SANITIZE_ADDRESS__)
+#define TS_LSAN_PYTHON 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TS_LSAN_PYTHON 1
+#endif
+#endif
+
+#ifdef TS_LSAN_PYTHON
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void)
 {
