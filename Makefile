@@ -171,8 +171,9 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/tap.h tests/unit/core_fake.h $(BUILD
 	    -levent -lyaml -ljansson -larchive -luuid -llmdb
 
 # test_py_json embeds CPython: the Python handler's JSON fast paths against the json module
-$(BUILD)/tests/test_py_json: tests/unit/test_py_json.c tests/unit/tap.h backend/python/py_json.c \
-                             backend/python/py_json.h backend/python/py_handler.h
+$(BUILD)/tests/test_py_json: tests/unit/test_py_json.c tests/unit/tap.h tests/py_embed.h \
+                             backend/python/py_json.c backend/python/py_json.h \
+                             backend/python/py_handler.h backend/python/lsan_python.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(shell $(PYTHON_CONFIG) --includes) -Itests/unit -o $@ $< $(LDFLAGS) \
 	    $(shell $(PYTHON_CONFIG) --embed --ldflags)
@@ -232,13 +233,13 @@ fuzz-bins: $(FUZZ_BINS)
 $(BUILD)/libfuzz.a: $(FUZZ_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
-$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_oip.h $(BUILD)/libfuzz.a | $(PROTO_C)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_check.h tests/fuzz/fuzz_oip.h $(BUILD)/libfuzz.a | $(PROTO_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< $(BUILD)/libfuzz.a $(LDFLAGS) \
 	    $(FRONTEND_LIBS) -lz
 # py_json embeds CPython (Python's headers and libpython3.11) and needs nothing from the archive
-$(BUILD)/fuzz/py_json: tests/fuzz/py_json.c backend/python/py_json.c backend/python/py_json.h \
-                       backend/python/lsan_python.h
+$(BUILD)/fuzz/py_json: tests/fuzz/py_json.c tests/fuzz/fuzz_check.h tests/py_embed.h \
+                       backend/python/py_json.c backend/python/py_json.h backend/python/lsan_python.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer $(shell $(PYTHON_CONFIG) --includes) -o $@ $< $(LDFLAGS) \
 	    $(shell $(PYTHON_CONFIG) --embed --ldflags)

@@ -15,17 +15,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fuzz_check.h"
 #include "util.h"
-
-#define FUZZ_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond);          \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The bytes as the content of a file; returns its path ("/proc/self/fd/N"), valid until the
  * next call. One memfd per process, rewritten each time. */

@@ -8,22 +8,12 @@
  */
 #include "../../backend/python/py_json.c"
 
-#include <stdio.h>
-#include <stdlib.h>
-
 #include "../../backend/python/lsan_python.h"
-
-/* fuzz.h's FUZZ_CHECK; fuzz.h itself brings common/util.h, whose buf_* names py_json.c uses */
-#define FUZZ_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond);          \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "../py_embed.h"
+/* not fuzz.h: it brings common/util.h, whose buf_* names py_json.c uses too */
+#include "fuzz_check.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static PyObject *same_fn, *loads_fn, *dumps_fn;
 
@@ -31,14 +21,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    PyConfig cfg;
-    PyConfig_InitIsolatedConfig(&cfg);
-    cfg.install_signal_handlers = 0;
-    PyStatus st = PyConfig_SetBytesString(&cfg, &cfg.program_name, "/usr/bin/python3.11");
-    if (!PyStatus_Exception(st))
-        st = Py_InitializeFromConfig(&cfg);
-    PyConfig_Clear(&cfg);
-    FUZZ_CHECK(!PyStatus_Exception(st));
+    FUZZ_CHECK(py_embed_start() == 0);
     PyObject *ns = PyModule_GetDict(PyImport_AddModule("__main__"));
     PyObject *r = PyRun_String("import json\n"
                                "def same(a, b):\n"

@@ -6,6 +6,7 @@
 
 #include "tap.h"
 
+#include "../py_embed.h"
 #include "python/lsan_python.h"
 
 /* Python code run once: helpers and the generated cases (a fixed seed: the same every run) */
@@ -328,14 +329,7 @@ TEST(float_repr)
 
 int main(void)
 {
-    PyConfig cfg;
-    PyConfig_InitIsolatedConfig(&cfg);
-    cfg.install_signal_handlers = 0;
-    PyStatus st = PyConfig_SetBytesString(&cfg, &cfg.program_name, "/usr/bin/python3.11");
-    if (!PyStatus_Exception(st))
-        st = Py_InitializeFromConfig(&cfg);
-    PyConfig_Clear(&cfg);
-    if (PyStatus_Exception(st)) {
+    if (py_embed_start() != 0) {
         fprintf(stderr, "cannot start Python\n");
         return 1;
     }
