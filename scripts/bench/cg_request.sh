@@ -13,8 +13,8 @@
 # than any startup timeout), then on.
 # Env: MODEL: the model-store archive to serve (default mlp; mlp_py takes the same sample).
 # EXTRA_CONFIG: config.properties lines (';'-separated) added to the server's config, for
-# an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false". CG_KEEP=DIR keeps the
-# second run's callgrind file as DIR/cg.out for callgrind_annotate.
+# an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false". CG_KEEP=DIR keeps both
+# runs' callgrind files as DIR/cg.out.N/2 and DIR/cg.out.3N/2 for callgrind_annotate.
 # With grpc the requests are unary gRPC Predictions calls on one channel (python3-grpcio, the
 # stubs make builds in BUILD_DIR/py) instead of HTTP POSTs.
 set -euo pipefail
@@ -129,7 +129,7 @@ C
     for _ in $(seq 100); do grep -q '^totals:' "$out" 2>/dev/null && break; sleep 0.2; done
     grep -q '^totals:' "$out" || { echo "cg_request: no callgrind totals for $WHO" >&2; exit 1; }
     awk '/^totals:/ {print $2}' "$out"
-    [ -n "${CG_KEEP:-}" ] && cp "$out" "$CG_KEEP/cg.out"
+    [ -n "${CG_KEEP:-}" ] && cp "$out" "$CG_KEEP/cg.out.$n"
     [ -n "${CG_DEBUG:-}" ] && echo "kept $d" >&2 || rm -rf "$d"
 }
 
