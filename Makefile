@@ -55,7 +55,7 @@ BACKEND_SRCS  := $(wildcard backend/*.c) $(wildcard backend/handlers/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
-FRONTEND_LIBS := -levent -levent_pthreads -levent_openssl -lssl -lcrypto -lgrpc -lgpr -labsl_synchronization -lprotobuf-c -llmdb -lyaml -ljansson \
+FRONTEND_LIBS := -levent -levent_openssl -lssl -lcrypto -lgrpc -lgpr -labsl_synchronization -lprotobuf-c -llmdb -lyaml -ljansson \
                  -larchive -luuid
 WORKER_LIBS   := -ltorch -ltorch_cpu -lc10 -lstdc++ -llmdb -lyaml -ljansson -luuid -ldl
 ARCHIVER_LIBS := -larchive -ljansson -lyaml -luuid

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -393,7 +394,11 @@ struct reg_task {
     int rc;
     char err[1024];
     pthread_t thread;
-    struct event *done_ev; /* activated by the thread when the disk work is over */
+    /* The thread writes done_fd when the disk work is over; done_ev is the loop's read event on
+     * it. libevent runs without its thread locks (server.c): nothing but the loop thread may touch
+     * an event, so a thread signals through a file descriptor. */
+    int done_fd;
+    struct event *done_ev;
     LIST_ENTRY(reg_task) link;
 };
 
@@ -403,6 +408,8 @@ static void reg_task_free(struct reg_task *t)
 {
     LIST_REMOVE(t, link);
     event_free(t->done_ev);
+    if (t->done_fd >= 0)
+        close(t->done_fd);
     free((char *)t->r.url);
     free((char *)t->r.name);
     free((char *)t->r.handler);
@@ -413,7 +420,9 @@ static void *reg_thread(void *arg)
 {
     struct reg_task *t = arg;
     t->rc = model_prepare(&t->r, &t->m, t->err, sizeof(t->err));
-    event_active(t->done_ev, EV_TIMEOUT, 1);
+    uint64_t one = 1;
+    while (write(t->done_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+        ;
     return NULL;
 }
 
@@ -439,10 +448,13 @@ void model_register_async(const struct model_reg *r, model_registered_fn *cb, vo
     t->r.handler = r->handler ? xstrdup(r->handler) : NULL;
     t->cb = cb;
     t->arg = arg;
-    t->done_ev = event_new(srv->base, -1, 0, reg_done, t);
+    t->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    t->done_ev = event_new(srv->base, t->done_fd, EV_READ, reg_done, t);
     LIST_INSERT_HEAD(&reg_tasks, t, link);
-    int rc = pthread_create(&t->thread, NULL, reg_thread, t);
-    if (rc != 0) { /* no thread: do the disk work here rather than fail */
+    int rc = t->done_fd < 0 ? errno : pthread_create(&t->thread, NULL, reg_thread, t);
+    if (rc == 0) {
+        event_add(t->done_ev, NULL);
+    } else { /* no thread: do the disk work here rather than fail */
         LOG_WARN("registration thread: %s; extracting on the loop thread", strerror(rc));
         t->rc = model_prepare(&t->r, &t->m, t->err, sizeof(t->err));
         t->thread = pthread_self();
