@@ -1,5 +1,6 @@
 /*
- * ctx: the handler ABI (handler.h) over the worker's request lists and output buffer.
+ * ctx: the handler ABI (handler.h) over the worker's request lists and output buffer. The state
+ * API and the sequence state around a step are in ctx_state.c.
  *
  * Requests are deep copies with NUL-terminated strings, so handlers can treat bodies as C
  * strings and the receive buffer can be compacted under them. Responses are encoded into
@@ -23,7 +24,6 @@
 #include "log.h"
 #include "worker.h"
 
-#define PREDICTION_MSG "Prediction success"
 #define CTX_METRICS_MAX 8192 /* bytes of metric records one request holds until it answers */
 
 void ctx_init(struct ts_ctx *c, int fd, size_t max_field)
@@ -151,8 +151,7 @@ void wreq_free(struct wreq *r)
     free(r); /* with its arrays and strings */
 }
 
-/* The request at idx of the current call, or NULL (a handler bug: logged once per call). */
-static struct wreq *req_at(struct ts_ctx *c, size_t idx)
+struct wreq *ctx_req_at(struct ts_ctx *c, size_t idx)
 {
     if (idx < c->ncur)
         return c->cur[idx];
@@ -214,7 +213,7 @@ static void open_frame_for(struct ts_ctx *c, const struct wreq *r)
             break;
         }
     if (!c->out_open) {
-        otf_encode_response_begin(&c->out, 200, otf_s(PREDICTION_MSG));
+        otf_encode_response_begin(&c->out, 200, otf_s(CTX_PREDICTION_MSG));
         c->out_open = 1;
     }
     if (c->n_out_ids == c->out_ids_cap) {
@@ -358,13 +357,13 @@ void ts_set_load_error(struct ts_ctx *ctx, const char *fmt, ...)
 
 const char *ts_request_id(struct ts_ctx *ctx, size_t idx)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     return r ? r->id : NULL;
 }
 
 const char *ts_get_header(struct ts_ctx *ctx, size_t idx, const char *name)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     const char *found = NULL;
     for (size_t i = 0; r && i < r->n_headers; i++)
         if (!strcasecmp(r->headers[i].key, name))
@@ -384,7 +383,7 @@ static const void *param_out(const struct wparam *p, size_t *len, const char **c
 const void *ts_get_param(struct ts_ctx *ctx, size_t idx, const char *name, size_t *len,
                          const char **ctype)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     for (size_t i = 0; r && i < r->n_params; i++)
         if (!strcmp(r->params[i].name, name))
             return param_out(&r->params[i], len, ctype);
@@ -396,7 +395,7 @@ const void *ts_get_body(struct ts_ctx *ctx, size_t idx, size_t *len, const char 
     const void *p = ts_get_param(ctx, idx, "body", len, ctype);
     if (!p)
         p = ts_get_param(ctx, idx, "data", len, ctype);
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!p && r && r->n_params)
         p = param_out(&r->params[0], len, ctype);
     return p;
@@ -404,13 +403,13 @@ const void *ts_get_body(struct ts_ctx *ctx, size_t idx, size_t *len, const char 
 
 size_t ts_header_count(struct ts_ctx *ctx, size_t idx)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     return r ? r->n_headers : 0;
 }
 
 const char *ts_header_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r || i >= r->n_headers)
         return NULL;
     if (name)
@@ -420,14 +419,14 @@ const char *ts_header_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **
 
 size_t ts_param_count(struct ts_ctx *ctx, size_t idx)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     return r ? r->n_params : 0;
 }
 
 const void *ts_param_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **name, size_t *len,
                         const char **ctype)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r || i >= r->n_params)
         return NULL;
     if (name)
@@ -437,19 +436,19 @@ const void *ts_param_at(struct ts_ctx *ctx, size_t idx, size_t i, const char **n
 
 int ts_is_new(struct ts_ctx *ctx, size_t idx)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     return r ? r->is_new : 0;
 }
 
 void *ts_get_user(struct ts_ctx *ctx, size_t idx)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     return r ? r->user : NULL;
 }
 
 void ts_set_user(struct ts_ctx *ctx, size_t idx, void *user, void (*free_fn)(void *))
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return;
     if (r->user && r->user != user && r->user_free)
@@ -465,7 +464,7 @@ const char *ts_sequence_id(struct ts_ctx *ctx, size_t idx)
 
 int ts_is_cancelled(struct ts_ctx *ctx, size_t idx)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return 1;
     /* a read() per call would cost a syscall per request per step; a cancel seen within a
@@ -479,7 +478,7 @@ int ts_is_cancelled(struct ts_ctx *ctx, size_t idx)
 
 void ts_set_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t len)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return;
     free(r->body);
@@ -493,7 +492,7 @@ void ts_set_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t le
 
 void ts_set_status(struct ts_ctx *ctx, size_t idx, int status, const char *phrase)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return;
     r->status = status;
@@ -504,7 +503,7 @@ void ts_set_status(struct ts_ctx *ctx, size_t idx, int status, const char *phras
 
 void ts_set_content_type(struct ts_ctx *ctx, size_t idx, const char *ctype)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return;
     free(r->ctype);
@@ -513,7 +512,7 @@ void ts_set_content_type(struct ts_ctx *ctx, size_t idx, const char *ctype)
 
 void ts_set_header(struct ts_ctx *ctx, size_t idx, const char *key, const char *val)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r || !key)
         return;
     if (!strcasecmp(key, OTF_METRICS_KEY) || !strcasecmp(key, OTF_STEP_KEY)) {
@@ -540,7 +539,7 @@ void ts_set_error(struct ts_ctx *ctx, size_t idx, int status, const char *fmt, .
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return;
     char *body = ctx_error_json(status, msg);
@@ -552,7 +551,7 @@ void ts_set_error(struct ts_ctx *ctx, size_t idx, int status, const char *fmt, .
 
 int ts_send_intermediate_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t len)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return -EINVAL;
     if (r->cancelled)
@@ -569,7 +568,7 @@ int ts_flush(struct ts_ctx *ctx)
 
 void ts_continue(struct ts_ctx *ctx, size_t idx, int64_t delay_us)
 {
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return;
     if (!(ctx->h->flags & TS_HANDLER_CONTINUOUS)) {
@@ -582,219 +581,7 @@ void ts_continue(struct ts_ctx *ctx, size_t idx, int64_t delay_us)
     r->delay_us = delay_us > 0 ? delay_us : 0;
 }
 
-/* ---------------------------------------------------------------- state, counters, log */
-
-/* The store, opened at first use from model-config.yaml's handler.cache.capacity,
- * handler.state_sync and handler.state_map_size_mb; NULL if it cannot be opened (logged once). */
-static struct state_store *store(struct ts_ctx *c)
-{
-    if (c->state || c->state_failed)
-        return c->state;
-    long cap = ts_config_get_long(c, "handler.cache.capacity", STATE_DEFAULT_CAPACITY);
-    long map_mb = ts_config_get_long(c, "handler.state_map_size_mb", STATE_DEFAULT_MAP_SIZE >> 20);
-    struct state_opts o = {
-        .capacity = cap >= 1 ? (size_t)cap : STATE_DEFAULT_CAPACITY,
-        .map_size =
-            map_mb >= 1 && map_mb <= (1L << 20) ? (size_t)map_mb << 20 : STATE_DEFAULT_MAP_SIZE,
-    };
-    const char *sync = ts_config_get(c, "handler.state_sync");
-    if (sync && ts_parse_bool(sync, &o.sync)) {
-        LOG_WARN("model-config.yaml: handler.state_sync: \"%s\" is not true/false; not syncing",
-                 sync);
-        o.sync = 0;
-    }
-    char err[512];
-    if (!c->state_dir)
-        LOG_WARN("no --state-dir: sequence state is kept in memory only and is lost with the "
-                 "worker");
-    if (state_open(&c->state, c->state_dir, &o, err, sizeof(err))) {
-        LOG_ERROR("%s", err);
-        c->state_failed = 1;
-        return NULL;
-    }
-    LOG_INFO("state store %s: LRU capacity %zu, map %zu MiB, %s",
-             c->state_dir ? c->state_dir : "(memory)", o.capacity, o.map_size >> 20,
-             o.sync ? "synced commits" : "MDB_NOSYNC");
-    return c->state;
-}
-
-/* The request's sequence id and the store, or NULL with *rc set. A start request first drops
- * whatever an earlier sequence with the same id left behind (once per request). */
-static const char *state_key(struct ts_ctx *c, size_t idx, struct state_store **st, int *rc)
-{
-    struct wreq *r = req_at(c, idx);
-    const char *key = r ? ts_sequence_id(c, idx) : NULL;
-    *st = NULL;
-    if (!key || !*key) {
-        *rc = -EINVAL;
-        if (r)
-            LOG_REQ(LOG_LEVEL_ERROR, r->id, "state API used by a request without a sequence id");
-        return NULL;
-    }
-    if (!(*st = store(c))) {
-        *rc = -EIO;
-        return NULL;
-    }
-    if (!r->state_fresh) {
-        r->state_fresh = 1;
-        const char *start = ts_get_header(c, idx, "ts_request_sequence_start");
-        int b = 0;
-        const void *v;
-        size_t len;
-        if (start && ts_parse_bool(start, &b) == 0 && b && state_get(*st, key, &v, &len) == 0)
-            state_del(*st, key);
-    }
-    *rc = 0;
-    return key;
-}
-
-const void *ts_state_get(struct ts_ctx *ctx, size_t idx, size_t *len)
-{
-    struct state_store *st;
-    int rc;
-    const void *v;
-    size_t n = 0;
-    if (len)
-        *len = 0;
-    const char *key = state_key(ctx, idx, &st, &rc);
-    if (key && (rc = state_get(st, key, &v, &n)) == 0) {
-        /* a copy per request: a later get may evict the LRU entry under the handler */
-        struct wreq *r = ctx->cur[idx];
-        free(r->state_copy);
-        r->state_copy = xmalloc(n + 1);
-        memcpy(r->state_copy, v, n);
-        ((char *)r->state_copy)[n] = '\0';
-        if (len)
-            *len = n;
-        return r->state_copy;
-    }
-    if (rc != -ENOENT && rc != -EINVAL)
-        LOG_REQ(LOG_LEVEL_ERROR, ctx->cur[idx]->id, "state get: %s", state_strerror(rc));
-    errno = rc == -ENOENT ? ENOENT : EIO;
-    return NULL;
-}
-
-int ts_state_put(struct ts_ctx *ctx, size_t idx, const void *data, size_t len)
-{
-    struct state_store *st;
-    int rc;
-    const char *key = state_key(ctx, idx, &st, &rc);
-    if (key && (rc = state_put(st, key, data, len)))
-        LOG_REQ(LOG_LEVEL_ERROR, ctx->cur[idx]->id, "state put: %s", state_strerror(rc));
-    return rc;
-}
-
-int ts_state_del(struct ts_ctx *ctx, size_t idx)
-{
-    struct state_store *st;
-    int rc;
-    const char *key = state_key(ctx, idx, &st, &rc);
-    if (key && (rc = state_del(st, key)))
-        LOG_REQ(LOG_LEVEL_ERROR, ctx->cur[idx]->id, "state del: %s", state_strerror(rc));
-    return rc;
-}
-
-/* Sets a counter to an absolute value (ts_counter_add keeps running totals). */
-static void counter_set(struct ts_ctx *c, const char *name, int64_t value)
-{
-    int64_t cur = 0;
-    for (size_t i = 0; i < c->n_counters; i++)
-        if (!strcmp(c->counters[i].name, name))
-            cur = c->counters[i].total;
-    ts_counter_add(c, name, value - cur);
-}
-
-int ctx_state_commit(struct ts_ctx *c)
-{
-    if (!state_dirty(c->state))
-        return 0;
-    int rc = state_commit(c->state);
-    if (rc) {
-        LOG_ERROR("state commit failed: %s (raise handler.state_map_size_mb if the map is full)",
-                  state_strerror(rc));
-        return rc;
-    }
-    /* LMDB write-through totals, on later responses as x-ts-worker-state_writes /
-     * x-ts-worker-state_commits / x-ts-worker-state_us (put + del + commit time) */
-    struct state_stats st;
-    state_get_stats(c->state, &st);
-    counter_set(c, "state_writes", (int64_t)st.writes);
-    counter_set(c, "state_commits", (int64_t)st.commits);
-    counter_set(c, "state_us", st.commit_us);
-    return 0;
-}
-
-/* A request answered with the failure gets nothing more: one in the current handle call (a
- * ts_flush mid-call) sees ts_is_cancelled, one held for a later step is freed at that step
- * without an answer (a paused one is stepped again for that). */
-static void drop_answered(struct ts_ctx *c, struct otf_str id)
-{
-    for (size_t i = 0; i < c->ncur; i++)
-        if (otf_str_eq(id, c->cur[i]->id))
-            c->cur[i]->cancelled = 1;
-    for (struct wreq *r = c->held_head; r; r = r->next)
-        if (otf_str_eq(id, r->id)) {
-            r->cancelled = 1;
-            r->paused = 0;
-        }
-}
-
-void ctx_fail_uncommitted(struct ts_ctx *c, int rc)
-{
-    struct buf old = c->out;
-    buf_init(&c->out);
-    char msg[256];
-    snprintf(msg, sizeof(msg), "could not store the sequence state: %s", state_strerror(rc));
-    char *body = ctx_error_json(507, msg);
-    struct otf_kv last = {.key = otf_s(OTF_STREAM_NEXT), .val = otf_s("false")};
-    size_t off = 0;
-    long n;
-    struct otf_response resp;
-    while (off < old.len &&
-           (n = otf_decode_response(old.data + off, old.len - off, old.len, &resp)) > 0) {
-        off += (size_t)n;
-        otf_encode_response_begin(&c->out, 200, otf_s(PREDICTION_MSG));
-        for (size_t i = 0; i < resp.n_preds; i++) {
-            const struct otf_prediction *p = &resp.preds[i];
-            int streamed = otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT) != NULL;
-            struct otf_prediction e = {
-                .id = p->id,
-                .ctype = otf_s("application/json"),
-                .status = 507,
-                .phrase = otf_s(""),
-                .headers = streamed ? &last : NULL,
-                .n_headers = streamed ? 1 : 0,
-                .body = otf_s(body),
-            };
-            otf_encode_prediction(&c->out, &e);
-            drop_answered(c, p->id);
-        }
-        otf_encode_list_end(&c->out);
-        otf_response_free(&resp);
-    }
-    free(body);
-    buf_free(&old);
-    state_forget_cache(c->state);
-}
-
-void ctx_state_drop(struct ts_ctx *c, const char *seq_id)
-{
-    if (!seq_id || !*seq_id)
-        return;
-    /* a sequence model's worker may get the event before any request used the state API
-     * (its predecessor wrote the state); any other model has nothing to drop */
-    const char *seqb = ts_config_get(c, "sequenceBatching");
-    int b = 0;
-    if (!c->state && !(c->state_dir && seqb && ts_parse_bool(seqb, &b) == 0 && b))
-        return;
-    if (!store(c))
-        return;
-    int rc = state_del(c->state, seq_id);
-    if (rc == 0)
-        rc = state_commit(c->state);
-    if (rc)
-        LOG_ERROR("sequence %s: dropping its state: %s", seq_id, state_strerror(rc));
-}
+/* ---------------------------------------------------------------- counters, metrics, log */
 
 void ts_counter_add(struct ts_ctx *ctx, const char *name, int64_t delta)
 {
@@ -828,7 +615,7 @@ void ts_metric_add(struct ts_ctx *ctx, size_t idx, const char *name, const char 
                    double value)
 {
     static const char kinds[] = {'c', 'g', 'h'};
-    struct wreq *r = req_at(ctx, idx);
+    struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return;
     if (kind < TS_METRIC_COUNTER || kind > TS_METRIC_HISTOGRAM) {

@@ -1,6 +1,7 @@
 /*
  * ctx: the worker's one `struct ts_ctx` (model, requests, output frames, counters) and the
- * implementation of the handler ABI (handler.h) on top of it.
+ * implementation of the handler ABI (handler.h) on top of it: ctx.c, and ctx_state.c for the
+ * state API and the sequence state around a step.
  *
  * Owns: every request from the moment its 'I' frame is decoded (a deep copy, so the receive
  * buffer can move) until it finishes or is cancelled; the output buffer of response frames.
@@ -70,6 +71,8 @@ struct wreq {
 };
 
 #define CTX_COUNTER_PREFIX "x-ts-worker-"
+/* the message of every response frame the worker writes */
+#define CTX_PREDICTION_MSG "Prediction success"
 
 struct counter {
     char *key;        /* CTX_COUNTER_PREFIX "<name>": the header it travels as */
@@ -125,6 +128,10 @@ struct ts_ctx {
 void ctx_init(struct ts_ctx *c, int fd, size_t max_field);
 void ctx_destroy(struct ts_ctx *c);
 
+/* The request at idx of the current handle call, or NULL (a handler bug: logged). For ctx.c and
+ * ctx_state.c, which implement the handler ABI on it. */
+struct wreq *ctx_req_at(struct ts_ctx *c, size_t idx);
+
 /* Deep copy of a decoded request. */
 struct wreq *wreq_from_otf(const struct otf_request *q);
 /* Frees the request and its user data. */
@@ -137,6 +144,8 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
 void ctx_queue_final(struct ts_ctx *c, struct wreq *r);
 /* Closes the open frame, if any; the bytes stay in c->out for the caller to write. */
 void ctx_close_frame(struct ts_ctx *c);
+
+/* ctx_state.c: the state API's side of a step. */
 
 /* Commits the state writes of the step; called before any response frame is written. A
  * failure means an acknowledged state might not be on disk: the caller must not send frames. */

@@ -530,6 +530,100 @@ def test_two_instances_each_stopped_by_its_config(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
+def _wait_predicts(port, proc, log, deadline_s):
+    """Polls /predictions/mlp until it answers 200; fails at once if proc exits first."""
+    deadline = time.time() + deadline_s
+    while True:
+        assert proc.poll() is None, f"the frontend exited ({proc.returncode}): " + \
+            open(log, errors="replace").read()[-3000:]
+        try:
+            r = requests.post(f"http://127.0.0.1:{port}/predictions/mlp", json=SAMPLE, timeout=30)
+            if r.status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        assert time.time() < deadline, "the frontend did not serve mlp in time"
+        time.sleep(0.2)
+
+
+def test_scratch_dir_of_a_frontend_under_a_tool_survives_another_start(tmp_path, mlp_ref):
+    """An instance starting sweeps the scratch directories whose owner is gone. A frontend run
+    under valgrind (as scripts/bench/cg_request.sh runs it) has the tool as /proc/PID/exe and
+    names torchserve-c only on its command line: it is a live owner, so a second instance
+    starting with the same TMPDIR leaves its scratch directory alone, and the first one keeps
+    serving and can still register a model (which extracts into that directory).
+
+    valgrind rather than the dynamic loader (ld-linux torchserve-c ...): through the loader
+    /proc/self/exe is the loader, and the frontend, which finds torchserve-c-worker next to its
+    own executable, does not start at all."""
+    if b"__asan_init" in open(FRONTEND, "rb").read():
+        pytest.skip("valgrind cannot run an ASan-instrumented frontend")
+    valgrind = shutil.which("valgrind")
+    assert valgrind, "valgrind is missing (scripts/install-deps.sh installs it)"
+    tmp = str(tmp_path)
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copy(os.path.join(MODEL_STORE, "mlp.mar"), store)
+    a_dir, a_cfg, a_port = _instance_config(tmp, "a")
+    b_dir, b_cfg, b_port = _instance_config(tmp, "b")
+    a_mgmt = int(re.search(r"^management_address=http://127\.0\.0\.1:(\d+)$",
+                           open(a_cfg).read(), re.M).group(1))
+    a_log = os.path.join(tmp, "a.log")
+    a = None
+    b_pid = None
+    try:
+        with open(a_log, "wb") as log:
+            a = subprocess.Popen([valgrind, "--tool=none", "-q", "--vgdb=no", FRONTEND, "--start",
+                                  "--foreground", "--model-store", str(store), "--models",
+                                  "mlp.mar", "--ts-config", a_cfg, "--disable-token-auth",
+                                  "--enable-model-api"],
+                                 cwd=a_dir, env=_env(tmp), stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=subprocess.STDOUT)
+        _wait_predicts(a_port, a, a_log, 120)
+        # the case under test: the executable is the tool's, the command line names us
+        assert os.path.basename(os.readlink(f"/proc/{a.pid}/exe")) != "torchserve-c"
+        assert FRONTEND in open(f"/proc/{a.pid}/cmdline", "rb").read().decode().split("\0")
+        scratch = [os.path.join(tmp, d) for d in os.listdir(tmp) if d.startswith("torchserve-c.")]
+        assert len(scratch) == 1, scratch
+        a_scratch = scratch[0]
+        assert _pidfile_pid(os.path.join(a_scratch, "owner")) == a.pid
+        assert os.listdir(os.path.join(a_scratch, "models")), "mlp.mar was not extracted there"
+
+        p = subprocess.run([FRONTEND, "--start", "--model-store", str(store), "--ts-config", b_cfg,
+                            "--disable-token-auth"], cwd=b_dir, env=_env(tmp),
+                           capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        b_pid = _pidfile_pid(os.path.join(tmp, f".torchserve-c.127.0.0.1_{b_port}.pid"))
+
+        assert os.path.isdir(a_scratch), "starting a second instance removed the first's scratch"
+        assert os.listdir(os.path.join(a_scratch, "models"))
+        x = random_inputs(2, seed=5)
+        r = requests.post(f"http://127.0.0.1:{a_port}/predictions/mlp",
+                          json={"data": x[0].tolist()}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert_close(r.json(), expected(mlp_ref, x[0]), "mlp after the second start")
+        r = requests.post(f"http://127.0.0.1:{a_mgmt}/models",
+                          params={"url": "mlp.mar", "model_name": "mlp2", "initial_workers": 1,
+                                  "synchronous": "true"}, timeout=120)
+        assert r.status_code == 200, r.text
+        r = requests.post(f"http://127.0.0.1:{a_port}/predictions/mlp2",
+                          json={"data": x[1].tolist()}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert_close(r.json(), expected(mlp_ref, x[1]), "mlp2 registered after the second start")
+
+        p = subprocess.run([FRONTEND, "--stop", "--ts-config", b_cfg], cwd=tmp, env=_env(tmp),
+                           capture_output=True, timeout=90)
+        assert p.returncode == 0, p.stderr
+        a.terminate()
+        assert a.wait(timeout=90) == 0, open(a_log, errors="replace").read()[-3000:]
+    finally:
+        if a and a.poll() is None:
+            a.kill()
+            a.wait()
+        if b_pid and _alive(b_pid):
+            os.kill(b_pid, signal.SIGKILL)
+
+
 def test_launcher_pipe_not_inherited_by_workers(tmp_path):
     """The background launcher's readiness pipe is the server's alone: no worker holds it."""
     tmp = str(tmp_path)
