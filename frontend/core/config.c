@@ -111,6 +111,8 @@ static const struct key keys[] = {
     {"log_max_size", K_SIZE, F(log_max_size), 0, 0},
     {"log_max_files", K_INT, F(log_max_files), 1, 1000},
     {"enable_access_log", K_BOOL, F(enable_access_log), 0, 0},
+    /* ours: Linux's SCHED_BATCH for the frontend and its workers (server.c) */
+    {"sched_batch", K_BOOL, F(sched_batch), 0, 0},
     {"oip_stream_response", K_STR, F(oip_stream_response), 0, 0},
 };
 
@@ -214,6 +216,7 @@ void config_defaults(struct config *c)
     c->log_max_size = 100L << 20;
     c->log_max_files = 5;
     c->enable_access_log = 1;
+    c->sched_batch = 1;
     c->oip_stream_response = xstrdup("triton");
 }
 

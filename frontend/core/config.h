@@ -66,6 +66,7 @@ struct config {
     long log_max_size;         /* our key: rotate each log past this many bytes (100 MiB) */
     int log_max_files;         /* our key: rotated files kept per log (5) */
     int enable_access_log;     /* our key: access_log.log (true) */
+    int sched_batch;           /* our key: frontend and workers under SCHED_BATCH (true) */
     char *oip_stream_response; /* our key: triton (default) | mlserver */
 };
 

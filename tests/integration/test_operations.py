@@ -4,7 +4,12 @@ import shutil
 import socket
 import subprocess
 
-from conftest import BIN, MODEL_STORE, free_port
+import pytest
+
+from conftest import BIN, MODEL_STORE, free_port, start_server
+
+SAMPLE = {"data": [0.25] * 64}
+SCHED_OTHER, SCHED_BATCH = 0, 3  # sched.h
 
 
 def write_cfg(d, port, extra=""):
@@ -40,3 +45,35 @@ def test_failed_background_start_prints_the_reason(tmp_path):
     assert f"held by pid {os.getpid()}" in r.stderr, r.stderr
     assert "see var/log/tsc/ts_log.log" in r.stderr, r.stderr
     assert os.path.getsize(os.path.join(d, "var/log/tsc/ts_log.log")) > 0
+
+
+def sched_policies(pid):
+    """The scheduling policy of each thread of pid (/proc/PID/task/TID/stat, field 41)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                out[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[38])
+        except OSError:
+            pass  # the thread ended meanwhile
+    return out
+
+
+@pytest.mark.parametrize("value,policy", [(None, SCHED_BATCH), ("false", SCHED_OTHER)],
+                         ids=["default", "off"])
+def test_sched_batch_covers_frontend_workers_and_their_threads(tmp_path, value, policy):
+    """sched_batch (default true): the frontend, gRPC's and the logs' threads, the workers and
+    libtorch's threads all run under SCHED_BATCH; sched_batch=false leaves them as started."""
+    config = {} if value is None else {"sched_batch": value}
+    srv = start_server(str(tmp_path), models=["mlp"], config=config)
+    try:
+        srv.wait_ready("mlp", body={"json": SAMPLE})
+        pids = [srv.pid] + srv.worker_pids()
+        assert len(pids) == 2, pids
+        for pid in pids:
+            got = sched_policies(pid)
+            assert got and set(got.values()) == {policy}, (pid, got)
+        want = "SCHED_BATCH for the frontend" if policy == SCHED_BATCH else "as started"
+        assert f"CPU scheduling: {want}" in srv.log(), srv.log()
+    finally:
+        srv.stop()
