@@ -235,7 +235,7 @@ static void close_logs(void)
  * A task woken under it does not preempt the one running: a worker woken by a job lets the
  * frontend finish its loop turn, which dispatches the other jobs that arrived with it, and the
  * frontend woken by an answer lets the worker start its next batch. Under SCHED_OTHER each
- * hand-off could switch tasks at once; on 2 cores gRPC calls at batchSize 1 went up 47% and HTTP
+ * hand-off could switch tasks at once; on 2 cores gRPC calls at batchSize 1 went up 12-47% and HTTP
  * requests at batchSize 8 7% (docs/performance.md). Nice values and CPU shares are unchanged. */
 static void sched_policy(int batch)
 {
