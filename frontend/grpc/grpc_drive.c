@@ -49,6 +49,9 @@
 #define IDLE_ROUNDS 8
 /* completions one drain handles at most before it lets the loop's other events in */
 #define DRAIN_MAX 256
+/* rounds one drain makes at most: rounds that only read (a large message arriving in many
+ * segments) make no completion, and must not keep the loop from HTTP and the workers either */
+#define DRAIN_ROUNDS_MAX (4 * DRAIN_MAX)
 /* the tick's period while calls are under way, and while none is */
 #define TICK_BUSY_MS 10
 #define TICK_IDLE_MS 100
@@ -125,8 +128,8 @@ static void drain(void)
 {
     D.in_drain = 1;
     tl.draining = 1;
-    int handled = 0, idle = 0;
-    while (handled < DRAIN_MAX) {
+    int handled = 0, idle = 0, rounds = 0;
+    while (handled < DRAIN_MAX && rounds++ < DRAIN_ROUNDS_MAX) {
         tl.empty = 0;
         grpc_event ev = grpc_completion_queue_next(D.cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
         if (ev.type != GRPC_OP_COMPLETE) {
@@ -140,7 +143,7 @@ static void drain(void)
     }
     tl.draining = 0;
     D.in_drain = 0;
-    if (handled == DRAIN_MAX) /* let the workers' answers and HTTP in, then go on */
+    if (handled == DRAIN_MAX || rounds > DRAIN_ROUNDS_MAX) /* let HTTP and the workers in */
         grpc_drive_soon();
 }
 
