@@ -66,6 +66,10 @@ BINS := $(BUILD)/bin/torchserve-c $(BUILD)/bin/torchserve-c-worker $(BUILD)/bin/
 # our `ts` package next to it in $(BUILD)/lib/python/. Debian's libpython3.11, never the python
 # first on PATH.
 PYTHON_CONFIG := /usr/bin/python3.11-config
+# what code embedding CPython compiles and links with (the Python handler, test_py_json, the
+# py_json fuzz target); recursive, so python3.11-config runs only when one of them is built
+PY_INCLUDES = $(shell $(PYTHON_CONFIG) --includes)
+PY_EMBED_LDFLAGS = $(shell $(PYTHON_CONFIG) --embed --ldflags)
 PY_SRCS       := $(wildcard backend/python/*.c)
 PY_PLUGIN     := $(BUILD)/lib/libts_python.so
 PY_PKG        := $(patsubst backend/python/%,$(BUILD)/lib/python/%,\
@@ -125,11 +129,11 @@ $(BUILD)/bin/torchserve-c-archiver: $(call obj,$(ARCHIVER_SRCS) $(COMMON_SRCS))
 
 $(BUILD)/obj/backend/python/%.o: backend/python/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC $(shell $(PYTHON_CONFIG) --includes) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) -fPIC $(PY_INCLUDES) -MMD -MP -c $< -o $@
 
 $(PY_PLUGIN): $(call obj,$(PY_SRCS))
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(shell $(PYTHON_CONFIG) --embed --ldflags)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(PY_EMBED_LDFLAGS)
 
 $(BUILD)/lib/python/%.py: backend/python/%.py
 	@mkdir -p $(dir $@)
@@ -175,8 +179,8 @@ $(BUILD)/tests/test_py_json: tests/unit/test_py_json.c tests/unit/tap.h tests/py
                              backend/python/py_json.c backend/python/py_json.h \
                              backend/python/py_handler.h backend/python/lsan_python.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(shell $(PYTHON_CONFIG) --includes) -Itests/unit -o $@ $< $(LDFLAGS) \
-	    $(shell $(PYTHON_CONFIG) --embed --ldflags)
+	$(CC) $(CFLAGS) $(PY_INCLUDES) -Itests/unit -o $@ $< $(LDFLAGS) \
+	    $(PY_EMBED_LDFLAGS)
 
 # Under ASan the runner must let LeakSanitizer see every test: lsan_selfcheck leaks on purpose
 # and must fail (its report goes to stderr, not to CI's sanitizer log).
@@ -241,8 +245,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_check.h tests/
 $(BUILD)/fuzz/py_json: tests/fuzz/py_json.c tests/fuzz/fuzz_check.h tests/py_embed.h \
                        backend/python/py_json.c backend/python/py_json.h backend/python/lsan_python.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fsanitize=fuzzer $(shell $(PYTHON_CONFIG) --includes) -o $@ $< $(LDFLAGS) \
-	    $(shell $(PYTHON_CONFIG) --embed --ldflags)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer $(PY_INCLUDES) -o $@ $< $(LDFLAGS) \
+	    $(PY_EMBED_LDFLAGS)
 fuzz-run: $(FUZZ_RUNS)
 $(FUZZ_RUNS): fuzz-run-%: $(BUILD)/fuzz/%
 	@tests/fuzz/run.sh $* $(FUZZ_S) $(BUILD)

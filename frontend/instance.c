@@ -68,6 +68,13 @@ static unsigned long long proc_start_time(pid_t pid)
     return strtoull(p, NULL, 10);
 }
 
+/* 1 when the last component of path is "torchserve-c" */
+static int names_torchserve_c(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    return !strcmp(base ? base + 1 : path, "torchserve-c");
+}
+
 static int is_torchserve_c(pid_t pid)
 {
     char path[64], exe[PATH_MAX];
@@ -79,8 +86,7 @@ static int is_torchserve_c(pid_t pid)
     char *deleted = strstr(exe, " (deleted)"); /* the binary was rebuilt while it runs */
     if (deleted)
         *deleted = '\0';
-    const char *base = strrchr(exe, '/');
-    if (!strcmp(base ? base + 1 : exe, "torchserve-c"))
+    if (names_torchserve_c(exe))
         return 1;
     /* under valgrind the executable is the tool's; the program is one of its arguments */
     snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
@@ -92,11 +98,9 @@ static int is_torchserve_c(pid_t pid)
     if (n <= 0)
         return 0;
     exe[n] = '\0';
-    for (const char *a = exe; a < exe + n; a += strlen(a) + 1) {
-        base = strrchr(a, '/');
-        if (!strcmp(base ? base + 1 : a, "torchserve-c"))
+    for (const char *a = exe; a < exe + n; a += strlen(a) + 1)
+        if (names_torchserve_c(a))
             return 1;
-    }
     return 0;
 }
 

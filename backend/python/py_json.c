@@ -220,17 +220,24 @@ static int after_item(struct dec *d, char close)
     return 0;
 }
 
-static PyObject *dec_array(struct dec *d)
+/* Past an array's or object's opening bracket and the space after it: 1 when the container is
+ * empty (its closing bracket taken too), else 0. */
+static int open_container(struct dec *d, char close)
 {
     d->p++;
-    PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
     skip_ws(d);
-    if (d->p < d->end && *d->p == ']') {
+    if (d->p < d->end && *d->p == close) {
         d->p++;
-        return list;
+        return 1;
     }
+    return 0;
+}
+
+static PyObject *dec_array(struct dec *d)
+{
+    PyObject *list = PyList_New(0);
+    if (!list || open_container(d, ']'))
+        return list;
     for (;;) {
         PyObject *v = dec_value(d);
         if (!v || PyList_Append(list, v) < 0) {
@@ -251,15 +258,9 @@ static PyObject *dec_array(struct dec *d)
 
 static PyObject *dec_object(struct dec *d)
 {
-    d->p++;
     PyObject *dict = PyDict_New();
-    if (!dict)
-        return NULL;
-    skip_ws(d);
-    if (d->p < d->end && *d->p == '}') {
-        d->p++;
+    if (!dict || open_container(d, '}'))
         return dict;
-    }
     for (;;) {
         if (d->p == d->end || *d->p != '"')
             break;
