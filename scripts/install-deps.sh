@@ -23,6 +23,9 @@ PKGS="$PKGS python3-torchvision python3-pil python3-lru-dict"
 # valgrind: scripts/bench/cg_request.sh (callgrind) and the test that a frontend run under a tool
 # keeps its scratch directory (tests/integration/test_core.py)
 PKGS="$PKGS valgrind"
+# strace: scripts/bench/syscalls.sh and the test that a reply needs no write-readiness wait
+# (tests/integration/test_http_write.py)
+PKGS="$PKGS strace"
 
 missing=""
 for p in $PKGS; do

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "http_flush.h"
 #include "http_fmt.h"
 #include "http_guard.h"
 #include "http_tls.h"
@@ -235,6 +236,7 @@ void http_send(struct evhttp_request *req, const char *req_id, int status, const
     if (len)
         evbuffer_add(b, body, len);
     http_count_status(status);
+    http_flush_later(req);
     evhttp_send_reply(req, status, http_reason(status), b);
     evbuffer_free(b);
 }
@@ -349,6 +351,8 @@ int http_servers_start(void)
 {
     const struct config *c = &srv->cfg;
     http_guard_init();
+    if (http_flush_init() != 0)
+        return -1;
     if (!strcmp(c->inference_address.scheme, "https") ||
         !strcmp(c->management_address.scheme, "https") ||
         (c->enable_metrics_api && !strcmp(c->metrics_address.scheme, "https"))) {
@@ -373,6 +377,7 @@ int http_servers_start(void)
 void http_servers_stop(void)
 {
     http_guard_shutdown();
+    http_flush_stop();
     if (tls_ctx)
         http_tls_ctx_free(tls_ctx);
     tls_ctx = NULL;
