@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "busy_poll.h"
 #include "handler_loader.h"
 #include "log.h"
 #include "manifest.h"
@@ -47,12 +48,13 @@ struct options {
     long max_request_size;
     const char *state_dir;
     const char *log_level;
+    long busy_poll_us;
 };
 
 static void usage(void)
 {
     fprintf(stderr, "usage: torchserve-c-worker [--threads N] [--max-request-size BYTES] "
-                    "[--state-dir DIR] [--log-level debug|info|warn|error]\n"
+                    "[--state-dir DIR] [--log-level debug|info|warn|error] [--busy-poll-us US]\n"
                     "The frontend's socket must be on fd 3.\n");
 }
 
@@ -85,6 +87,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (ts_parse_long(v, 1, 0x7fffffffL, &n))
                 goto bad;
             o->max_request_size = n;
+        } else if (OPT("--busy-poll-us")) {
+            if (ts_parse_long(v, 0, 10000, &n))
+                goto bad;
+            o->busy_poll_us = n;
         } else if (OPT("--state-dir")) {
             o->state_dir = v;
         } else if (OPT("--log-level")) {
@@ -534,6 +540,33 @@ static int pending_below(const struct ts_ctx *c, int n)
     return 1;
 }
 
+static struct busy_poll bp; /* --busy-poll-us */
+
+static int look_input(void *arg)
+{
+    static const struct timespec zero = {0, 0};
+    return ppoll(arg, 1, &zero, NULL);
+}
+
+/* Waits until the frontend's socket is readable or wait_us (< 0: no limit) from now; ppoll's
+ * result. A loaded worker looks without sleeping first (busy_poll.h). */
+static int wait_input(struct ts_ctx *c, int64_t now, int64_t wait_us)
+{
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    int n = c->loaded ? busy_poll_spin(&bp, now, wait_us, look_input, &pfd) : 0;
+    if (n == 0) {
+        int64_t left = wait_us < 0 ? -1 : wait_us - (ts_now_us() - now);
+        if (wait_us >= 0 && left < 0)
+            left = 0;
+        struct timespec ts = {.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
+        n = ppoll(&pfd, 1, left < 0 ? NULL : &ts, NULL);
+    }
+    int e = errno;
+    busy_poll_done(&bp, now);
+    errno = e;
+    return n;
+}
+
 /* With a step due now, the loop reads the socket at once instead of asking ppoll() first: one
  * system call instead of two. When a full batch already waits (the frontend queued batches
  * behind the last one), it does not read at all: what came since would only queue behind it,
@@ -547,9 +580,7 @@ static void serve(struct ts_ctx *c)
             if (pending_below(c, c->batch_size) || now - c->last_read_us >= 1000)
                 worker_poll_input(c);
         } else {
-            struct timespec ts = {.tv_sec = wait / 1000000, .tv_nsec = (wait % 1000000) * 1000};
-            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-            int n = ppoll(&pfd, 1, wait < 0 ? NULL : &ts, NULL);
+            int n = wait_input(c, now, wait);
             if (n < 0 && errno != EINTR) {
                 LOG_ERROR("poll: %s", strerror(errno));
                 break;
@@ -592,11 +623,13 @@ int main(int argc, char **argv)
         free(err);
     }
 
+    busy_poll_init(&bp, o.busy_poll_us);
     struct ts_ctx c;
     ctx_init(&c, WORKER_FD, (size_t)o.max_request_size);
     if (o.state_dir)
         c.state_dir = xstrdup(o.state_dir);
-    LOG_INFO("worker started (threads %d, max request size %ld)", o.threads, o.max_request_size);
+    LOG_INFO("worker started (threads %d, max request size %ld, busy poll %ld us)", o.threads,
+             o.max_request_size, o.busy_poll_us);
     serve(&c);
     int code = c.eof == 2 ? 1 : 0;
     ctx_destroy(&c);

@@ -23,6 +23,7 @@
 #include "instance.h"
 #include "core/core.h"
 #include "core/ev_mem.h"
+#include "core/loop_wait.h"
 #include "core/model.h"
 #include "core/worker_pool.h"
 #include "grpc/grpc_server.h"
@@ -273,6 +274,12 @@ int server_main(const struct server_opts *o)
     if (cp)
         LOG_INFO("config: %s", cp);
     sched_policy(srv->cfg.sched_batch);
+    /* this thread runs the loop */
+    loop_wait_busy_poll(srv->cfg.busy_poll_us);
+    if (srv->cfg.busy_poll_us > 0)
+        LOG_INFO("busy polling: the loop and each worker look for events for %d us before they "
+                 "sleep (busy_poll_us)",
+                 srv->cfg.busy_poll_us);
     snapshot_init(cp);
     free(cp);
     if (check_snapshots(&srv->cfg) != 0)

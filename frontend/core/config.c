@@ -113,6 +113,9 @@ static const struct key keys[] = {
     {"enable_access_log", K_BOOL, F(enable_access_log), 0, 0},
     /* ours: Linux's SCHED_BATCH for the frontend and its workers (server.c) */
     {"sched_batch", K_BOOL, F(sched_batch), 0, 0},
+    /* ours: how long the frontend's loop and each worker look for their next event before they
+     * sleep (common/busy_poll.h); 0, the default, never */
+    {"busy_poll_us", K_INT, F(busy_poll_us), 0, 10000},
     {"oip_stream_response", K_STR, F(oip_stream_response), 0, 0},
 };
 
@@ -217,6 +220,7 @@ void config_defaults(struct config *c)
     c->log_max_files = 5;
     c->enable_access_log = 1;
     c->sched_batch = 1;
+    c->busy_poll_us = 0;
     c->oip_stream_response = xstrdup("triton");
 }
 

@@ -67,6 +67,7 @@ struct config {
     int log_max_files;         /* our key: rotated files kept per log (5) */
     int enable_access_log;     /* our key: access_log.log (true) */
     int sched_batch;           /* our key: frontend and workers under SCHED_BATCH (true) */
+    int busy_poll_us;          /* our key: look for events this long before sleeping (0) */
     char *oip_stream_response; /* our key: triton (default) | mlserver */
 };
 

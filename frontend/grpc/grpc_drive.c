@@ -15,9 +15,10 @@
  *   - one non-blocking round handles one of the epoll events gRPC fetched (epoll1 fetches up to
  *     100 at a time), so a round that yields nothing does not mean that nothing is left. gRPC
  *     calls epoll_wait only once it has handled every event it fetched, and it calls it through
- *     the PLT: the frontend defines epoll_wait (below), which notes when gRPC's set had nothing,
- *     and drain stops at that round. Without that note (a gRPC that polls otherwise) drain stops
- *     after IDLE_ROUNDS empty rounds in a row, which cost a third of a call's instructions;
+ *     the PLT: the frontend defines epoll_wait (core/loop_wait.c), and its observer here notes
+ *     when gRPC's set had nothing; drain stops at that round. Without that note (a gRPC that
+ *     polls otherwise) drain stops after IDLE_ROUNDS empty rounds in a row, which cost a third
+ *     of a call's instructions;
  *   - a completion made on one of gRPC's own threads (a deadline's timer, work moved to its
  *     executor). The tick finds these, and whatever a drain left.
  *
@@ -37,11 +38,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/loop_wait.h"
 #include "log.h"
 #include "util.h"
 
@@ -106,17 +107,14 @@ static __thread struct {
 /* gRPC's waits were seen at least once: drain can trust tl.empty */
 static int waits_seen;
 
-/* gRPC's epoll1 poller (and libevent) call epoll_wait through the PLT, so they reach this
- * definition, as they reach the functions http_fmt.c defines. epoll_pwait with no signal mask is
- * epoll_wait (epoll_wait(2)); the result and errno are the kernel's. */
-int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+/* loop_wait's observer: what gRPC's epoll_wait on its poller's fd found while this thread
+ * drains */
+static void on_wait(int epfd, int n)
 {
-    int n = epoll_pwait(epfd, events, maxevents, timeout, NULL);
     if (tl.draining && epfd == D.poller_fd) {
         waits_seen = 1;
         tl.empty = n == 0;
     }
-    return n;
 }
 
 /* Handles every completion gRPC has for us, without blocking. One round handles at most one of
@@ -347,6 +345,7 @@ void grpc_drive_init(void)
         return;
     }
     D.poller_fd = init_poller();
+    loop_wait_observe(on_wait);
 }
 
 int grpc_drive_start(grpc_completion_queue *cq, int n_listeners, grpc_drive_handle_fn *handle)
@@ -383,5 +382,6 @@ void grpc_drive_stop(void)
         event_free(D.ev_tick);
         event_free(D.ev_drain);
     }
+    loop_wait_observe(NULL);
     D.kind = DRIVE_NONE;
 }

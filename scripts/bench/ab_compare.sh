@@ -15,6 +15,9 @@
 # worker's own forward (ovh_p50, microseconds). The summary gives each build's mean req/s, its
 # ratio to the mean ceiling of that configuration, B/A, CPU per request and ovh_p50.
 # Env: DURATION (default 10), WARMUP (default 2), ROUNDS (default 2), SEQ_N (default 2000).
+# A_CONFIG, B_CONFIG: config.properties lines (';'-separated) added to A's or B's server only,
+# for an A/B of a setting with one build, e.g.
+#     B_CONFIG=busy_poll_us=200 scripts/bench/ab_compare.sh build build
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -94,9 +97,9 @@ for cfg in "${CONFIGS[@]}"; do
             if [ "$x" = C ]; then
                 read -r rps cpu bad < <(run_wrk "$tport" "$path" "$body" "")
             else
-                build=$A
-                [ "$x" = B ] && build=$B
-                start_mlp "$build" "$w" "$bs" "$delay"
+                build=$A extra=${A_CONFIG:-}
+                [ "$x" = B ] && build=$B extra=${B_CONFIG:-}
+                EXTRA_CONFIG=$extra start_mlp "$build" "$w" "$bs" "$delay"
                 read -r rps cpu bad < <(run_wrk "$SRV_PORT" "$path" "$body" "$SRV_PID")
                 ovh=$("$WORK/seq_client" "$SRV_PORT" "$path" "$body" "$SEQ_N" 200 |
                     sed -n 's/.*ovh_p50=\([0-9.]*\).*/\1/p')

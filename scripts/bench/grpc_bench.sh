@@ -17,7 +17,8 @@
 # counted (the first seconds after a start are the noisiest). "steal" is the share of the
 # machine's CPU time the host took during a run (/proc/stat): every figure drops when it is high.
 # Env: DURATION (seconds per run, default 10), WARMUP (default 2), MACHINE_WARMUP (seconds of
-# load before anything is measured, default 15).
+# load before anything is measured, default 15). EXTRA_CONFIG: config.properties lines
+# (';'-separated) added to torchserve-c's config, e.g. EXTRA_CONFIG=busy_poll_us=200.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -108,6 +109,7 @@ grpc_inference_port=$gport
 grpc_management_port=$(free_port)
 disable_token_authorization=true
 EOF
+    [ -z "${EXTRA_CONFIG:-}" ] || tr ';' '\n' <<<"$EXTRA_CONFIG" >> "$d/config.properties"
     (cd "$d" && TMPDIR=$d exec "$BUILD/bin/torchserve-c" --start --foreground --model-store store \
         --models mlp --ts-config config.properties > out.log 2> server.log) &
     local spid=$!

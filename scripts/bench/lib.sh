@@ -52,6 +52,8 @@ start_mlp() {
         echo "grpc_inference_port=$(free_port)"
         echo "grpc_management_port=$(free_port)"
         echo "disable_token_authorization=true"
+        # EXTRA_CONFIG: more config.properties lines, ';'-separated (an A/B of a setting)
+        [ -z "${EXTRA_CONFIG:-}" ] || tr ';' '\n' <<<"$EXTRA_CONFIG"
     } > "$d/config.properties"
     (cd "$d" && TMPDIR=$d exec "$1/bin/torchserve-c" --start --foreground --model-store store \
         --models mlp --ts-config config.properties > out.log 2> server.log) &

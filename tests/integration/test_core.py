@@ -398,6 +398,7 @@ def _env(tmp):
     ("job_queue_size=lots", "job_queue_size"),
     ("inference_address=ftp//nowhere", "inference_address"),
     ("default_workers_per_model=-3", "default_workers_per_model"),
+    ("busy_poll_us=20000", "busy_poll_us"),
 ])
 def test_bad_config_value_stops_start(tmp_path, line, needle):
     tmp = str(tmp_path)

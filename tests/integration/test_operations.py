@@ -3,6 +3,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -75,5 +76,71 @@ def test_sched_batch_covers_frontend_workers_and_their_threads(tmp_path, value, 
             assert got and set(got.values()) == {policy}, (pid, got)
         want = "SCHED_BATCH for the frontend" if policy == SCHED_BATCH else "as started"
         assert f"CPU scheduling: {want}" in srv.log(), srv.log()
+    finally:
+        srv.stop()
+
+
+def voluntary_switches(pid, tid=None):
+    """How often a thread slept (voluntary_ctxt_switches); the main thread by default."""
+    with open(f"/proc/{pid}/task/{tid or pid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches for {pid}")
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of every thread of pid."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("value", [None, "5000"], ids=["default-off", "on"])
+def test_busy_poll_spares_the_sleeps_and_sleeps_when_idle(tmp_path, value):
+    """busy_poll_us: under a steady stream of requests the frontend's loop and the worker look
+    for their next event instead of sleeping, so neither sleeps once per request any more;
+    the answers are unchanged; an idle server still sleeps. Off (the default), both sleep for
+    every request."""
+    import requests
+    import torch
+    import zipfile
+    config = {} if value is None else {"busy_poll_us": value}
+    srv = start_server(str(tmp_path), models=["mlp"], config=config)
+    try:
+        srv.wait_ready("mlp", body={"json": SAMPLE})
+        (wpid,) = srv.worker_pids()
+        with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
+            z.extract("model.pt", str(tmp_path))
+        model = torch.jit.load(str(tmp_path / "model.pt")).eval()
+        x = torch.rand(1, 64, generator=torch.Generator().manual_seed(5)) * 4 - 2
+        with torch.no_grad():
+            want = model(x)[0].tolist()
+        sess = requests.Session()
+        url = srv.url("/predictions/mlp")
+        for _ in range(20):  # the connection and both processes warm
+            sess.post(url, json={"data": x[0].tolist()}, timeout=30)
+        n = 300
+        f0, w0 = voluntary_switches(srv.pid), voluntary_switches(wpid)
+        for _ in range(n):
+            r = sess.post(url, json={"data": x[0].tolist()}, timeout=30)
+            assert r.status_code == 200, r.text
+            got = r.json()
+            assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-5, (got, want)
+        f1, w1 = voluntary_switches(srv.pid), voluntary_switches(wpid)
+        per_req = ((f1 - f0) / n, (w1 - w0) / n)
+        if value is None:
+            assert per_req[0] >= 0.9 and per_req[1] >= 0.9, per_req
+            assert "busy polling" not in srv.log()
+        else:
+            # the client's own turn-around (requests, json) is well inside 5 ms
+            assert per_req[0] <= 0.3 and per_req[1] <= 0.3, per_req
+            assert "look for events for 5000 us before they sleep (busy_poll_us)" in srv.log()
+        # idle: the first wait may look for 5 ms, the ones after sleep at once
+        time.sleep(0.5)
+        c0 = (cpu_seconds(srv.pid), cpu_seconds(wpid))
+        time.sleep(2)
+        c1 = (cpu_seconds(srv.pid), cpu_seconds(wpid))
+        assert c1[0] - c0[0] <= 0.1 and c1[1] - c0[1] <= 0.1, (c0, c1)
     finally:
         srv.stop()
