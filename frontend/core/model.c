@@ -314,8 +314,35 @@ struct model *model_next(struct model *m)
     return LIST_NEXT(m, link);
 }
 
+/* The worker takes no frame field over max_request_size: it exits on one (otf.c), failing every
+ * job it holds. A transport may make a field bigger than what its client sent (an OIP text
+ * request goes to the handler as JSON holding the text twice, escaped), so that is refused
+ * here, for every transport. 1 when refused. */
+static int job_too_large(const struct job *j, struct submit_error *e)
+{
+    size_t max = (size_t)srv->cfg.max_request_size;
+    const char *what = NULL;
+    size_t len = 0;
+    for (size_t i = 0; i < j->n_params && !what; i++)
+        if (j->params[i].vlen > max)
+            what = j->params[i].name, len = j->params[i].vlen;
+    for (size_t i = 0; i < j->n_headers && !what; i++)
+        if (j->headers[i].vlen > max)
+            what = j->headers[i].key, len = j->headers[i].vlen;
+    if (!what)
+        return 0;
+    e->status = 413;
+    e->type = "RequestEntityTooLargeException";
+    snprintf(e->msg, sizeof(e->msg),
+             "the request's \"%s\" for the handler is %zu bytes, over max_request_size (%zu bytes)",
+             what, len, max);
+    return 1;
+}
+
 int model_submit_request(struct model *m, struct job *j, struct submit_error *e)
 {
+    if (job_too_large(j, e))
+        return -1;
     if (m->mc.sequence_batching) {
         struct seq_request sr;
         sequence_request_from_job(j, &sr);
