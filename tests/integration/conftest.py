@@ -29,6 +29,17 @@ MODEL_STORE = os.path.join(ROOT, "model-store")
 PYSTUBS = os.path.join(BUILD, "py")
 
 
+def mar_module(name="mlp"):
+    """The TorchScript module inside model-store/NAME.mar (its manifest's serializedFile),
+    loaded by torch in this process, on one thread: what the answers are checked against."""
+    import io
+    import torch
+    torch.set_num_threads(1)
+    with zipfile.ZipFile(os.path.join(MODEL_STORE, f"{name}.mar")) as z:
+        manifest = json.loads(z.read("MAR-INF/MANIFEST.json"))
+        return torch.jit.load(io.BytesIO(z.read(manifest["model"]["serializedFile"]))).eval()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "smoke: quick end-to-end checks (also run under sanitizers)")
 

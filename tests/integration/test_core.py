@@ -25,7 +25,7 @@ import pytest
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import BIN, MODEL_STORE, start_server  # noqa: E402
+from conftest import BIN, MODEL_STORE, mar_module, start_server  # noqa: E402
 
 FRONTEND = os.path.join(BIN, "torchserve-c")
 TOL = 1e-5
@@ -36,16 +36,7 @@ TOL = 1e-5
 @pytest.fixture(scope="module")
 def mlp_ref():
     """The archive's TorchScript module, loaded by torch in this process."""
-    import torch
-    torch.set_num_threads(1)
-    d = tempfile.mkdtemp(prefix="tsc-ref-")
-    try:
-        with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
-            z.extract("model.pt", d)
-        m = torch.jit.load(os.path.join(d, "model.pt")).eval()
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-    return m
+    return mar_module("mlp")
 
 
 def random_inputs(n, seed):

@@ -27,7 +27,7 @@ import pytest
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import MODEL_STORE, PYSTUBS, start_server  # noqa: E402
+from conftest import MODEL_STORE, PYSTUBS, mar_module, start_server  # noqa: E402
 
 sys.path.insert(0, PYSTUBS)
 import grpc  # noqa: E402
@@ -68,15 +68,7 @@ def data_request(model, values, **kw):
 @pytest.fixture(scope="module")
 def mlp_ref():
     import torch
-    torch.set_num_threads(1)
-    d = tempfile.mkdtemp(prefix="tsc-ref-")
-    try:
-        with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
-            manifest = json.loads(z.read("MAR-INF/MANIFEST.json"))
-            z.extract(manifest["model"]["serializedFile"], d)
-        m = torch.jit.load(os.path.join(d, manifest["model"]["serializedFile"])).eval()
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    m = mar_module("mlp")
 
     def run(values):
         with torch.no_grad():

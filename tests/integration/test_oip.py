@@ -1,20 +1,18 @@
 """Open Inference Protocol (issue 6): REST (/v2), SSE infer_stream / generate_stream in MLServer's
 framing, Triton's binary tensor extension, and gRPC inference.GRPCInferenceService.
 """
-import io
 import json
 import os
 import struct
 import sys
 import threading
 import time
-import zipfile
 
 import pytest
 import requests
 import torch
 
-from conftest import MODEL_STORE, PYSTUBS
+from conftest import MODEL_STORE, PYSTUBS, mar_module
 
 # MLServer's docs/examples/streaming/generate-request.json
 MLSERVER_STREAM_REQUEST = {
@@ -67,8 +65,7 @@ def check_oip_response(o, model, name="output"):
 
 def mlp_torch(x):
     """What torch computes for the archived mlp (the model.pt inside model-store/mlp.mar)."""
-    with zipfile.ZipFile(os.path.join(MODEL_STORE, "mlp.mar")) as z:
-        m = torch.jit.load(io.BytesIO(z.read("model.pt"))).eval()
+    m = mar_module("mlp")
     with torch.no_grad():
         return m(torch.tensor(x, dtype=torch.float32)).numpy()
 
@@ -671,3 +668,32 @@ def test_cancel_frees_the_worker(server_factory):
     assert r.outputs[0].contents.bytes_contents == [b"a b"]
     assert time.time() - t0 < 2.0
     assert "client went away" in srv.log()
+
+
+def test_text_that_grows_past_max_request_size_is_refused(server_factory):
+    """An OIP text request goes to its handler as JSON holding the text twice ({"text",
+    "prompt"}, escaped). One within max_request_size whose JSON for the handler is over it is
+    refused with 413 naming the limit, over REST and gRPC; before, the worker got a field over
+    its limit, exited, and failed its other requests. The worker is the same afterwards."""
+    srv = server_factory(models=["identity_text"], config={"max_request_size": 1000000},
+                         yaml={"identity_text": {"handler": {"delay_ms": 0}}})
+    srv.wait_ready("identity_text")
+    (wpid,) = srv.worker_pids()
+    words = " ".join(["w" * 99] * 6000)  # 600 KB: the JSON for the handler holds 1.2 MB
+    body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": [words]}]}
+    r = srv.post("/v2/models/identity_text/infer", json=body, timeout=60)
+    assert r.status_code == 413, r.text
+    msg = r.json()["error"]
+    assert "max_request_size (1000000 bytes)" in msg and '"body"' in msg, msg
+    grpc, pb, stub = grpc_client(srv)
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.ModelInfer(text_request(pb, words, "big"), timeout=60)
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, ei.value
+    assert "max_request_size (1000000 bytes)" in ei.value.details()
+    # half of it passes, whole, and nothing restarted the worker
+    half = " ".join(["w" * 99] * 3000)
+    body["inputs"][0]["data"] = [half]
+    r = srv.post("/v2/models/identity_text/infer", json=body, timeout=60)
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [half]
+    assert srv.worker_pids() == [wpid]
+    assert "exiting" not in srv.log()
