@@ -562,7 +562,7 @@ static int wait_input(struct ts_ctx *c, int64_t now, int64_t wait_us)
         n = ppoll(&pfd, 1, left < 0 ? NULL : &ts, NULL);
     }
     int e = errno;
-    busy_poll_done(&bp, now);
+    busy_poll_done(&bp, now, n);
     errno = e;
     return n;
 }

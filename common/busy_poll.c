@@ -25,7 +25,7 @@ int busy_poll_spin(struct busy_poll *bp, int64_t start_us, int64_t limit_us, int
     return r;
 }
 
-void busy_poll_done(struct busy_poll *bp, int64_t start_us)
+void busy_poll_done(struct busy_poll *bp, int64_t start_us, int result)
 {
-    bp->last_wait_us = ts_now_us() - start_us;
+    bp->last_wait_us = result == 0 ? bp->budget_us + 1 : ts_now_us() - start_us;
 }

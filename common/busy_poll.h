@@ -7,8 +7,9 @@
  * stream of work the next event usually comes within tens of microseconds, and looking for it
  * without sleeping catches it with no wake-up at all. Between two looks the process yields its
  * CPU (sched_yield), so it never keeps a runnable process from that CPU. It looks only while
- * events come quickly: once a wait has lasted longer than the budget, the next one sleeps at
- * once, so an idle server sleeps after at most one budget of looking.
+ * events come quickly: once a wait has lasted longer than the budget, or ended on its timeout
+ * with no event, the next one sleeps at once, so an idle server sleeps after at most one
+ * budget of looking.
  */
 #ifndef TS_BUSY_POLL_H
 #define TS_BUSY_POLL_H
@@ -28,7 +29,9 @@ void busy_poll_init(struct busy_poll *bp, int64_t budget_us);
 int busy_poll_spin(struct busy_poll *bp, int64_t start_us, int64_t limit_us, int (*look)(void *),
                    void *arg);
 
-/* The wait that started at start_us is over. */
-void busy_poll_done(struct busy_poll *bp, int64_t start_us);
+/* The wait that started at start_us is over: result > 0, an event came; 0, its timeout ran out
+ * (no event: the next wait sleeps at once, or a timer shorter than the budget would keep a
+ * server that has nothing to do looking for ever); < 0, an error. */
+void busy_poll_done(struct busy_poll *bp, int64_t start_us, int result);
 
 #endif

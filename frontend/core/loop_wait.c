@@ -12,7 +12,7 @@
 
 static __thread struct busy_poll *loop_bp; /* set on the loop's thread only */
 static struct busy_poll bp;
-static loop_wait_observer_fn *observer;
+static loop_wait_observer_fn *observer; /* set on the loop's thread, read on any: atomics */
 
 void loop_wait_busy_poll(int64_t budget_us)
 {
@@ -22,7 +22,7 @@ void loop_wait_busy_poll(int64_t budget_us)
 
 void loop_wait_observe(loop_wait_observer_fn *fn)
 {
-    observer = fn;
+    __atomic_store_n(&observer, fn, __ATOMIC_RELAXED);
 }
 
 struct look {
@@ -50,7 +50,7 @@ static int busy_wait(int epfd, struct epoll_event *events, int maxevents, int ti
         n = epoll_pwait(epfd, events, maxevents, timeout, NULL);
     }
     int e = errno;
-    busy_poll_done(loop_bp, t0);
+    busy_poll_done(loop_bp, t0, n);
     errno = e;
     return n;
 }
@@ -59,9 +59,10 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
     int n = loop_bp && timeout != 0 ? busy_wait(epfd, events, maxevents, timeout)
                                     : epoll_pwait(epfd, events, maxevents, timeout, NULL);
-    if (observer) {
+    loop_wait_observer_fn *fn = __atomic_load_n(&observer, __ATOMIC_RELAXED);
+    if (fn) {
         int e = errno;
-        observer(epfd, n);
+        fn(epfd, n);
         errno = e;
     }
     return n;
