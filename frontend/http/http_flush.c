@@ -15,7 +15,10 @@
 
 static struct event *flush_ev;
 /* connections with a reply sent this turn; each holds a reference, so a connection evhttp frees
- * in the meantime is still a valid (callback-less) bufferevent here */
+ * in the meantime is still a valid (callback-less) bufferevent here. evhttp frees a connection
+ * mid-turn only through evhttp_connection_fail_, which disables its events first, so a held
+ * bufferevent keeps no interest in an fd number the kernel may hand out again; frontend code
+ * must not call evhttp_connection_free on a connection with a reply in flight either. */
 static struct bufferevent **pending;
 static size_t n_pending, cap_pending;
 
