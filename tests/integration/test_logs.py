@@ -27,11 +27,13 @@ def read_lines(path, want, timeout=5):
     deadline = time.monotonic() + timeout
     lines = []
     while time.monotonic() < deadline:
-        if os.path.exists(path):
+        try:
             with open(path) as f:
                 lines = f.read().splitlines()
-            if want(lines):
-                return lines
+        except FileNotFoundError:  # not written yet, or between a rotation's rename and reopen
+            lines = []
+        if want(lines):
+            return lines
         time.sleep(0.05)
     raise AssertionError(f"{path}: {lines[-20:]}")
 
