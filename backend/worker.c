@@ -540,7 +540,7 @@ static int pending_below(const struct ts_ctx *c, int n)
     return 1;
 }
 
-static struct busy_poll bp; /* --busy-poll-us */
+static struct busy_poll bp, no_bp; /* --busy-poll-us; and none, until the model is loaded */
 
 static int look_input(void *arg)
 {
@@ -548,23 +548,18 @@ static int look_input(void *arg)
     return ppoll(arg, 1, &zero, NULL);
 }
 
+static int block_input(void *arg, int64_t left_us)
+{
+    struct timespec ts = {.tv_sec = left_us / 1000000, .tv_nsec = (left_us % 1000000) * 1000};
+    return ppoll(arg, 1, left_us < 0 ? NULL : &ts, NULL);
+}
+
 /* Waits until the frontend's socket is readable or wait_us (< 0: no limit) from now; ppoll's
  * result. A loaded worker looks without sleeping first (busy_poll.h). */
 static int wait_input(struct ts_ctx *c, int64_t now, int64_t wait_us)
 {
     struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-    int n = c->loaded ? busy_poll_spin(&bp, now, wait_us, look_input, &pfd) : 0;
-    if (n == 0) {
-        int64_t left = wait_us < 0 ? -1 : wait_us - (ts_now_us() - now);
-        if (wait_us >= 0 && left < 0)
-            left = 0;
-        struct timespec ts = {.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
-        n = ppoll(&pfd, 1, left < 0 ? NULL : &ts, NULL);
-    }
-    int e = errno;
-    busy_poll_done(&bp, now, n);
-    errno = e;
-    return n;
+    return busy_poll_wait(c->loaded ? &bp : &no_bp, now, wait_us, look_input, block_input, &pfd);
 }
 
 /* With a step due now, the loop reads the socket at once instead of asking ppoll() first: one

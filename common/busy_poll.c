@@ -3,6 +3,7 @@
  */
 #include "busy_poll.h"
 
+#include <errno.h>
 #include <sched.h>
 
 #include "util.h"
@@ -13,8 +14,10 @@ void busy_poll_init(struct busy_poll *bp, int64_t budget_us)
     bp->last_wait_us = 0;
 }
 
-int busy_poll_spin(struct busy_poll *bp, int64_t start_us, int64_t limit_us, int (*look)(void *),
-                   void *arg)
+/* looks for up to the budget (or limit_us), yielding the CPU between looks; look's last result,
+ * 0 when it did not look */
+static int spin(const struct busy_poll *bp, int64_t start_us, int64_t limit_us, int (*look)(void *),
+                void *arg)
 {
     if (bp->budget_us == 0 || bp->last_wait_us > bp->budget_us || limit_us == 0)
         return 0;
@@ -25,7 +28,16 @@ int busy_poll_spin(struct busy_poll *bp, int64_t start_us, int64_t limit_us, int
     return r;
 }
 
-void busy_poll_done(struct busy_poll *bp, int64_t start_us, int result)
+int busy_poll_wait(struct busy_poll *bp, int64_t start_us, int64_t limit_us, int (*look)(void *),
+                   int (*block)(void *, int64_t left_us), void *arg)
 {
-    bp->last_wait_us = result == 0 ? bp->budget_us + 1 : ts_now_us() - start_us;
+    int n = spin(bp, start_us, limit_us, look, arg);
+    if (n == 0) {
+        int64_t left = limit_us < 0 ? -1 : limit_us - (ts_now_us() - start_us);
+        n = block(arg, limit_us >= 0 && left < 0 ? 0 : left);
+    }
+    int e = errno; /* clock_gettime leaves it alone, but say so */
+    bp->last_wait_us = n == 0 ? bp->budget_us + 1 : ts_now_us() - start_us;
+    errno = e;
+    return n;
 }

@@ -23,15 +23,14 @@ struct busy_poll {
 
 void busy_poll_init(struct busy_poll *bp, int64_t budget_us);
 
-/* A wait that started at start_us and may last limit_us (< 0: no limit) looks for its event
- * with look(arg) (which does not block: > 0 found, < 0 an error, 0 nothing) for up to the
- * budget, when the last wait was short enough. look's last result; 0 when it did not look. */
-int busy_poll_spin(struct busy_poll *bp, int64_t start_us, int64_t limit_us, int (*look)(void *),
-                   void *arg);
-
-/* The wait that started at start_us is over: result > 0, an event came; 0, its timeout ran out
- * (no event: the next wait sleeps at once, or a timer shorter than the budget would keep a
- * server that has nothing to do looking for ever); < 0, an error. */
-void busy_poll_done(struct busy_poll *bp, int64_t start_us, int result);
+/* One wait for an event, started at start_us, that may last limit_us (< 0: no limit). When the
+ * last wait was short enough it first looks with look(arg), which does not block, for up to the
+ * budget; when that found nothing, block(arg, left_us) sleeps for what is left (left_us < 0: no
+ * limit, else >= 0). Both return > 0 for an event, 0 for nothing (a timeout), < 0 for an error
+ * with errno set; the result is the last one's, errno as it left it. A wait that ends on its
+ * timeout makes the next one sleep at once: a timer shorter than the budget would otherwise
+ * keep a server that has nothing to do looking for ever. */
+int busy_poll_wait(struct busy_poll *bp, int64_t start_us, int64_t limit_us, int (*look)(void *),
+                   int (*block)(void *, int64_t left_us), void *arg);
 
 #endif

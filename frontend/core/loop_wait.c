@@ -25,40 +25,33 @@ void loop_wait_observe(loop_wait_observer_fn *fn)
     __atomic_store_n(&observer, fn, __ATOMIC_RELAXED);
 }
 
-struct look {
+struct wait {
     int epfd, maxevents;
     struct epoll_event *events;
 };
 
 static int look_once(void *arg)
 {
-    struct look *l = arg;
-    return epoll_pwait(l->epfd, l->events, l->maxevents, 0, NULL);
+    struct wait *w = arg;
+    return epoll_pwait(w->epfd, w->events, w->maxevents, 0, NULL);
 }
 
-/* a blocking wait on the loop's thread: look first, then sleep for what is left of timeout */
-static int busy_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+/* what is left of the wait, rounded up to epoll's milliseconds */
+static int block(void *arg, int64_t left_us)
 {
-    int64_t t0 = ts_now_us();
-    struct look l = {epfd, maxevents, events};
-    int n = busy_poll_spin(loop_bp, t0, timeout < 0 ? -1 : (int64_t)timeout * 1000, look_once, &l);
-    if (n == 0) {
-        if (timeout > 0) {
-            int64_t left = (int64_t)timeout * 1000 - (ts_now_us() - t0);
-            timeout = left > 0 ? (int)((left + 999) / 1000) : 0;
-        }
-        n = epoll_pwait(epfd, events, maxevents, timeout, NULL);
-    }
-    int e = errno;
-    busy_poll_done(loop_bp, t0, n);
-    errno = e;
-    return n;
+    struct wait *w = arg;
+    return epoll_pwait(w->epfd, w->events, w->maxevents,
+                       left_us < 0 ? -1 : (int)((left_us + 999) / 1000), NULL);
 }
 
 int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-    int n = loop_bp && timeout != 0 ? busy_wait(epfd, events, maxevents, timeout)
-                                    : epoll_pwait(epfd, events, maxevents, timeout, NULL);
+    struct wait w = {epfd, maxevents, events};
+    /* a wait that may block, on the loop's thread: look first */
+    int n = loop_bp && timeout != 0
+                ? busy_poll_wait(loop_bp, ts_now_us(), timeout < 0 ? -1 : (int64_t)timeout * 1000,
+                                 look_once, block, &w)
+                : epoll_pwait(epfd, events, maxevents, timeout, NULL);
     loop_wait_observer_fn *fn = __atomic_load_n(&observer, __ATOMIC_RELAXED);
     if (fn) {
         int e = errno;

@@ -29,6 +29,19 @@ MODEL_STORE = os.path.join(ROOT, "model-store")
 PYSTUBS = os.path.join(BUILD, "py")
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of every thread of pid so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def oip_text(text):
+    """An OIP REST infer body whose one BYTES input, "prompt", holds text."""
+    return {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": [text],
+                        "parameters": {"content_type": "str"}}]}
+
+
 def mar_module(name="mlp"):
     """The TorchScript module inside model-store/NAME.mar (its manifest's serializedFile),
     loaded by torch in this process, on one thread: what the answers are checked against."""

@@ -21,7 +21,7 @@ import pytest
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import mar_module  # noqa: E402
+from conftest import mar_module, oip_text  # noqa: E402
 
 TOL = 1e-5
 
@@ -85,11 +85,6 @@ def test_a_reply_leaves_in_the_turn_that_made_it(server_factory, mlp_ref, tmp_pa
     assert any("EPOLL_CTL_" in c for c in calls), calls[:20]
     asked = [c for c in calls if "EPOLLOUT" in c]
     assert len(asked) <= 3, f"{len(asked)} of 60 replies waited for EPOLLOUT: {asked[:6]}"
-
-
-def oip_text(words):
-    return {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": [words],
-                        "parameters": {"content_type": "str"}}]}
 
 
 def raw_post(s, path, body):

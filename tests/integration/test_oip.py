@@ -12,7 +12,7 @@ import pytest
 import requests
 import torch
 
-from conftest import MODEL_STORE, PYSTUBS, mar_module
+from conftest import MODEL_STORE, PYSTUBS, mar_module, oip_text
 
 # MLServer's docs/examples/streaming/generate-request.json
 MLSERVER_STREAM_REQUEST = {
@@ -680,8 +680,7 @@ def test_text_that_grows_past_max_request_size_is_refused(server_factory):
     srv.wait_ready("identity_text")
     (wpid,) = srv.worker_pids()
     words = " ".join(["w" * 99] * 6000)  # 600 KB: the JSON for the handler holds 1.2 MB
-    body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": [words]}]}
-    r = srv.post("/v2/models/identity_text/infer", json=body, timeout=60)
+    r = srv.post("/v2/models/identity_text/infer", json=oip_text(words), timeout=60)
     assert r.status_code == 413, r.text
     msg = r.json()["error"]
     assert "max_request_size (1000000 bytes)" in msg and '"body"' in msg, msg
@@ -692,8 +691,7 @@ def test_text_that_grows_past_max_request_size_is_refused(server_factory):
     assert "max_request_size (1000000 bytes)" in ei.value.details()
     # half of it passes, whole, and nothing restarted the worker
     half = " ".join(["w" * 99] * 3000)
-    body["inputs"][0]["data"] = [half]
-    r = srv.post("/v2/models/identity_text/infer", json=body, timeout=60)
+    r = srv.post("/v2/models/identity_text/infer", json=oip_text(half), timeout=60)
     assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [half]
     assert srv.worker_pids() == [wpid]
     assert "exiting" not in srv.log()

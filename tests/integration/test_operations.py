@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import BIN, MODEL_STORE, free_port, mar_module, start_server
+from conftest import BIN, MODEL_STORE, cpu_seconds, free_port, mar_module, start_server
 
 SAMPLE = {"data": [0.25] * 64}
 SCHED_OTHER, SCHED_BATCH = 0, 3  # sched.h
@@ -87,13 +87,6 @@ def voluntary_switches(pid, tid=None):
             if line.startswith("voluntary_ctxt_switches:"):
                 return int(line.split()[1])
     raise AssertionError(f"no voluntary_ctxt_switches for {pid}")
-
-
-def cpu_seconds(pid):
-    """User + system CPU time of every thread of pid."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize("value", [None, "10000"], ids=["default-off", "on"])
