@@ -11,6 +11,8 @@
 
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/frozen_linear_transpose.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
@@ -117,6 +119,19 @@ void flatten(const c10::IValue &v, std::vector<at::Tensor> &out)
     }
 }
 
+/* aten::linear nodes in a block and the blocks nested in it */
+int count_linear(const torch::jit::Block *b)
+{
+    int n = 0;
+    for (const torch::jit::Node *node : b->nodes()) {
+        if (node->kind() == torch::jit::aten::linear)
+            n++;
+        for (const torch::jit::Block *sub : node->blocks())
+            n += count_linear(sub);
+    }
+    return n;
+}
+
 void copy_out(const at::Tensor &t0, struct tsh_tensor *o)
 {
     at::Tensor t = t0;
@@ -188,6 +203,29 @@ struct tsh_model *tsh_load(const char *path, char **err)
     }
     delete m;
     return nullptr;
+}
+
+int tsh_freeze(struct tsh_model *m, int *transposed, char **err)
+{
+    *transposed = 0;
+    try {
+        /* optimize_numerics off: no conv/batchnorm folding, which would change the answers by
+         * more than a summation order */
+        torch::jit::Module frozen = torch::jit::freeze(m->mod, c10::nullopt, false);
+        std::shared_ptr<torch::jit::Graph> g = frozen.get_method("forward").graph();
+        int before = count_linear(g->block());
+        torch::jit::FrozenLinearTranspose(g);
+        /* the untransposed weights' constants, now unused, would keep a second copy alive */
+        torch::jit::EliminateDeadCode(g);
+        *transposed = before - count_linear(g->block());
+        m->mod = frozen;
+        return 0;
+    } catch (const c10::Error &e) {
+        set_err(err, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_err(err, e.what());
+    }
+    return -1;
 }
 
 void tsh_model_free(struct tsh_model *m)

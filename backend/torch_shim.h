@@ -66,6 +66,13 @@ static inline int64_t tsh_numel(const int64_t *shape, int ndim)
 int tsh_init(int intra_threads, char **err);
 
 struct tsh_model *tsh_load(const char *path, char **err);
+/* Freezes the module for inference (torch.jit.freeze without numeric folding: attributes that
+ * forward does not change become constants), then stores the weights of each aten::linear with
+ * a constant weight transposed, as torch.jit.optimize_for_inference does. OpenBLAS packs the
+ * weight of every linear x @ W^T on each call; with W^T stored, small batches take its unpacked
+ * small-matrix kernels. *transposed: the linear layers rewritten. On failure the module is left
+ * as it was and can still be used. */
+int tsh_freeze(struct tsh_model *m, int *transposed, char **err);
 void tsh_model_free(struct tsh_model *m);
 
 /* Runs forward(in...) under InferenceMode. The result (a tensor, a scalar, or nested

@@ -1,8 +1,9 @@
 /*
  * torchscript: the built-in handler for TorchScript archives (TorchServe's "TorchScriptHandler").
  *
- * init loads <model_dir>/<serializedFile> through the shim and, when model-config.yaml gives the
- * per-sample shape (handler.input_shape: [64]), runs one warm-up forward. Each step validates every
+ * init loads <model_dir>/<serializedFile> through the shim, freezes it for inference unless
+ * handler.jit_freeze is false (tsh_freeze) and, when model-config.yaml gives the per-sample shape
+ * (handler.input_shape: [64]), runs one warm-up forward. Each step validates every
  * request on its own first (shape, element types, JSON syntax): a bad request gets its own 400 and
  * leaves the batch. The good ones are concatenated along dim 0 and run as ONE forward; the output
  * rows are split back per request. Without input_shape each request is one sample of whatever
@@ -77,6 +78,23 @@ static int read_input_shape(struct ts_ctx *ctx, struct tsc_state *s)
     return 0;
 }
 
+/* handler.jit_freeze (default true): see tsh_freeze. A module that cannot be frozen is served
+ * as loaded, with a warning that says why. */
+static void freeze_module(struct ts_ctx *ctx, struct tsh_model *m)
+{
+    char *err = NULL;
+    int transposed = 0;
+    int64_t t0 = ts_now_us();
+    if (tsh_freeze(m, &transposed, &err)) {
+        ts_log(ctx, LOG_LEVEL_WARN, "cannot freeze forward, serving it as loaded: %s", err);
+        free(err);
+        return;
+    }
+    ts_log(ctx, LOG_LEVEL_INFO,
+           "froze forward in %.1f ms: %d linear layer(s) with transposed weights",
+           (double)(ts_now_us() - t0) / 1000.0, transposed);
+}
+
 static void warm_up(struct ts_ctx *ctx, struct tsc_state *s)
 {
     struct tsh_tensor in = {.dtype = TSH_FLOAT32, .ndim = s->ndim + 1};
@@ -108,6 +126,13 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
                                "handler");
         return -1;
     }
+    int freeze = 1;
+    const char *fz = ts_config_get(ctx, "handler.jit_freeze");
+    if (fz && ts_parse_bool(fz, &freeze)) {
+        ts_set_load_error(ctx, "model-config.yaml: handler.jit_freeze: \"%s\" is not true or false",
+                          fz);
+        return -1;
+    }
     struct tsc_state *s = xcalloc(1, sizeof(*s));
     if (read_input_shape(ctx, s)) {
         free(s);
@@ -126,6 +151,10 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
     }
     ts_log(ctx, LOG_LEVEL_INFO, "loaded %s in %.1f ms", path, (double)(ts_now_us() - t0) / 1000.0);
     free(path);
+    if (freeze)
+        freeze_module(ctx, s->m);
+    else
+        ts_log(ctx, LOG_LEVEL_INFO, "serving forward as loaded (handler.jit_freeze: false)");
     char **names = NULL;
     size_t nnames = 0;
     if (!tsh_forward_arg_names(s->m, &names, &nnames, &err)) {

@@ -1,0 +1,132 @@
+"""The TorchScript handler freezes its module for inference (issue 16): handler.jit_freeze.
+
+At load the worker runs torch.jit.freeze (without numeric folding) and stores each constant
+linear weight transposed, as torch.jit.optimize_for_inference does; OpenBLAS then no longer
+packs every weight matrix on every call. The answers must still be torch's, for the module as
+the archive holds it, within 1e-5; `handler.jit_freeze: false` serves the module as loaded; a
+module that torch cannot freeze is served as loaded, with a warning naming the reason; any other
+value of the key is refused when the model loads.
+"""
+import json
+import os
+import re
+import time
+
+import pytest
+
+from conftest import mar_module
+
+TOL = 1e-5
+
+
+def inputs(n, seed):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 64, generator=g) * 4 - 2
+
+
+def expected(model, x):
+    import torch
+    with torch.no_grad():
+        return model(x).tolist()
+
+
+def assert_close(got, want, what):
+    diff = max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w))
+    assert len(got) == len(want) and diff <= TOL, f"{what}: max abs diff {diff}"
+
+
+def predict_rows(s, x):
+    """One request per row, 8 at a time in parallel threads so that batches form."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(8) as ex:
+        rs = list(ex.map(lambda row: s.post("/predictions/mlp", json={"data": row}),
+                         x.tolist()))
+    for r in rs:
+        assert r.status_code == 200, r.text
+    return [r.json() for r in rs]
+
+
+def wait_log(s, pattern, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = re.search(pattern, s.log())
+        if m:
+            return m
+        time.sleep(0.1)
+    raise AssertionError(f"no {pattern!r} in the log:\n{s.log()[-3000:]}")
+
+
+@pytest.mark.smoke
+def test_frozen_by_default_and_answers_like_torch(server_factory):
+    s = server_factory(models=["mlp"], yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 20}})
+    s.wait_ready("mlp")
+    # mlp has three nn.Linear: all three rewritten
+    wait_log(s, r"froze forward in [0-9.]+ ms: 3 linear layer\(s\) with transposed weights")
+    ref = mar_module("mlp")
+    x = inputs(40, 1)
+    assert_close(predict_rows(s, x), expected(ref, x), "frozen mlp, batches of up to 8")
+    r = s.post("/predictions/mlp", json={"data": x[:5].tolist()})  # one request of 5 rows
+    assert r.status_code == 200, r.text
+    assert_close(r.json(), expected(ref, x[:5]), "frozen mlp, 5 rows in one request")
+
+
+def test_jit_freeze_false_serves_the_module_as_loaded(server_factory):
+    s = server_factory(models=["mlp"], yaml={"mlp": {"handler": {"jit_freeze": False}}})
+    s.wait_ready("mlp")
+    wait_log(s, r"serving forward as loaded \(handler\.jit_freeze: false\)")
+    assert "froze forward" not in s.log()
+    ref = mar_module("mlp")
+    x = inputs(8, 2)
+    assert_close(predict_rows(s, x), expected(ref, x), "mlp as loaded")
+
+
+def test_jit_freeze_other_values_are_refused(server_factory):
+    s = server_factory(models=["mlp"], yaml={"mlp": {"handler": {"jit_freeze": "maybe"}}},
+                       load=False, config={"enable_model_api": "true"})
+    r = s.post("/models?url=mlp&initial_workers=1&synchronous=true", api="management")
+    assert r.status_code == 500, r.text
+    assert 'handler.jit_freeze: "maybe" is not true or false' in r.json()["message"], r.text
+    assert s.get("/models/mlp", api="management").status_code == 404
+
+
+def test_a_module_torch_cannot_freeze_is_served_as_loaded(server_factory, tmp_path):
+    """An nn.ModuleList indexed by a value known only at run time (prim::ModuleContainerIndex)
+    is one thing torch.jit.freeze refuses."""
+    import torch
+    from torch import nn
+
+    @torch.jit.interface
+    class LinearLike(nn.Module):
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            pass
+
+    class Pick(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(64, 3), nn.Linear(64, 3)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            layer: LinearLike = self.layers[int(x.shape[0]) % 2]
+            return layer.forward(x)
+
+    torch.manual_seed(0)
+    m = torch.jit.script(Pick().eval())
+    store = tmp_path / "store"
+    d = store / "mlp"
+    (d / "MAR-INF").mkdir(parents=True)
+    m.save(str(d / "model.pt"))
+    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(
+        {"runtime": "LSP", "model": {"modelName": "mlp", "serializedFile": "model.pt",
+                                     "handler": "torchscript",
+                                     "configFile": "model-config.yaml"}}))
+    (d / "model-config.yaml").write_text(
+        "minWorkers: 1\nmaxWorkers: 1\nhandler:\n  input_shape: [64]\n")
+    s = server_factory(store=str(store), load=False, extra_args=["--models", "mlp"])
+    s.wait_ready("mlp")
+    wait_log(s, r"cannot freeze forward, serving it as loaded: .*ModuleContainerIndex")
+    x = inputs(3, 3)
+    for rows in (x[:1], x[:2], x):  # both layers: 1 and 3 rows pick one, 2 the other
+        r = s.post("/predictions/mlp", json={"data": rows.tolist()})
+        assert r.status_code == 200, r.text
+        assert_close(r.json(), expected(m, rows), f"unfrozen module, {len(rows)} rows")
