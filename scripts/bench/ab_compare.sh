@@ -18,6 +18,8 @@
 # A_CONFIG, B_CONFIG: config.properties lines (';'-separated) added to A's or B's server only,
 # for an A/B of a setting with one build, e.g.
 #     B_CONFIG=busy_poll_us=200 scripts/bench/ab_compare.sh build build
+# A_HANDLER, B_HANDLER: the same for keys of mlp's model-config.yaml handler: section, e.g.
+#     A_HANDLER="jit_freeze: false" scripts/bench/ab_compare.sh build build
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -97,9 +99,9 @@ for cfg in "${CONFIGS[@]}"; do
             if [ "$x" = C ]; then
                 read -r rps cpu bad < <(run_wrk "$tport" "$path" "$body" "")
             else
-                build=$A extra=${A_CONFIG:-}
-                [ "$x" = B ] && build=$B extra=${B_CONFIG:-}
-                EXTRA_CONFIG=$extra start_mlp "$build" "$w" "$bs" "$delay"
+                build=$A extra=${A_CONFIG:-} hy=${A_HANDLER:-}
+                [ "$x" = B ] && build=$B extra=${B_CONFIG:-} hy=${B_HANDLER:-}
+                EXTRA_CONFIG=$extra HANDLER_YAML=$hy start_mlp "$build" "$w" "$bs" "$delay"
                 read -r rps cpu bad < <(run_wrk "$SRV_PORT" "$path" "$body" "$SRV_PID")
                 ovh=$("$WORK/seq_client" "$SRV_PORT" "$path" "$body" "$SEQ_N" 200 |
                     sed -n 's/.*ovh_p50=\([0-9.]*\).*/\1/p')

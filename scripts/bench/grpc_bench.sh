@@ -19,6 +19,7 @@
 # Env: DURATION (seconds per run, default 10), WARMUP (default 2), MACHINE_WARMUP (seconds of
 # load before anything is measured, default 15). EXTRA_CONFIG: config.properties lines
 # (';'-separated) added to torchserve-c's config, e.g. EXTRA_CONFIG=busy_poll_us=200.
+# HANDLER_YAML: the same for keys of mlp's handler: section, e.g. HANDLER_YAML="jit_freeze: false".
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -100,6 +101,8 @@ maxBatchDelay: $delay
 handler:
   input_shape: [64]
 EOF
+    [ -z "${HANDLER_YAML:-}" ] || tr ';' '\n' <<<"$HANDLER_YAML" | sed 's/^/  /' \
+        >> "$d/store/mlp/model-config.yaml"
     local gport; gport=$(free_port)
     cat > "$d/config.properties" <<EOF
 inference_address=http://127.0.0.1:$(free_port)

@@ -42,8 +42,12 @@ start_mlp() {
     mkdir -p "$d/store/mlp"
     (cd "$d/store/mlp" && $PY -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall()' \
         "$ROOT/model-store/mlp.mar")
+    # HANDLER_YAML: more keys of the handler: section, ';'-separated (an A/B of a handler key,
+    # e.g. HANDLER_YAML="jit_freeze: false")
+    local handler=$'responseTimeout: 120\nhandler:\n  input_shape: [64]'
+    [ -z "${HANDLER_YAML:-}" ] || handler+=$'\n'$(tr ';' '\n' <<<"$HANDLER_YAML" | sed 's/^/  /')
     printf 'minWorkers: %s\nmaxWorkers: %s\nbatchSize: %s\nmaxBatchDelay: %s\n%s\n' "$2" "$2" "$3" \
-        "$4" $'responseTimeout: 120\nhandler:\n  input_shape: [64]' > "$d/store/mlp/model-config.yaml"
+        "$4" "$handler" > "$d/store/mlp/model-config.yaml"
     SRV_PORT=$(free_port)
     {
         echo "inference_address=http://127.0.0.1:$SRV_PORT"
