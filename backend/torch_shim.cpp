@@ -11,6 +11,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/frozen_linear_transpose.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 struct tsh_model {
@@ -63,6 +65,20 @@ void set_err(char **err, const char *what)
 {
     if (err)
         *err = dup_cstr(summarize(what));
+}
+
+/* Runs f; 0, or -1 with *err set if it threw: the one place where libtorch's exceptions stop */
+template <typename F> int guarded(char **err, F &&f)
+{
+    try {
+        f();
+        return 0;
+    } catch (const c10::Error &e) {
+        set_err(err, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_err(err, e.what());
+    }
+    return -1;
 }
 
 /* The C dtypes and their ATen types, read both ways. */
@@ -119,17 +135,35 @@ void flatten(const c10::IValue &v, std::vector<at::Tensor> &out)
     }
 }
 
-/* aten::linear nodes in a block and the blocks nested in it */
-int count_linear(const torch::jit::Block *b)
+/* What a frozen graph holds: its aten::linear calls and the bytes of its tensor constants,
+ * each storage counted once (in a block and the blocks nested in it). */
+struct graph_weights {
+    int linear = 0;
+    size_t bytes = 0;
+    std::unordered_set<const void *> seen;
+};
+
+void count_weights(const torch::jit::Block *b, graph_weights &w)
 {
-    int n = 0;
     for (const torch::jit::Node *node : b->nodes()) {
         if (node->kind() == torch::jit::aten::linear)
-            n++;
+            w.linear++;
+        if (node->kind() == torch::jit::prim::Constant &&
+            node->output()->type()->kind() == c10::TypeKind::TensorType) {
+            const at::Tensor t = torch::jit::toIValue(node->output())->toTensor();
+            if (t.has_storage() && w.seen.insert(t.storage().unsafeGetStorageImpl()).second)
+                w.bytes += t.storage().nbytes();
+        }
         for (const torch::jit::Block *sub : node->blocks())
-            n += count_linear(sub);
+            count_weights(sub, w);
     }
-    return n;
+}
+
+graph_weights weights_of(const std::shared_ptr<torch::jit::Graph> &g)
+{
+    graph_weights w;
+    count_weights(g->block(), w);
+    return w;
 }
 
 void copy_out(const at::Tensor &t0, struct tsh_tensor *o)
@@ -174,58 +208,51 @@ const char *tsh_dtype_name(int dtype)
 
 int tsh_init(int intra_threads, char **err)
 {
-    try {
+    return guarded(err, [&] {
         torch::jit::getProfilingMode() = false;
         if (intra_threads > 0) {
             at::set_num_threads(intra_threads);
             at::set_num_interop_threads(intra_threads);
         }
-        return 0;
-    } catch (const c10::Error &e) {
-        set_err(err, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        set_err(err, e.what());
-    }
-    return -1;
+    });
 }
 
 struct tsh_model *tsh_load(const char *path, char **err)
 {
     tsh_model *m = nullptr;
-    try {
-        m = new tsh_model{torch::jit::load(path, torch::kCPU)};
-        m->mod.eval();
+    if (guarded(err, [&] {
+            m = new tsh_model{torch::jit::load(path, torch::kCPU)};
+            m->mod.eval();
+        }) == 0)
         return m;
-    } catch (const c10::Error &e) {
-        set_err(err, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        set_err(err, e.what());
-    }
     delete m;
     return nullptr;
 }
 
-int tsh_freeze(struct tsh_model *m, int *transposed, char **err)
+int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err)
 {
-    *transposed = 0;
-    try {
+    *info = tsh_freeze_info{};
+    return guarded(err, [&] {
         /* optimize_numerics off: no conv/batchnorm folding, which would change the answers by
          * more than a summation order */
         torch::jit::Module frozen = torch::jit::freeze(m->mod, c10::nullopt, false);
         std::shared_ptr<torch::jit::Graph> g = frozen.get_method("forward").graph();
-        int before = count_linear(g->block());
+        graph_weights before = weights_of(g);
         torch::jit::FrozenLinearTranspose(g);
+        /* the pass makes one transposed copy per call, and freezing unrolls loops: a layer
+         * applied n times (or a traced loop, or tied weights) would hold n copies */
+        torch::jit::ConstantPooling(g);
         /* the untransposed weights' constants, now unused, would keep a second copy alive */
         torch::jit::EliminateDeadCode(g);
-        *transposed = before - count_linear(g->block());
-        m->mod = frozen;
-        return 0;
-    } catch (const c10::Error &e) {
-        set_err(err, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        set_err(err, e.what());
-    }
-    return -1;
+        graph_weights after = weights_of(g);
+        info->transposed = before.linear - after.linear;
+        info->bytes = after.bytes;
+        info->extra_bytes = after.bytes > before.bytes ? after.bytes - before.bytes : 0;
+        /* a weight that something other than a linear also reads (an embedding tied to the
+         * output layer) stays, and its transposed copy comes on top: not worth it */
+        if (info->extra_bytes == 0)
+            m->mod = frozen;
+    });
 }
 
 void tsh_model_free(struct tsh_model *m)
@@ -244,7 +271,7 @@ int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
     *nout = 0;
     struct tsh_tensor *res = nullptr;
     size_t nres = 0;
-    try {
+    int rc = guarded(err, [&] {
         c10::InferenceMode guard;
         std::vector<c10::IValue> args;
         args.reserve(nin);
@@ -268,14 +295,10 @@ int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
             copy_out(t, &res[nres++]);
         *out = res;
         *nout = nres;
-        return 0;
-    } catch (const c10::Error &e) {
-        set_err(err, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        set_err(err, e.what());
-    }
-    tsh_tensors_free(res, nres);
-    return -1;
+    });
+    if (rc)
+        tsh_tensors_free(res, nres);
+    return rc;
 }
 
 void tsh_tensors_free(struct tsh_tensor *t, size_t n)
@@ -291,7 +314,7 @@ int tsh_forward_arg_names(struct tsh_model *m, char ***names, size_t *n, char **
 {
     *names = nullptr;
     *n = 0;
-    try {
+    return guarded(err, [&] {
         const c10::FunctionSchema &schema = m->mod.get_method("forward").function().getSchema();
         const auto &args = schema.arguments();
         size_t first = (!args.empty() && args[0].name() == "self") ? 1 : 0;
@@ -303,13 +326,7 @@ int tsh_forward_arg_names(struct tsh_model *m, char ***names, size_t *n, char **
             v[i] = dup_cstr(args[first + i].name());
         *names = v;
         *n = cnt;
-        return 0;
-    } catch (const c10::Error &e) {
-        set_err(err, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        set_err(err, e.what());
-    }
-    return -1;
+    });
 }
 
 void tsh_names_free(char **names, size_t n)

@@ -66,13 +66,19 @@ static inline int64_t tsh_numel(const int64_t *shape, int ndim)
 int tsh_init(int intra_threads, char **err);
 
 struct tsh_model *tsh_load(const char *path, char **err);
+struct tsh_freeze_info {
+    int transposed;     /* aten::linear calls rewritten to use a transposed constant weight */
+    size_t bytes;       /* tensor constants the frozen forward holds, each storage once */
+    size_t extra_bytes; /* what transposing would hold on top of the weights as they were */
+};
 /* Freezes the module for inference (torch.jit.freeze without numeric folding: attributes that
  * forward does not change become constants), then stores the weights of each aten::linear with
  * a constant weight transposed, as torch.jit.optimize_for_inference does. OpenBLAS packs the
  * weight of every linear x @ W^T on each call; with W^T stored, small batches take its unpacked
- * small-matrix kernels. *transposed: the linear layers rewritten. On failure the module is left
- * as it was and can still be used. */
-int tsh_freeze(struct tsh_model *m, int *transposed, char **err);
+ * small-matrix kernels. Returns 0 with *info filled in; the module is then the frozen one unless
+ * info->extra_bytes > 0 (a weight also read by something other than a linear: the module is left
+ * as loaded). On failure the module is left as it was and can still be used. */
+int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err);
 void tsh_model_free(struct tsh_model *m);
 
 /* Runs forward(in...) under InferenceMode. The result (a tensor, a scalar, or nested

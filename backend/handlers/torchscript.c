@@ -83,16 +83,25 @@ static int read_input_shape(struct ts_ctx *ctx, struct tsc_state *s)
 static void freeze_module(struct ts_ctx *ctx, struct tsh_model *m)
 {
     char *err = NULL;
-    int transposed = 0;
+    struct tsh_freeze_info fi;
     int64_t t0 = ts_now_us();
-    if (tsh_freeze(m, &transposed, &err)) {
+    if (tsh_freeze(m, &fi, &err)) {
         ts_log(ctx, LOG_LEVEL_WARN, "cannot freeze forward, serving it as loaded: %s", err);
         free(err);
         return;
     }
+    double ms = (double)(ts_now_us() - t0) / 1000.0;
+    if (fi.extra_bytes) {
+        ts_log(ctx, LOG_LEVEL_INFO,
+               "serving forward as loaded: its transposed linear weights would hold %.1f MiB "
+               "more (a weight that something else reads too)",
+               (double)fi.extra_bytes / (1 << 20));
+        return;
+    }
     ts_log(ctx, LOG_LEVEL_INFO,
-           "froze forward in %.1f ms: %d linear layer(s) with transposed weights",
-           (double)(ts_now_us() - t0) / 1000.0, transposed);
+           "froze forward in %.1f ms: %d linear call(s) with transposed weights, %.1f MiB of "
+           "constants",
+           ms, fi.transposed, (double)fi.bytes / (1 << 20));
 }
 
 static void warm_up(struct ts_ctx *ctx, struct tsc_state *s)
@@ -128,6 +137,8 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
     }
     int freeze = 1;
     const char *fz = ts_config_get(ctx, "handler.jit_freeze");
+    if (!fz && ts_config_get(ctx, "handler.jit_freeze.0"))
+        fz = "[...]";
     if (fz && ts_parse_bool(fz, &freeze)) {
         ts_set_load_error(ctx, "model-config.yaml: handler.jit_freeze: \"%s\" is not true or false",
                           fz);

@@ -101,7 +101,7 @@ maxBatchDelay: $delay
 handler:
   input_shape: [64]
 EOF
-    [ -z "${HANDLER_YAML:-}" ] || tr ';' '\n' <<<"$HANDLER_YAML" | sed 's/^/  /' \
+    [ -z "${HANDLER_YAML:-}" ] || tr ';' '\n' <<<"$HANDLER_YAML" | sed 's/^ */  /' \
         >> "$d/store/mlp/model-config.yaml"
     local gport; gport=$(free_port)
     cat > "$d/config.properties" <<EOF

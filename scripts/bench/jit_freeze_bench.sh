@@ -6,9 +6,10 @@
 # For three MLPs (mlp's 64-256-256-10, 512-1024-1024-512 and 768-3072-3072-768, random weights)
 # and batch sizes 1 to 64, on one thread, the best of 5 timings of N forwards: the module as
 # torch.jit.script made it, and the same module frozen the way the torchscript handler freezes
-# it (torch.jit.freeze without numeric folding, then the frozen-linear transpose pass and dead
-# code elimination, as tsh_freeze does through libtorch's C++ API). Prints microseconds per
-# forward, their ratio, and the largest difference between the two modules' answers.
+# it (torch.jit.freeze without numeric folding, then the frozen-linear transpose pass, constant
+# pooling and dead code elimination, as tsh_freeze does through libtorch's C++ API), both with
+# the profiling executor off, as in the worker. Prints microseconds per forward, their ratio,
+# and the largest difference between the two modules' answers.
 # Env: ROUNDS (timings per case, best taken; default 5).
 set -euo pipefail
 # one thread, as a worker runs with the default worker_threads: OpenBLAS reads OMP_NUM_THREADS
@@ -21,12 +22,16 @@ import torch
 from torch import nn
 
 torch.set_num_threads(1)
+# the worker runs TorchScript with the profiling executor off (tsh_init)
+torch._C._jit_set_profiling_executor(False)
+torch._C._jit_set_profiling_mode(False)
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 
 
 def frozen(m):
     f = torch.jit.freeze(m, optimize_numerics=False)
     torch._C._jit_pass_transpose_frozen_linear(f.graph)
+    torch._C._jit_pass_constant_pooling(f.graph)
     torch._C._jit_pass_dce(f.graph)
     return f
 

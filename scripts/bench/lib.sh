@@ -45,7 +45,7 @@ start_mlp() {
     # HANDLER_YAML: more keys of the handler: section, ';'-separated (an A/B of a handler key,
     # e.g. HANDLER_YAML="jit_freeze: false")
     local handler=$'responseTimeout: 120\nhandler:\n  input_shape: [64]'
-    [ -z "${HANDLER_YAML:-}" ] || handler+=$'\n'$(tr ';' '\n' <<<"$HANDLER_YAML" | sed 's/^/  /')
+    [ -z "${HANDLER_YAML:-}" ] || handler+=$'\n'$(tr ';' '\n' <<<"$HANDLER_YAML" | sed 's/^ */  /')
     printf 'minWorkers: %s\nmaxWorkers: %s\nbatchSize: %s\nmaxBatchDelay: %s\n%s\n' "$2" "$2" "$3" \
         "$4" "$handler" > "$d/store/mlp/model-config.yaml"
     SRV_PORT=$(free_port)

@@ -61,8 +61,9 @@ def wait_log(s, pattern, timeout=30):
 def test_frozen_by_default_and_answers_like_torch(server_factory):
     s = server_factory(models=["mlp"], yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 20}})
     s.wait_ready("mlp")
-    # mlp has three nn.Linear: all three rewritten
-    wait_log(s, r"froze forward in [0-9.]+ ms: 3 linear layer\(s\) with transposed weights")
+    # mlp's three nn.Linear all rewritten; its 85,002 floats are 0.3 MiB
+    wait_log(s, r"froze forward in [0-9.]+ ms: 3 linear call\(s\) with transposed weights, "
+                r"0\.3 MiB of constants")
     ref = mar_module("mlp")
     x = inputs(40, 1)
     assert_close(predict_rows(s, x), expected(ref, x), "frozen mlp, batches of up to 8")
@@ -90,6 +91,90 @@ def test_jit_freeze_other_values_are_refused(server_factory):
     assert s.get("/models/mlp", api="management").status_code == 404
 
 
+def test_jit_freeze_as_a_list_is_refused(server_factory):
+    s = server_factory(models=["mlp"], yaml={"mlp": {"handler": {"jit_freeze": [False]}}},
+                       load=False, config={"enable_model_api": "true"})
+    r = s.post("/models?url=mlp&initial_workers=1&synchronous=true", api="management")
+    assert r.status_code == 500, r.text
+    assert 'handler.jit_freeze: "[...]" is not true or false' in r.json()["message"], r.text
+
+
+def serve_module(server_factory, tmp_path, m):
+    """Serves the scripted module m as model "mlp" (64 inputs per row), batchSize 1."""
+    store = tmp_path / "store"
+    d = store / "mlp"
+    (d / "MAR-INF").mkdir(parents=True)
+    m.save(str(d / "model.pt"))
+    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(
+        {"runtime": "LSP", "model": {"modelName": "mlp", "serializedFile": "model.pt",
+                                     "handler": "torchscript",
+                                     "configFile": "model-config.yaml"}}))
+    (d / "model-config.yaml").write_text(
+        "minWorkers: 1\nmaxWorkers: 1\nhandler:\n  input_shape: [64]\n")
+    s = server_factory(store=str(store), load=False, extra_args=["--models", "mlp"])
+    s.wait_ready("mlp")
+    return s
+
+
+def assert_serves(s, m, x):
+    for rows in (x[:1], x[:2], x):
+        r = s.post("/predictions/mlp", json={"data": rows.tolist()})
+        assert r.status_code == 200, r.text
+        assert_close(r.json(), expected(m, rows), f"{len(rows)} rows")
+
+
+def test_a_layer_applied_many_times_keeps_one_weight(server_factory, tmp_path):
+    """Freezing unrolls the loop into 12 linear calls on one weight: the transposed weight must
+    be one constant (4 MiB), not twelve."""
+    import torch
+    from torch import nn
+
+    class Repeat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Linear(64, 1024)
+            self.fc = nn.Linear(1024, 1024)
+            self.down = nn.Linear(1024, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.up(x)
+            for _ in range(12):
+                h = torch.tanh(self.fc(h))
+            return self.down(h)
+
+    torch.manual_seed(0)
+    m = torch.jit.script(Repeat().eval())
+    s = serve_module(server_factory, tmp_path, m)
+    # 64x1024 + 1024x1024 + 1024x3 floats and their biases: 4.3 MiB, once
+    wait_log(s, r"froze forward in [0-9.]+ ms: 14 linear call\(s\) with transposed weights, "
+                r"4\.3 MiB of constants")
+    assert_serves(s, m, inputs(3, 4))
+
+
+def test_a_weight_read_elsewhere_too_is_served_as_loaded(server_factory, tmp_path):
+    """A linear weight that a matmul reads as well would be held twice (as it is and
+    transposed): the module is served as loaded."""
+    import torch
+    from torch import nn
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 512)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.fc(x)
+            return torch.matmul(h, self.fc.weight)[:, :3]
+
+    torch.manual_seed(0)
+    m = torch.jit.script(Tied().eval())
+    s = serve_module(server_factory, tmp_path, m)
+    wait_log(s, r"serving forward as loaded: its transposed linear weights would hold 0\.1 MiB "
+                r"more \(a weight that something else reads too\)")
+    assert "froze forward" not in s.log()
+    assert_serves(s, m, inputs(3, 5))
+
+
 def test_a_module_torch_cannot_freeze_is_served_as_loaded(server_factory, tmp_path):
     """An nn.ModuleList indexed by a value known only at run time (prim::ModuleContainerIndex)
     is one thing torch.jit.freeze refuses."""
@@ -112,21 +197,6 @@ def test_a_module_torch_cannot_freeze_is_served_as_loaded(server_factory, tmp_pa
 
     torch.manual_seed(0)
     m = torch.jit.script(Pick().eval())
-    store = tmp_path / "store"
-    d = store / "mlp"
-    (d / "MAR-INF").mkdir(parents=True)
-    m.save(str(d / "model.pt"))
-    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(
-        {"runtime": "LSP", "model": {"modelName": "mlp", "serializedFile": "model.pt",
-                                     "handler": "torchscript",
-                                     "configFile": "model-config.yaml"}}))
-    (d / "model-config.yaml").write_text(
-        "minWorkers: 1\nmaxWorkers: 1\nhandler:\n  input_shape: [64]\n")
-    s = server_factory(store=str(store), load=False, extra_args=["--models", "mlp"])
-    s.wait_ready("mlp")
+    s = serve_module(server_factory, tmp_path, m)
     wait_log(s, r"cannot freeze forward, serving it as loaded: .*ModuleContainerIndex")
-    x = inputs(3, 3)
-    for rows in (x[:1], x[:2], x):  # both layers: 1 and 3 rows pick one, 2 the other
-        r = s.post("/predictions/mlp", json={"data": rows.tolist()})
-        assert r.status_code == 200, r.text
-        assert_close(r.json(), expected(m, rows), f"unfrozen module, {len(rows)} rows")
+    assert_serves(s, m, inputs(3, 3))  # 1 and 3 rows pick one layer, 2 rows the other
