@@ -317,7 +317,9 @@ int tsh_forward_arg_names(struct tsh_model *m, char ***names, size_t *n, char **
     return guarded(err, [&] {
         const c10::FunctionSchema &schema = m->mod.get_method("forward").function().getSchema();
         const auto &args = schema.arguments();
-        size_t first = (!args.empty() && args[0].name() == "self") ? 1 : 0;
+        /* the module itself, whatever forward calls it (self, me, ...) */
+        size_t first =
+            (!args.empty() && args[0].type()->kind() == c10::TypeKind::ClassType) ? 1 : 0;
         size_t cnt = args.size() - first;
         char **v = static_cast<char **>(std::calloc(cnt ? cnt : 1, sizeof(char *)));
         if (!v)

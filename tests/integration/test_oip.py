@@ -635,6 +635,36 @@ def test_datatypes_and_mapping_by_name(server_factory, tmp_path):
     assert r.status_code == 400 and "inputs[0].datatype" in r.json()["error"], r.text
 
 
+class NotSelf(torch.nn.Module):
+    def forward(me, a, b):
+        # type: (Tensor, Tensor) -> Tensor
+        return a - 2 * b
+
+
+def test_forward_whose_module_argument_is_not_called_self(server_factory, tmp_path):
+    """forward's first argument is the module whatever its name: not an input of the model."""
+    store = tmp_path / "store"
+    d = store / "notself"
+    (d / "MAR-INF").mkdir(parents=True)
+    torch.jit.script(NotSelf()).save(str(d / "model.pt"))
+    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps({"runtime": "python", "model": {
+        "modelName": "notself", "serializedFile": "model.pt", "handler": "torchscript",
+        "modelVersion": "1.0", "configFile": "model-config.yaml"}}))
+    (d / "model-config.yaml").write_text("minWorkers: 1\nmaxWorkers: 1\n")
+    srv = server_factory(models=["notself"], store=str(store))
+    srv.wait_ready("notself")
+    md = srv.get("/v2/models/notself").json()
+    assert [t["name"] for t in md["inputs"]] == ["a", "b"], md
+    body = {"inputs": [{"name": "b", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]},
+                       {"name": "a", "datatype": "FP32", "shape": [2], "data": [10.0, 20.0]}]}
+    r = srv.post("/v2/models/notself/infer", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"][0]["data"] == [8.0, 16.0]  # a - 2b, inputs mapped by name
+    me = {"name": "me", "datatype": "FP32", "shape": [2], "data": [0.0, 0.0]}
+    r = srv.post("/v2/models/notself/infer", json={"inputs": body["inputs"] + [me]})
+    assert r.status_code == 400 and "forward() takes 2 (a, b)" in r.json()["error"], r.text
+
+
 def test_cancel_frees_the_worker(server_factory):
     """A client that goes away (SSE disconnect, gRPC cancel) stops its generation: with one
     stream slot, the next request is served at once instead of after 200 words."""
