@@ -53,6 +53,20 @@ def mar_module(name="mlp"):
         return torch.jit.load(io.BytesIO(z.read(manifest["model"]["serializedFile"]))).eval()
 
 
+def torchscript_store(tmp_path, name, module, yaml="minWorkers: 1\nmaxWorkers: 1\n"):
+    """A model store in tmp_path/store holding one unpacked model, NAME: the scripted module
+    saved as model.pt for the built-in torchscript handler, with that model-config.yaml."""
+    store = tmp_path / "store"
+    d = store / name
+    (d / "MAR-INF").mkdir(parents=True)
+    module.save(str(d / "model.pt"))
+    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps({"runtime": "python", "model": {
+        "modelName": name, "serializedFile": "model.pt", "handler": "torchscript",
+        "modelVersion": "1.0", "configFile": "model-config.yaml"}}))
+    (d / "model-config.yaml").write_text(yaml)
+    return str(store)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "smoke: quick end-to-end checks (also run under sanitizers)")
 

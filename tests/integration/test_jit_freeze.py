@@ -7,14 +7,12 @@ the archive holds it, within 1e-5; `handler.jit_freeze: false` serves the module
 module that torch cannot freeze is served as loaded, with a warning naming the reason; any other
 value of the key is refused when the model loads.
 """
-import json
-import os
 import re
 import time
 
 import pytest
 
-from conftest import mar_module
+from conftest import mar_module, torchscript_store
 
 TOL = 1e-5
 
@@ -101,17 +99,9 @@ def test_jit_freeze_as_a_list_is_refused(server_factory):
 
 def serve_module(server_factory, tmp_path, m):
     """Serves the scripted module m as model "mlp" (64 inputs per row), batchSize 1."""
-    store = tmp_path / "store"
-    d = store / "mlp"
-    (d / "MAR-INF").mkdir(parents=True)
-    m.save(str(d / "model.pt"))
-    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(
-        {"runtime": "LSP", "model": {"modelName": "mlp", "serializedFile": "model.pt",
-                                     "handler": "torchscript",
-                                     "configFile": "model-config.yaml"}}))
-    (d / "model-config.yaml").write_text(
-        "minWorkers: 1\nmaxWorkers: 1\nhandler:\n  input_shape: [64]\n")
-    s = server_factory(store=str(store), load=False, extra_args=["--models", "mlp"])
+    store = torchscript_store(tmp_path, "mlp", m,
+                              "minWorkers: 1\nmaxWorkers: 1\nhandler:\n  input_shape: [64]\n")
+    s = server_factory(models=["mlp"], store=store)
     s.wait_ready("mlp")
     return s
 

@@ -12,7 +12,7 @@ import pytest
 import requests
 import torch
 
-from conftest import MODEL_STORE, PYSTUBS, mar_module, oip_text
+from conftest import MODEL_STORE, PYSTUBS, mar_module, oip_text, torchscript_store
 
 # MLServer's docs/examples/streaming/generate-request.json
 MLSERVER_STREAM_REQUEST = {
@@ -576,15 +576,8 @@ class DtypeModel(torch.nn.Module):
 @pytest.mark.smoke
 def test_datatypes_and_mapping_by_name(server_factory, tmp_path):
     """Every TorchScript datatype through OIP, inputs mapped to forward() by argument name."""
-    store = tmp_path / "store"
-    d = store / "dtypes"
-    (d / "MAR-INF").mkdir(parents=True)
-    torch.jit.script(DtypeModel()).save(str(d / "model.pt"))
-    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps({"runtime": "python", "model": {
-        "modelName": "dtypes", "serializedFile": "model.pt", "handler": "torchscript",
-        "modelVersion": "1.0", "configFile": "model-config.yaml"}}))
-    (d / "model-config.yaml").write_text("minWorkers: 1\nmaxWorkers: 1\n")
-    srv = server_factory(models=["dtypes"], store=str(store))
+    store = torchscript_store(tmp_path, "dtypes", torch.jit.script(DtypeModel()))
+    srv = server_factory(models=["dtypes"], store=store)
     ins = [  # name, datatype, data, expected output datatype, expected output
         ("h", "INT16", [1, -2], "INT16", [8, 5]),
         ("a", "INT64", [5, -(2 ** 40)], "INT64", [10, -(2 ** 41)]),
@@ -643,15 +636,8 @@ class NotSelf(torch.nn.Module):
 
 def test_forward_whose_module_argument_is_not_called_self(server_factory, tmp_path):
     """forward's first argument is the module whatever its name: not an input of the model."""
-    store = tmp_path / "store"
-    d = store / "notself"
-    (d / "MAR-INF").mkdir(parents=True)
-    torch.jit.script(NotSelf()).save(str(d / "model.pt"))
-    (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps({"runtime": "python", "model": {
-        "modelName": "notself", "serializedFile": "model.pt", "handler": "torchscript",
-        "modelVersion": "1.0", "configFile": "model-config.yaml"}}))
-    (d / "model-config.yaml").write_text("minWorkers: 1\nmaxWorkers: 1\n")
-    srv = server_factory(models=["notself"], store=str(store))
+    store = torchscript_store(tmp_path, "notself", torch.jit.script(NotSelf()))
+    srv = server_factory(models=["notself"], store=store)
     srv.wait_ready("notself")
     md = srv.get("/v2/models/notself").json()
     assert [t["name"] for t in md["inputs"]] == ["a", "b"], md
