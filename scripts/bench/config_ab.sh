@@ -39,7 +39,7 @@ start() { # start NAME LINES: sets PORT and PID (not in a subshell: PIDS must se
         echo "grpc_management_port=$(free_port)"
         echo "disable_token_authorization=true"
         echo "default_workers_per_model=1"
-        tr ';' '\n' <<<"$2"
+        knob_lines "$2"
         echo
     } >"$d/config.properties"
     (cd "$d" && exec "$BUILD/bin/torchserve-c" --start --foreground --ncs --model-store "$d" \

@@ -101,8 +101,7 @@ maxBatchDelay: $delay
 handler:
   input_shape: [64]
 EOF
-    [ -z "${HANDLER_YAML:-}" ] || tr ';' '\n' <<<"$HANDLER_YAML" | sed 's/^ */  /' \
-        >> "$d/store/mlp/model-config.yaml"
+    knob_lines "${HANDLER_YAML:-}" "  " >> "$d/store/mlp/model-config.yaml"
     local gport; gport=$(free_port)
     cat > "$d/config.properties" <<EOF
 inference_address=http://127.0.0.1:$(free_port)
@@ -112,7 +111,7 @@ grpc_inference_port=$gport
 grpc_management_port=$(free_port)
 disable_token_authorization=true
 EOF
-    [ -z "${EXTRA_CONFIG:-}" ] || tr ';' '\n' <<<"$EXTRA_CONFIG" >> "$d/config.properties"
+    knob_lines "${EXTRA_CONFIG:-}" >> "$d/config.properties"
     (cd "$d" && TMPDIR=$d exec "$BUILD/bin/torchserve-c" --start --foreground --model-store store \
         --models mlp --ts-config config.properties > out.log 2> server.log) &
     local spid=$!

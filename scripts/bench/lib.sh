@@ -8,6 +8,8 @@
 #                                  torchserve-c serving mlp with that model-config.yaml, once
 #                                  every worker is up; sets SRV_PID and SRV_PORT
 #   stop_mlp                       stops it
+#   knob_lines TEXT [INDENT]       an env knob's ';'-separated lines (EXTRA_CONFIG, HANDLER_YAML),
+#                                  each with its leading spaces replaced by INDENT
 PY=/usr/bin/python3
 SAMPLE=$ROOT/scripts/models/mlp/sample.json
 
@@ -21,6 +23,8 @@ bench_cleanup() {
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     rm -rf "$WORK"
 }
+
+knob_lines() { [ -z "$1" ] || tr ';' '\n' <<<"$1" | sed "s/^ */${2:-}/"; }
 
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -45,7 +49,7 @@ start_mlp() {
     # HANDLER_YAML: more keys of the handler: section, ';'-separated (an A/B of a handler key,
     # e.g. HANDLER_YAML="jit_freeze: false")
     local handler=$'responseTimeout: 120\nhandler:\n  input_shape: [64]'
-    [ -z "${HANDLER_YAML:-}" ] || handler+=$'\n'$(tr ';' '\n' <<<"$HANDLER_YAML" | sed 's/^ */  /')
+    [ -z "${HANDLER_YAML:-}" ] || handler+=$'\n'$(knob_lines "$HANDLER_YAML" "  ")
     printf 'minWorkers: %s\nmaxWorkers: %s\nbatchSize: %s\nmaxBatchDelay: %s\n%s\n' "$2" "$2" "$3" \
         "$4" "$handler" > "$d/store/mlp/model-config.yaml"
     SRV_PORT=$(free_port)
@@ -57,7 +61,7 @@ start_mlp() {
         echo "grpc_management_port=$(free_port)"
         echo "disable_token_authorization=true"
         # EXTRA_CONFIG: more config.properties lines, ';'-separated (an A/B of a setting)
-        [ -z "${EXTRA_CONFIG:-}" ] || tr ';' '\n' <<<"$EXTRA_CONFIG"
+        knob_lines "${EXTRA_CONFIG:-}"
     } > "$d/config.properties"
     (cd "$d" && TMPDIR=$d exec "$1/bin/torchserve-c" --start --foreground --model-store store \
         --models mlp --ts-config config.properties > out.log 2> server.log) &
