@@ -7,21 +7,42 @@
  * joins the next step, so waiting only adds latency. A busy worker gets more work only when its
  * handler is continuous and it has free slots.
  *
- * When every ready worker is busy, the least loaded one may still take a full batch, up to
- * BATCHER_PIPELINE_DEPTH full batches in flight: the worker finds the next ones in its socket
- * when it answers and runs them back to back, instead of sleeping until the frontend has read
- * each answer and written the next batch. With batchSize 1 those wake-ups were most of every
- * request's cost (perf: ~70% of both processes' time in the kernel); depth 4 beat depth 2 by
- * 25-60% in alternated wrk runs. This used to be done for a lone worker only, so that a batch
- * could never wait behind one worker's batch while another became idle; but then every worker
- * of a pool slept between its batches, and 2 workers at batchSize 1 served a third less than 1
- * (issue 16). A pipelined batch waits behind at most BATCHER_PIPELINE_DEPTH - 1 others, an idle
- * worker is still always preferred, and partial batches are never pipelined.
+ * When every ready worker is busy, the least loaded one may still take a full batch: the worker
+ * finds the next ones in its socket when it answers and runs them back to back, instead of
+ * sleeping until the frontend has read each answer and written the next batch. With batchSize 1
+ * those wake-ups were most of every request's cost (perf: ~70% of both processes' time in the
+ * kernel). How many batches a worker may hold follows the model's step time (the handle() time
+ * each answer carries, averaged by the pool): its current one plus up to BATCHER_PIPELINE_US of
+ * queued ones, at least 2 and at most BATCHER_PIPELINE_MAX in all, and 4 until a step time is
+ * known. A fixed depth of 4 beat 2 by 25-60%; for a 12-15 µs step (the mlp) 64 beat 4 by 8-30%
+ * over HTTP, OIP and gRPC, as the worker and the frontend each handle many frames per wake-up
+ * (docs/performance.md). The time bound keeps what a queued batch can wait behind one worker
+ * while another frees up, and what a worker's death fails, to about a millisecond: a model whose
+ * step takes that long holds its current batch and the next only.
+ *
+ * This used to be done for a lone worker only, so that a batch could never wait behind one
+ * worker's batch while another became idle; but then every worker of a pool slept between its
+ * batches, and 2 workers at batchSize 1 served a third less than 1 (issue 16). An idle worker is
+ * still always preferred, and partial batches are never pipelined.
  */
 #include "batcher.h"
 
-/* full batches a busy worker may hold: its current one plus the ones queued in its socket */
-#define BATCHER_PIPELINE_DEPTH 4
+/* a busy worker's queued full batches: about this much of its time (see above) */
+#define BATCHER_PIPELINE_US 1000
+#define BATCHER_PIPELINE_MIN 2
+#define BATCHER_PIPELINE_MAX 64
+#define BATCHER_PIPELINE_UNKNOWN 4
+
+/* Full batches a busy worker may hold: its current one plus the ones queued in its socket. */
+static int pipeline_depth(int64_t step_us)
+{
+    if (step_us <= 0)
+        return BATCHER_PIPELINE_UNKNOWN;
+    int64_t d = 1 + BATCHER_PIPELINE_US / step_us;
+    return d < BATCHER_PIPELINE_MIN   ? BATCHER_PIPELINE_MIN
+           : d > BATCHER_PIPELINE_MAX ? BATCHER_PIPELINE_MAX
+                                      : (int)d;
+}
 
 void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
 {
@@ -61,7 +82,7 @@ void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
         return;
     }
     if (!v->continuous && least >= 0 && v->queue_len >= bs &&
-        v->workers[least].inflight + bs <= BATCHER_PIPELINE_DEPTH * bs) {
+        v->workers[least].inflight + bs <= pipeline_depth(v->step_us) * bs) {
         out->worker = least;
         out->count = bs;
         return;

@@ -1,8 +1,8 @@
 /*
  * batcher: the dynamic batching policy, as a pure function over a snapshot of one model's
  * queue and workers. TorchServe's batchSize/maxBatchDelay, except that a batch goes to the first
- * idle worker when there is one (when every worker is busy, the least loaded one may hold a few
- * full batches queued behind its current one), and that a handler which keeps
+ * idle worker when there is one (when every worker is busy, the least loaded one may hold up to
+ * a millisecond of full batches queued behind its current one), and that a handler which keeps
  * requests across steps (continuous batching) has its free slots topped up at once.
  */
 #ifndef TS_BATCHER_H
@@ -22,6 +22,7 @@ struct batcher_view {
     int queue_len;
     int64_t oldest_us; /* enqueue time of the oldest queued job */
     int64_t now_us;
+    int64_t step_us; /* a batch's time in the worker (moving average), 0 = not known yet */
     const struct batcher_worker *workers;
     int n_workers;
 };

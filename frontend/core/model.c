@@ -419,6 +419,7 @@ void model_dispatch(struct model *m)
             .queue_len = m->queue_len,
             .oldest_us = TAILQ_FIRST(&m->queue)->created_us,
             .now_us = ts_now_us(),
+            .step_us = m->pool.step_us,
             .workers = bw,
             .n_workers = n,
         };

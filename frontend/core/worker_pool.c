@@ -217,6 +217,9 @@ static void take_metrics(struct worker *w, struct otf_prediction *p, struct job 
     p->n_headers = n;
     if (bad_step)
         LOG_WARN("worker %d sent a malformed %s header", w->id, OTF_STEP_KEY);
+    if (has_step && w->group) /* the batcher's pipeline depth follows it (batcher.c) */
+        w->group->step_us = w->group->step_us > 0 ? (7 * w->group->step_us + step.handle_us + 4) / 8
+                                                  : (step.handle_us > 0 ? step.handle_us : 1);
     if ((records.len > 0 || has_step) && w->group && w->group->ops->metrics)
         w->group->ops->metrics(w->group, j, records, has_step ? &step : NULL);
 }

@@ -57,6 +57,7 @@ struct worker_group {
     uint64_t n_batches; /* batches sent */
     uint64_t max_batch_seen;
     struct hist batch_sizes; /* requests per batch sent */
+    int64_t step_us;         /* a step's handle() time in µs, moving average; 0 until reported */
     char load_error[512];    /* what the last failed load reported; "" after a good load */
     const struct worker_group_ops *ops;
 };

@@ -88,18 +88,22 @@ static void fake_write_all(int fd, const struct buf *b)
     }
 }
 
-static void fake_answer(int fd, struct fake_req *q, const char *body, int final)
+/* step_us >= 0: the answer carries the step's handle() time, as the real worker's do */
+static void fake_answer(int fd, struct fake_req *q, const char *body, int final, int64_t step_us)
 {
     struct buf b;
     buf_init(&b);
     otf_encode_response_begin(&b, 200, otf_s("ok"));
-    struct otf_kv kv = {otf_s(OTF_STREAM_NEXT), otf_s(final ? "false" : "true")};
+    uint8_t step[OTF_STEP_LEN];
+    otf_step_encode(step, &(struct otf_step){step_us, step_us});
+    struct otf_kv kv[2] = {{otf_s(OTF_STREAM_NEXT), otf_s(final ? "false" : "true")},
+                           {otf_s(OTF_STEP_KEY), otf_sn((const char *)step, sizeof(step))}};
     struct otf_prediction p = {.id = otf_s(q->id),
                                .ctype = otf_s("text/plain"),
                                .status = 200,
                                .phrase = otf_s("OK"),
-                               .headers = &kv,
-                               .n_headers = 1,
+                               .headers = kv,
+                               .n_headers = step_us >= 0 ? 2 : 1,
                                .body = otf_s(body)};
     otf_encode_prediction(&b, &p);
     otf_encode_list_end(&b);
@@ -127,12 +131,12 @@ static int fake_step(int fd, int wid, struct fake_req *q)
     char body[160];
     if (!strcmp(q->how, "wait")) {
         snprintf(body, sizeof(body), "ok:%s", q->t);
-        fake_answer(fd, q, body, 1);
+        fake_answer(fd, q, body, 1, -1);
         return 0;
     }
     q->sent++;
     snprintf(body, sizeof(body), "%s:%d", q->t, q->sent);
-    fake_answer(fd, q, body, q->sent >= q->n);
+    fake_answer(fd, q, body, q->sent >= q->n, -1);
     if (q->die_after && q->sent >= q->die_after) {
         fake_logf("w%d exit after %d frames of %s", wid, q->sent, q->t);
         _exit(1);
@@ -250,8 +254,10 @@ static void fake_worker_main(int fd, int wid)
                         q->due_us = ts_now_us();
                     } else {
                         char body[96];
+                        int step_us = -1; /* "step:N": answers at once, reporting an N µs step */
+                        sscanf(how, "step:%d", &step_us);
                         snprintf(body, sizeof(body), "ok:%s", q->t);
-                        fake_answer(fd, q, body, 1);
+                        fake_answer(fd, q, body, 1, step_us);
                         q->active = 0;
                     }
                 }

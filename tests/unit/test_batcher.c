@@ -117,7 +117,7 @@ TEST(continuous_full_workers_take_nothing)
     CHECK_EQ_INT(p.worker, -1);
 }
 
-TEST(lone_busy_worker_gets_up_to_four_full_batches)
+TEST(lone_busy_worker_gets_up_to_four_full_batches_before_a_step_time_is_known)
 {
     struct batcher_worker w[1] = {{1, 1}};
     struct batcher_view v = view(1, 0, 0, 5, 0, w, 1);
@@ -145,6 +145,36 @@ TEST(lone_busy_worker_gets_up_to_four_full_batches)
     v = view(1, 0, 0, 5, 0, w, 1);
     batcher_plan(&v, &p);
     CHECK_EQ_INT(p.worker, -1);
+}
+
+/* depth: the current batch plus a millisecond of queued ones, 2..64 batches */
+TEST(pipeline_depth_follows_the_step_time)
+{
+    static const struct {
+        int bs;
+        int64_t step_us;
+        int depth; /* batches */
+    } c[] = {
+        {1, 12, 64},  /* 1 + 83, capped */
+        {1, 100, 11}, /* 1 + 10 */
+        {8, 250, 5},  /* 1 + 4: 40 requests */
+        {1, 999, 2},  /* 1 + 1 */
+        {1, 5000, 2}, /* a slow step: its batch and the next */
+        {4, 1, 64},   /* a step too short to measure */
+        {1, 0, 4},    /* not measured yet */
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        struct batcher_worker w[1] = {{1, (c[i].depth - 1) * c[i].bs}};
+        struct batcher_view v = view(c[i].bs, 5, 0, 3 * c[i].bs, 0, w, 1);
+        v.step_us = c[i].step_us;
+        struct batcher_plan p;
+        batcher_plan(&v, &p);
+        CHECK_EQ_INT(p.worker, 0); /* room for the last one */
+        CHECK_EQ_INT(p.count, c[i].bs);
+        w[0].inflight = c[i].depth * c[i].bs;
+        batcher_plan(&v, &p);
+        CHECK_EQ_INT(p.worker, -1); /* full */
+    }
 }
 
 TEST(busy_pool_pipelines_full_batches_to_the_least_loaded_worker)
@@ -199,7 +229,8 @@ int main(void)
     RUN(continuous_tops_up_the_least_loaded_worker_without_waiting);
     RUN(continuous_idle_worker_takes_a_partial_batch_at_once);
     RUN(continuous_full_workers_take_nothing);
-    RUN(lone_busy_worker_gets_up_to_four_full_batches);
+    RUN(lone_busy_worker_gets_up_to_four_full_batches_before_a_step_time_is_known);
+    RUN(pipeline_depth_follows_the_step_time);
     RUN(busy_pool_pipelines_full_batches_to_the_least_loaded_worker);
     RUN(busy_worker_of_a_pool_is_pipelined_while_another_loads);
     return tap_done();

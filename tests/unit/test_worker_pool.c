@@ -1,6 +1,6 @@
 /* The worker processes and their connections (frontend/core/worker_pool.c) against fake
- * workers: death mid-stream, a worker that stops answering, one that cannot load, a scale-down
- * under load, and a paused stream. */
+ * workers: death mid-stream, a worker that stops answering, the step times reported, one that
+ * cannot load, a scale-down under load, and a paused stream. */
 #include "core_fake.h"
 
 TEST(death_mid_stream_fails_the_stream_after_its_frames)
@@ -36,6 +36,31 @@ TEST(a_worker_that_stops_answering_is_killed_after_response_timeout)
     CHECK_EQ_INT(model_submit(m, rec_job(&r2, "n", NULL)), 0);
     CHECK(run_until(rec_done, &r2, 2000));
     CHECK_STR(r2.body, "ok:n");
+    core_teardown();
+}
+
+/* The batcher sizes a busy worker's pipeline from this (batcher.c). */
+TEST(the_pool_averages_the_step_times_its_workers_report)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){0});
+    CHECK_EQ_INT((int)m->pool.step_us, 0); /* none reported yet */
+    static const struct {
+        const char *how;
+        int avg;
+    } c[] = {
+        {"step:800", 800},  /* the first is taken as it is */
+        {"step:1600", 900}, /* then each moves it by an eighth: (7 * 800 + 1600 + 4) / 8 */
+        {NULL, 900},        /* an answer without a step time leaves it */
+        {"step:0", 788},    /* (7 * 900 + 0 + 4) / 8 */
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        struct rec r;
+        CHECK_EQ_INT(model_submit(m, rec_job(&r, "s", c[i].how)), 0);
+        CHECK(run_until(rec_done, &r, 3000));
+        CHECK_STR(r.body, "ok:s");
+        CHECK_EQ_INT((int)m->pool.step_us, c[i].avg);
+    }
     core_teardown();
 }
 
@@ -133,6 +158,7 @@ int main(void)
     tbase_make("test_worker_pool");
     RUN(death_mid_stream_fails_the_stream_after_its_frames);
     RUN(a_worker_that_stops_answering_is_killed_after_response_timeout);
+    RUN(the_pool_averages_the_step_times_its_workers_report);
     RUN(a_worker_that_cannot_load_is_not_respawned);
     RUN(scale_down_lets_the_worker_answer_what_it_holds);
     RUN(a_worker_whose_streams_are_all_paused_is_not_timed_out);
