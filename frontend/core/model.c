@@ -120,6 +120,19 @@ static void group_slots(struct worker_group *g)
     model_dispatch(model_of_group(g));
 }
 
+/* Jobs a dead worker had not started: first in the queue again, in the order they were sent.
+ * They are dispatched when a worker takes jobs (another one now, or the respawned one). */
+static void group_requeue(struct worker_group *g, struct job **jobs, int n)
+{
+    struct model *m = model_of_group(g);
+    for (int i = n - 1; i >= 0; i--) {
+        jobs[i]->state = JOB_QUEUED;
+        TAILQ_INSERT_HEAD(&m->queue, jobs[i], link);
+        m->queue_len++;
+    }
+    model_dispatch(m);
+}
+
 /* Fails the model's queued jobs when no worker can ever serve them. */
 static void group_changed(struct worker_group *g, const char *why)
 {
@@ -188,6 +201,7 @@ static const struct worker_group_ops model_group_ops = {
     .ready = group_ready,
     .gone = group_gone,
     .slots = group_slots,
+    .requeue = group_requeue,
     .changed = group_changed,
     .metrics = group_metrics,
 };

@@ -109,6 +109,42 @@ static void fail_inflight(struct worker *w, int status, const char *type, const 
     }
 }
 
+/* A dead worker's jobs that it had not started go back to the group's owner, so that its death
+ * fails only the batch it was running, as in TorchServe, however many batches were pipelined
+ * behind it (batcher.c). The worker steps through what it holds in the order it was sent, at
+ * most batchSize requests a step, so all but the first batchSize of its unanswered jobs had not
+ * started; a job that streamed a frame or was paused had (a streaming handler holds such jobs
+ * across steps) and is not counted in the batchSize. A continuous handler runs everything it
+ * holds at once, and a sequence's job stays with its sequence: theirs all fail. Returns how many
+ * went back. */
+static int give_back(struct worker *w)
+{
+    struct worker_group *g = w->group;
+    if (!g || !g->ops->requeue || g->continuous || w->state == WORKER_STOPPING)
+        return 0;
+    struct job **back = xmalloc(sizeof(*back) * (size_t)w->n_inflight);
+    int n = 0, running = g->batch_size > 0 ? g->batch_size : 1;
+    struct job *j, *tmp;
+    TAILQ_FOREACH_SAFE(j, &w->inflight, link, tmp)
+    {
+        if (j->frames > 0 || j->paused || j->seq)
+            continue;
+        if (running > 0) {
+            running--;
+            continue;
+        }
+        inflight_remove(w, j);
+        j->worker = NULL;
+        j->dispatched_us = 0;
+        j->worker_lost = 0;
+        back[n++] = j;
+    }
+    if (n > 0)
+        g->ops->requeue(g, back, n);
+    free(back);
+    return n;
+}
+
 /* The shutdown() makes the worker see EOF now: bufferevent_free() closes the fd from a
  * finalizer on the loop, which never runs once the loop has exited (server shutdown). */
 static void close_conn(struct worker *w)
@@ -496,6 +532,10 @@ static void reap(struct worker *w, int status)
             snprintf(msg, sizeof(msg), "Worker died: killed by the kernel, out of memory");
         else
             snprintf(msg, sizeof(msg), "Worker died. (%s)", how);
+        int back = give_back(w);
+        if (back > 0)
+            LOG_WARN("worker %d: %d request(s) it had not started go back to the queue", w->id,
+                     back);
         LOG_WARN("worker %d: failing %d in-flight request(s): %s", w->id, w->n_inflight, msg);
         /* HTTP keeps TorchServe's 500 "Worker died."; gRPC says UNAVAILABLE (retry later) */
         struct job *j;

@@ -36,6 +36,10 @@ struct worker_group_ops {
     void (*gone)(struct worker_group *g, struct worker *w);
     /* A worker may take more jobs (a step answered, a job cancelled): dispatch. */
     void (*slots)(struct worker_group *g);
+    /* A worker died holding jobs it had not started (see give_back in worker_pool.c): they are
+     * the owner's again, to queue at the head in the order given (the order they were sent).
+     * Called from inside the death's handling, before `changed`; never a sequence's job. */
+    void (*requeue)(struct worker_group *g, struct job **jobs, int n);
     /* A worker died, failed for good, or is respawning; alive = worker_pool_alive(g). */
     void (*changed)(struct worker_group *g, const char *why);
     /* A prediction carried the worker's metrics: records (OTF_METRICS_KEY; len 0 for none)

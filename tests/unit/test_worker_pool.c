@@ -1,6 +1,7 @@
 /* The worker processes and their connections (frontend/core/worker_pool.c) against fake
- * workers: death mid-stream, a worker that stops answering, the step times reported, one that
- * cannot load, a scale-down under load, and a paused stream. */
+ * workers: death mid-stream, a death behind which batches were pipelined, a worker that stops
+ * answering, the step times reported, one that cannot load, a scale-down under load, and a paused
+ * stream. */
 #include "core_fake.h"
 
 TEST(death_mid_stream_fails_the_stream_after_its_frames)
@@ -60,6 +61,35 @@ TEST(the_pool_averages_the_step_times_its_workers_report)
         CHECK(run_until(rec_done, &r, 3000));
         CHECK_STR(r.body, "ok:s");
         CHECK_EQ_INT((int)m->pool.step_us, c[i].avg);
+    }
+    core_teardown();
+}
+
+/* A death fails the batch the worker was running, not the batches pipelined behind it. */
+TEST(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){0}); /* batchSize 1 */
+    struct rec r[4];
+    static const char *const t[4] = {"a", "b", "c", "d"};
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "hang")), 0); /* the running one */
+    for (int i = 1; i < 4; i++) /* pipelined behind it: answered 300 ms after they arrive */
+        CHECK_EQ_INT(model_submit(m, rec_job(&r[i], t[i], "wait:300")), 0);
+    struct worker *w = TAILQ_FIRST(&m->pool.workers);
+    CHECK_EQ_INT(w->n_inflight, 4);
+    char line[32];
+    snprintf(line, sizeof(line), "w%d I d", w->id);
+    CHECK(run_until(log_has_cond, line, 3000)); /* the worker has all four */
+    kill(w->pid, SIGKILL);
+    CHECK(run_until(rec_done, &r[0], 3000));
+    CHECK_EQ_INT(r[0].status, 500);
+    CHECK(strstr(r[0].err, "Worker died") != NULL);
+    for (int i = 1; i < 4; i++) {
+        CHECK(run_until(rec_done, &r[i], 5000)); /* by the respawned worker */
+        CHECK_EQ_INT(r[i].errors, 0);
+        char want[8];
+        snprintf(want, sizeof(want), "ok:%s", t[i]);
+        CHECK_STR(r[i].body, want);
     }
     core_teardown();
 }
@@ -159,6 +189,7 @@ int main(void)
     RUN(death_mid_stream_fails_the_stream_after_its_frames);
     RUN(a_worker_that_stops_answering_is_killed_after_response_timeout);
     RUN(the_pool_averages_the_step_times_its_workers_report);
+    RUN(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it);
     RUN(a_worker_that_cannot_load_is_not_respawned);
     RUN(scale_down_lets_the_worker_answer_what_it_holds);
     RUN(a_worker_whose_streams_are_all_paused_is_not_timed_out);
