@@ -127,12 +127,14 @@ static int give_back(struct worker *w)
     struct job *j, *tmp;
     TAILQ_FOREACH_SAFE(j, &w->inflight, link, tmp)
     {
-        if (j->frames > 0 || j->paused || j->seq)
+        if (j->seq)
             continue;
         if (running > 0) {
             running--;
             continue;
         }
+        if (j->frames > 0 || j->paused)
+            continue;
         inflight_remove(w, j);
         j->worker = NULL;
         j->dispatched_us = 0;
@@ -253,9 +255,16 @@ static void take_metrics(struct worker *w, struct otf_prediction *p, struct job 
     p->n_headers = n;
     if (bad_step)
         LOG_WARN("worker %d sent a malformed %s header", w->id, OTF_STEP_KEY);
-    if (has_step && w->group) /* the batcher's pipeline depth follows it (batcher.c) */
-        w->group->step_us = w->group->step_us > 0 ? (7 * w->group->step_us + step.handle_us + 4) / 8
-                                                  : (step.handle_us > 0 ? step.handle_us : 1);
+    if (has_step && w->group) { /* the batcher's pipeline depth follows it (batcher.c) */
+        /* a longer step is taken at once, a shorter one by an eighth: after fast answers (a
+         * handler that refuses bad input in microseconds) a slow model's next burst must not
+         * be pipelined 64 deep; clamped to 1..1e9 µs so that 7 * avg cannot overflow */
+        int64_t us = step.handle_us < 1            ? 1
+                     : step.handle_us > 1000000000 ? 1000000000
+                                                   : step.handle_us;
+        int64_t avg = w->group->step_us;
+        w->group->step_us = avg > 0 && us < avg ? (7 * avg + us + 4) / 8 : us;
+    }
     if ((records.len > 0 || has_step) && w->group && w->group->ops->metrics)
         w->group->ops->metrics(w->group, j, records, has_step ? &step : NULL);
 }
@@ -505,11 +514,28 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* What a dead worker wrote before it died and the loop has not read yet (its SIGCHLD can be
+ * handled before its socket's last read event): those answers reach their clients, and
+ * give_back then counts only what the worker had not answered. Its pid is 0 by now, so the
+ * dispatch that the answers' freed slots start does not pick it. */
+static void read_last_answers(struct worker *w)
+{
+    if (!w->bev)
+        return;
+    evutil_socket_t fd = bufferevent_getfd(w->bev);
+    struct evbuffer *in = bufferevent_get_input(w->bev);
+    while (fd >= 0 && evbuffer_read(in, fd, 65536) > 0)
+        ;
+    if (evbuffer_get_length(in) > 0)
+        on_read(w->bev, w);
+}
+
 static void reap(struct worker *w, int status)
 {
     struct worker_group *g = w->group;
     TAILQ_REMOVE(&all_workers, w, glink);
     w->pid = 0;
+    read_last_answers(w);
     close_conn(w);
     worker_log_free(w->log); /* its last lines, then the pipe */
     w->log = NULL;
@@ -674,7 +700,7 @@ int worker_pool_scale(struct worker_group *g, int n)
 
 int worker_takes_jobs(const struct worker *w)
 {
-    return w->state == WORKER_READY && w->bev;
+    return w->state == WORKER_READY && w->bev && w->pid > 0;
 }
 
 void worker_send_batch(struct worker *w, struct job **jobs, int n)

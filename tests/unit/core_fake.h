@@ -239,6 +239,11 @@ static void fake_worker_main(int fd, int wid)
                     if (!strcmp(how, "die")) {
                         fake_logf("w%d exit on %s", wid, q->t);
                         _exit(1);
+                    } else if (!strcmp(how, "answer-die")) { /* answers, then dies at once */
+                        char body[96];
+                        snprintf(body, sizeof(body), "ok:%s", q->t);
+                        fake_answer(fd, q, body, 1, -1);
+                        _exit(1);
                     } else if (!strcmp(how, "hang")) {
                         continue;
                     } else if (sscanf(how, "wait:%d", &q->ms) == 1) {
