@@ -133,20 +133,26 @@ static void group_requeue(struct worker_group *g, struct job **jobs, int n)
     model_dispatch(m);
 }
 
+void model_fail_if_no_worker(struct model *m, const char *why)
+{
+    if (worker_pool_alive(&m->pool) > 0)
+        return;
+    struct job *j;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "Model \"%s\" has no worker to serve inference request: %s", m->name,
+             why);
+    while ((j = TAILQ_FIRST(&m->queue))) {
+        model_dequeue(m, j);
+        job_fail(j, 503, "ServiceUnavailableException", msg);
+    }
+}
+
 /* Fails the model's queued jobs when no worker can ever serve them. */
 static void group_changed(struct worker_group *g, const char *why)
 {
     struct model *m = model_of_group(g);
-    if (why && worker_pool_alive(g) == 0) {
-        struct job *j;
-        char msg[512];
-        snprintf(msg, sizeof(msg), "Model \"%s\" has no worker to serve inference request: %s",
-                 m->name, why);
-        while ((j = TAILQ_FIRST(&m->queue))) {
-            model_dequeue(m, j);
-            job_fail(j, 503, "ServiceUnavailableException", msg);
-        }
-    }
+    if (why)
+        model_fail_if_no_worker(m, why);
     if (events)
         events->workers_changed(m);
 }

@@ -83,6 +83,9 @@ struct model *model_first(void);
 struct model *model_next(struct model *m);
 /* Workers alive (starting, ready or respawning): 0 means requests would wait forever. */
 int model_workers_alive(const struct model *m);
+/* When no worker is alive, fails the queued requests (not a sequence's) with 503 "Model \"NAME\"
+ * has no worker to serve inference request: WHY": they would wait for ever. */
+void model_fail_if_no_worker(struct model *m, const char *why);
 
 /* Why a request was refused, for any transport (HTTP status; gRPC maps it). */
 struct submit_error {

@@ -113,10 +113,9 @@ static void fail_inflight(struct worker *w, int status, const char *type, const 
  * fails only the batch it was running, as in TorchServe, however many batches were pipelined
  * behind it (batcher.c). The worker steps through what it holds in the order it was sent, at
  * most batchSize requests a step, so all but the first batchSize of its unanswered jobs had not
- * started; a job that streamed a frame or was paused had (a streaming handler holds such jobs
- * across steps) and is not counted in the batchSize. A continuous handler runs everything it
- * holds at once, and a sequence's job stays with its sequence: theirs all fail. Returns how many
- * went back. */
+ * started (reap read its last answers first). A job that streamed a frame or was paused had
+ * started, so it fails wherever it is. A continuous handler runs everything it holds at once,
+ * and a sequence's job stays with its sequence: theirs all fail. Returns how many went back. */
 static int give_back(struct worker *w)
 {
     struct worker_group *g = w->group;

@@ -622,6 +622,8 @@ struct mgmt_op *mgmt_scale(const struct mgmt_scale_args *a, mgmt_done_fn *done, 
         n = a->max_worker;
     LOG_INFO("scaling model %s version %s from %d to %d workers", m->name, m->version, live, n);
     worker_pool_scale(&m->pool, n);
+    if (n == 0) /* what is queued would wait for a worker for ever */
+        model_fail_if_no_worker(m, "it was scaled to 0 workers");
     if (!a->synchronous) {
         snapshot_save();
         ok(done, arg, 202, "Processing worker updates...");

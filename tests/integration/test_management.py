@@ -413,3 +413,52 @@ def test_model_config_yaml_numbers_bounded(server_factory):
     r = call(srv, "POST", "models?url=mlp&initial_workers=1&synchronous=true")
     assert r.status_code == 400, r.text
     assert "batchSize" in r.json()["message"] and "1024" in r.json()["message"]
+
+
+def test_scale_to_zero_fails_what_is_queued(server_factory):
+    """Requests queued for a model scaled to 0 workers get 503 naming the scale at once; they
+    used to wait for a worker for ever. New requests are refused as before, and a scale back up
+    serves again."""
+    import threading
+    srv = server_factory(models=["mlp"], config={"disable_token_authorization": "true"},
+                         yaml={"mlp": {"minWorkers": 1, "maxWorkers": 1, "batchSize": 4,
+                                       "maxBatchDelay": 60000}})
+    deadline = time.time() + 60
+    while not srv.worker_pids() and time.time() < deadline:
+        time.sleep(0.1)
+
+    def batch(n):
+        """n concurrent predictions; their responses"""
+        out = [None] * n
+
+        def post(i):
+            out[i] = srv.post("/predictions/mlp", json=SAMPLE, timeout=90)
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        return out, threads
+
+    out, threads = batch(4)  # a full batch goes at once: the worker is loaded
+    for t in threads:
+        t.join(90)
+    assert all(r is not None and r.status_code == 200 for r in out), [r and r.text for r in out]
+    out, threads = batch(2)
+    time.sleep(0.5)  # two requests of a batch of 4: queued until maxBatchDelay (60 s)
+    t0 = time.monotonic()
+    r = srv.put("/models/mlp?min_worker=0&max_worker=0&synchronous=true", api="management")
+    assert r.status_code == 200, r.text
+    for t in threads:
+        t.join(30)
+    assert time.monotonic() - t0 < 10
+    for r in out:
+        assert r is not None and r.status_code == 503, r and r.text
+        msg = r.json()["message"]
+        assert 'Model "mlp" has no worker' in msg and "scaled to 0 workers" in msg, msg
+    r = srv.post("/predictions/mlp", json=SAMPLE)
+    assert r.status_code == 503, r.text
+    r = srv.put("/models/mlp?min_worker=1&max_worker=1&synchronous=true", api="management")
+    assert r.status_code == 200, r.text
+    out, threads = batch(4)
+    for t in threads:
+        t.join(90)
+    assert all(r is not None and r.status_code == 200 for r in out), [r and r.text for r in out]
