@@ -93,3 +93,9 @@ void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
         out->count = v->queue_len < free_slots ? v->queue_len : free_slots;
     }
 }
+
+int64_t batcher_step_average(int64_t avg, int64_t sample_us)
+{
+    int64_t us = sample_us < 1 ? 1 : sample_us > 1000000000 ? 1000000000 : sample_us;
+    return avg > 0 && us < avg ? (7 * avg + us + 4) / 8 : us;
+}

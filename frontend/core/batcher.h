@@ -35,4 +35,11 @@ struct batcher_plan {
 
 void batcher_plan(const struct batcher_view *v, struct batcher_plan *out);
 
+/* The model's step time after a step of sample_us (a step's handle() time) given the average
+ * avg (0: none yet): a longer step is taken at once, a shorter one moves it by an eighth, so
+ * that after fast answers (a handler refusing bad input in microseconds) a slow model's next
+ * burst is not pipelined 64 deep. The sample is clamped to 1..1e9 µs (7 * avg cannot
+ * overflow). */
+int64_t batcher_step_average(int64_t avg, int64_t sample_us);
+
 #endif

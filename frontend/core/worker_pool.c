@@ -14,6 +14,8 @@
  */
 #include "worker_pool.h"
 
+#include "batcher.h"
+
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -44,34 +46,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg);
 const char *worker_state_name(const struct worker *w)
 {
     return w->state == WORKER_READY ? "READY" : "UNLOADING";
-}
-
-long worker_rss_kb(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    long size = 0, rss = 0;
-    if (fscanf(f, "%ld %ld", &size, &rss) != 2)
-        rss = 0;
-    fclose(f);
-    return rss * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-static unsigned long oom_kill_count(void)
-{
-    FILE *f = fopen("/proc/vmstat", "r");
-    if (!f)
-        return 0;
-    char line[128];
-    unsigned long v = 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "oom_kill %lu", &v) == 1)
-            break;
-    fclose(f);
-    return v;
 }
 
 int worker_pool_alive(const struct worker_group *g)
@@ -254,16 +228,8 @@ static void take_metrics(struct worker *w, struct otf_prediction *p, struct job 
     p->n_headers = n;
     if (bad_step)
         LOG_WARN("worker %d sent a malformed %s header", w->id, OTF_STEP_KEY);
-    if (has_step && w->group) { /* the batcher's pipeline depth follows it (batcher.c) */
-        /* a longer step is taken at once, a shorter one by an eighth: after fast answers (a
-         * handler that refuses bad input in microseconds) a slow model's next burst must not
-         * be pipelined 64 deep; clamped to 1..1e9 µs so that 7 * avg cannot overflow */
-        int64_t us = step.handle_us < 1            ? 1
-                     : step.handle_us > 1000000000 ? 1000000000
-                                                   : step.handle_us;
-        int64_t avg = w->group->step_us;
-        w->group->step_us = avg > 0 && us < avg ? (7 * avg + us + 4) / 8 : us;
-    }
+    if (has_step && w->group) /* the batcher's pipeline depth follows it */
+        w->group->step_us = batcher_step_average(w->group->step_us, step.handle_us);
     if ((records.len > 0 || has_step) && w->group && w->group->ops->metrics)
         w->group->ops->metrics(w->group, j, records, has_step ? &step : NULL);
 }

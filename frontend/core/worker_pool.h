@@ -19,6 +19,7 @@
 
 #include "job.h"
 #include "metrics.h"
+#include "proc_info.h"
 #include "util.h"
 
 struct bufferevent;
@@ -125,8 +126,6 @@ void worker_cancel_job(struct worker *w, struct job *j);
 int worker_pool_alive(const struct worker_group *g);
 /* Stops every worker of every model; returns when all have exited (or were killed). */
 void worker_pool_shutdown(void);
-/* Resident set size of a pid in kilobytes, 0 if unknown. */
-long worker_rss_kb(pid_t pid);
 const char *worker_state_name(const struct worker *w);
 
 #endif
