@@ -235,6 +235,27 @@ def test_stream_deadline_reaches_worker(isrv):
     assert msgs == [b"next"]
 
 
+def test_unary_deadline_reaches_worker(isrv):
+    """A unary call's deadline reaches the worker too. The server arms its watch on a call's end
+    (RECV_CLOSE_ON_SERVER) only once the call is 5 ms old, or with its status: the job is still
+    cancelled soon after the deadline, and the next call is served."""
+    st = inference_stub(isrv)
+    req = ipb.PredictionsRequest(model_name="identity_text",
+                                 input={"body": b" ".join([b"u"] * 50)})  # 5 s of words
+    n0 = isrv.log().count("client went away; cancelled on worker")
+    t0 = time.time()
+    e = rpc_error(st.Predictions, req, timeout=0.3)
+    assert e.code() == C.DEADLINE_EXCEEDED, e
+    while time.time() < t0 + 5 and \
+            isrv.log().count("client went away; cancelled on worker") == n0:
+        time.sleep(0.02)
+    assert isrv.log().count("client went away; cancelled on worker") == n0 + 1
+    assert time.time() - t0 < 2, time.time() - t0
+    got = st.Predictions(ipb.PredictionsRequest(model_name="identity_text",
+                                                input={"body": b"next"}), timeout=10)
+    assert got.prediction == b"next"
+
+
 def test_stream_predictions2_requests_and_errors(isrv, mlp_ref):
     st = inference_stub(isrv)
 
