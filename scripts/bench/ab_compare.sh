@@ -12,8 +12,10 @@
 # after WARMUP seconds of the same load (not counted), and reports req/s, the server's CPU per
 # request (frontend + its workers, /proc/<pid>/stat ticks) and non-200 answers; then seq_client
 # sends SEQ_N sequential requests on one connection and reports the p50 overhead over the
-# worker's own forward (ovh_p50, microseconds). The summary gives each build's mean req/s, its
-# ratio to the mean ceiling of that configuration, B/A, CPU per request and ovh_p50.
+# worker's own forward (ovh_p50, microseconds); against the ceiling it reports the bare server's
+# whole p50 latency, the floor under any server's on this machine. The summary gives each build's
+# mean req/s, its ratio to the mean ceiling of that configuration, B/A, CPU per request, ovh_p50
+# and the ceiling's latency.
 # Env: DURATION (default 10), WARMUP (default 2), ROUNDS (default 2), SEQ_N (default 2000).
 # A_CONFIG, B_CONFIG: config.properties lines (';'-separated) added to A's or B's server only,
 # for an A/B of a setting with one build, e.g.
@@ -98,6 +100,11 @@ for cfg in "${CONFIGS[@]}"; do
             ovh=-
             if [ "$x" = C ]; then
                 read -r rps cpu bad < <(run_wrk "$tport" "$path" "$body" "")
+                # the floor of any server's latency on this machine: the bare server's own
+                ovh=$("$WORK/seq_client" "$tport" "$path" "$body" "$SEQ_N" 200 |
+                    sed -n 's/.*lat_p50=\([0-9.]*\).*/\1/p')
+                ovh=${ovh:-0}
+                OVH[$cfg$x]=$(awk -v a="${OVH[$cfg$x]:-0}" -v b="$ovh" 'BEGIN { print a + b }')
             else
                 build=$A extra=${A_CONFIG:-} hy=${A_HANDLER:-}
                 [ "$x" = B ] && build=$B extra=${B_CONFIG:-} hy=${B_HANDLER:-}
@@ -119,15 +126,16 @@ done
 
 echo
 echo "== summary: wrk -t2 -c32 -d${DURATION}s, $ROUNDS rounds; A=$A B=$B; $(nproc) cores"
-printf "%-14s %10s %10s %10s %7s %7s %7s %9s %9s %7s %7s\n" config ceiling "A req/s" "B req/s" \
-    "A/ceil" "B/ceil" "B/A" "A cpu_us" "B cpu_us" "A ovh" "B ovh"
+printf "%-14s %10s %10s %10s %7s %7s %7s %9s %9s %7s %7s %7s\n" config ceiling "A req/s" "B req/s" \
+    "A/ceil" "B/ceil" "B/A" "A cpu_us" "B cpu_us" "A ovh" "B ovh" "C lat"
 for cfg in "${CONFIGS[@]}"; do
     awk -v c="${SUM[${cfg}C]}" -v nc="${N[${cfg}C]}" -v a="${SUM[${cfg}A]}" -v b="${SUM[${cfg}B]}" \
         -v n="$ROUNDS" -v ca="${CPU[${cfg}A]}" -v cb="${CPU[${cfg}B]}" -v cfg="$cfg" \
-        -v oa="${OVH[${cfg}A]}" -v ob="${OVH[${cfg}B]}" 'BEGIN {
+        -v oa="${OVH[${cfg}A]}" -v ob="${OVH[${cfg}B]}" -v oc="${OVH[${cfg}C]}" 'BEGIN {
         c /= nc; a /= n; b /= n
-        printf "%-14s %10.0f %10.0f %10.0f %7.2f %7.2f %7.2f %9.1f %9.1f %7.0f %7.0f\n", cfg, c,
-            a, b, a / c, b / c, b / a, ca / n, cb / n, oa / n, ob / n }'
+        printf "%-14s %10.0f %10.0f %10.0f %7.2f %7.2f %7.2f %9.1f %9.1f %7.0f %7.0f %7.0f\n", cfg,
+            c, a, b, a / c, b / c, b / a, ca / n, cb / n, oa / n, ob / n, oc / nc }'
 done
 echo "(config WORKERS:BATCH:DELAY:API; cpu_us = frontend + workers CPU per request;"
-echo " ovh = seq_client p50 latency minus the worker's forward, one connection, us)"
+echo " ovh = seq_client p50 latency minus the worker's forward, one connection, us;"
+echo " C lat = the bare libevent server's own p50 latency, same client: no server can go below it)"

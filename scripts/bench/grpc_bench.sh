@@ -57,7 +57,7 @@ switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s 
 warm_up() { "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "${2:-$WARMUP}" > /dev/null 2>&1 || true; }
 # the machine's CPU time, all cores, in ticks: "total steal" (steal: taken by the host)
 machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $9}' /proc/stat; }
-# run_load PORT -> "calls_per_s p50_us p99_us errors calls steal_percent"
+# run_load PORT -> "calls_per_s p50_us p99_us errors calls steal_percent client_cpu_us_per_call"
 run_load() {
     local m0 m1
     m0=$(machine_ticks)
@@ -67,7 +67,8 @@ run_load() {
     local l; l=$(cat "$WORK/load.last")
     val() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
     echo "$(val calls_per_s) $(val p50_us) $(val p99_us) $(val errors) $(val calls)" \
-        "$(echo "$m0 $m1" | awk '{ printf "%.1f", ($3 > $1 ? 100 * ($4 - $2) / ($3 - $1) : 0) }')"
+        "$(echo "$m0 $m1" | awk '{ printf "%.1f", ($3 > $1 ? 100 * ($4 - $2) / ($3 - $1) : 0) }')" \
+        "$(val client_cpu_us_per_call)"
 }
 
 # ---- the ceiling: a bare gRPC C core server, kept running; bare_run measures it once and
@@ -79,21 +80,23 @@ bpid=$!
 PIDS+=("$bpid")
 for _ in $(seq 50); do grep -q listening "$WORK/bare.out" && break; sleep 0.1; done
 BARE=()
+BARE_CPU=() # the bare server's CPU per call, then the client's, per run
 # This VM runs slow for the first tens of seconds of load after an idle spell: MACHINE_WARMUP
 # seconds of load against the bare server first, not counted.
 warm_up "$bport" "${MACHINE_WARMUP:-15}"
 bare_run() {
-    local t0 b_rps b_p50 b_p99 b_err b_n b_cpu b_steal
+    local t0 b_rps b_p50 b_p99 b_err b_n b_cpu b_steal b_client
     warm_up "$bport"
     t0=$(cpu_ticks "$bpid")
-    read -r b_rps b_p50 b_p99 b_err b_n b_steal < <(run_load "$bport")
+    read -r b_rps b_p50 b_p99 b_err b_n b_steal b_client < <(run_load "$bport")
     b_cpu=$(( ($(cpu_ticks "$bpid") - t0) * 10000 / (b_n > 0 ? b_n : 1) ))
-    echo "== bare gRPC C core server: $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call  steal ${b_steal}%"
+    echo "== bare gRPC C core server: $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call  client CPU ${b_client} us/call  steal ${b_steal}%"
     BARE+=("$b_rps")
+    BARE_CPU+=("$b_cpu $b_client")
 }
 
 # ---- torchserve-c: NAME BATCH DELAY
-declare -A R
+declare -A R B
 bench_config() {
     local name=$1 batch=$2 delay=$3 d=$WORK/$1
     mkdir -p "$d/store/mlp"
@@ -135,19 +138,25 @@ EOF
     warm_up "$gport"
     local f0 w0 fs0 ws0; f0=$(cpu_ticks "$spid"); w0=$(cpu_ticks "$wpid")
     fs0=$(switches "$spid"); ws0=$(switches "$wpid")
-    read -r rps p50 p99 err n steal < <(run_load "$gport")
+    read -r rps p50 p99 err n steal client < <(run_load "$gport")
     local fc wc fs ws
     fc=$(( ($(cpu_ticks "$spid") - f0) * 10000 / (n > 0 ? n : 1) ))
     wc=$(( ($(cpu_ticks "$wpid") - w0) * 10000 / (n > 0 ? n : 1) ))
     fs=$(awk -v a="$fs0" -v b="$(switches "$spid")" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? (b - a) / n : 0) }')
     ws=$(awk -v a="$ws0" -v b="$(switches "$wpid")" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? (b - a) / n : 0) }')
-    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us  context switches/call: frontend $fs, worker $ws  steal ${steal}%"
+    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us, client ${client} us  context switches/call: frontend $fs, worker $ws  steal ${steal}%"
     [ -s "$WORK/load.err" ] && head -3 "$WORK/load.err"
     kill "$spid"; wait "$spid" 2>/dev/null || true
     local before=${BARE[-1]}
     bare_run
     local ceil; ceil=$(awk -v a="$before" -v b="${BARE[-1]}" 'BEGIN { printf "%d", (a + b) / 2 }')
     R[$name]="$rps $p50 $p99 $err $ceil $steal"
+    # the bound: the ratio this run would reach if the frontend cost no more CPU per call than
+    # the bare server (the mean of the two runs around it) while the worker and the client cost
+    # what they did; both runs fill the machine's cores (the bare server's one thread and the
+    # client take all of it), so calls/s go as 1 / (CPU per call, all processes)
+    B[$name]=$(echo "${BARE_CPU[-2]} ${BARE_CPU[-1]} $wc $client" | awk '{ s = ($1 + $3) / 2;
+        c = ($2 + $4) / 2; printf "%.2f", (s + c) / (s + $5 + $6) }')
 }
 
 echo "== ${DURATION}s per run (after ${WARMUP}s of warm-up), 32 calls in flight over 4 connections"
@@ -160,13 +169,15 @@ bench_config 1w-bs8 8 1
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 echo
 echo "== summary (machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); client on the same cores)"
-printf "%-26s %10s %9s %9s %10s %7s %7s %6s %s\n" server "calls/s" "p50 us" "p99 us" "bare c/s" \
-    ratio target errors "steal (host)"
+printf "%-26s %10s %9s %9s %10s %7s %7s %6s %6s %s\n" server "calls/s" "p50 us" "p99 us" "bare c/s" \
+    ratio target bound errors "steal (host)"
 for name in 1w-bs1 1w-bs32 1w-bs16 1w-bs8; do
     read -r rps p50 p99 err ceil steal <<< "${R[$name]}"
     target=0.90; [ "$name" = 1w-bs1 ] && target=0.50
-    printf "%-26s %10s %9s %9s %10s %7s %7s %6s %s%%\n" "torchserve-c mlp $name" "$rps" "$p50" \
-        "$p99" "$ceil" "$(ratio "$rps" "$ceil")" "$target" "$err" "$steal"
+    printf "%-26s %10s %9s %9s %10s %7s %7s %6s %6s %s%%\n" "torchserve-c mlp $name" "$rps" "$p50" \
+        "$p99" "$ceil" "$(ratio "$rps" "$ceil")" "$target" "${B[$name]}" "$err" "$steal"
 done
 echo "bare gRPC C core runs (calls/s): ${BARE[*]}"
-echo "  (ratio: to the mean of the bare runs just before and after)"
+echo "  (ratio: to the mean of the bare runs just before and after; bound: the ratio the run would"
+echo "   reach if the frontend cost only the bare server's CPU per call, with the worker's and the"
+echo "   client's as measured: (S + C0) / (S + W + C), S and C0 the bare server's and its client's)"
