@@ -417,9 +417,10 @@ static void worker_spawn(struct worker *w)
     pid_t pid;
     int rc = exec_fn(w, sv[1], &pid, exec_arg);
     close(sv[1]);
-    if (rc != 0) {
+    if (rc != 0) { /* logged by exec_fn; not retried: our own binary is missing or broken */
         close(sv[0]);
         w->state = WORKER_FAILED;
+        w->group->ops->changed(w->group, "its worker process could not be started");
         return;
     }
     w->pid = pid;

@@ -1,7 +1,7 @@
 /* The worker processes and their connections (frontend/core/worker_pool.c) against fake
  * workers: death mid-stream, a death behind which batches were pipelined, a worker that stops
- * answering, the step times reported, one that cannot load, a scale-down under load, and a paused
- * stream. */
+ * answering, the step times reported, one that cannot load, a respawn that cannot start the
+ * process, a scale-down under load, and a paused stream. */
 #include "core_fake.h"
 
 TEST(death_mid_stream_fails_the_stream_after_its_frames)
@@ -161,6 +161,42 @@ TEST(a_worker_that_cannot_load_is_not_respawned)
     core_teardown();
 }
 
+/* fake_exec, or a spawn that fails as posix_spawn does when the worker binary is gone */
+static int exec_fails;
+static int maybe_exec(const struct worker *w, int fd, pid_t *pid, void *arg)
+{
+    return exec_fails ? ENOENT : fake_exec(w, fd, pid, arg);
+}
+
+/* A respawn that cannot start the worker process fails what waits for the model with 503:
+ * nothing else would ever serve it. */
+TEST(a_respawn_that_cannot_start_the_worker_fails_the_queue)
+{
+    core_setup();
+    worker_pool_set_exec(maybe_exec, NULL);
+    exec_fails = 0;
+    struct model *m = fake_model(&(struct fake_model_opts){0}); /* batchSize 1 */
+    struct rec r[2];
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "hang")), 0);
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", "wait:2000")), 0); /* pipelined, requeued */
+    struct worker *w = TAILQ_FIRST(&m->pool.workers);
+    CHECK(run_until(log_has_cond, "I b", 3000));
+    exec_fails = 1;
+    kill(w->pid, SIGKILL);
+    CHECK(run_until(rec_done, &r[0], 3000));
+    CHECK_EQ_INT(r[0].status, 500);
+    CHECK(run_until(rec_done, &r[1], 3000));
+    CHECK_EQ_INT(r[1].status, 503);
+    CHECK(strstr(r[1].err, "its worker process could not be started") != NULL);
+    CHECK(all_failed(m));
+    struct rec r2;
+    struct job *j = rec_job(&r2, "c", NULL);
+    CHECK_EQ_INT(model_submit(m, j), TS_E_NO_WORKER);
+    job_unref(j);
+    exec_fails = 0;
+    core_teardown();
+}
+
 static int two_done(void *arg)
 {
     struct rec *r = arg;
@@ -220,6 +256,7 @@ int main(void)
     RUN(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it);
     RUN(an_answer_written_before_the_death_is_delivered);
     RUN(a_worker_that_cannot_load_is_not_respawned);
+    RUN(a_respawn_that_cannot_start_the_worker_fails_the_queue);
     RUN(scale_down_lets_the_worker_answer_what_it_holds);
     RUN(a_worker_whose_streams_are_all_paused_is_not_timed_out);
     tbase_remove();
