@@ -32,10 +32,12 @@ static struct {
     long live_calls;               /* allocated gcalls, armed ones included */
     long busy_calls;               /* calls between T_NEW and their end (grpc_drive_busy) */
     uint64_t next_id;
+    int closing; /* grpc_servers_stop: a call's close is armed as soon as it is owned */
 } C;
 
 static void call_free(struct gcall *c);
 static void unwatch(struct gcall *c);
+static void on_close(struct gcall *c);
 
 /* ---- call lifetime ---- */
 
@@ -186,17 +188,14 @@ static void arm_close(struct gcall *c)
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->close_cancelled;
-    start_batch(c, &op, 1, &c->t_close);
+    if (start_batch(c, &op, 1, &c->t_close) != 0 && c->owned)
+        on_close(c); /* start_batch cancelled the call: the service must learn it now */
 }
 
 static void watch_timer(int64_t age_us)
 {
     int64_t left = (int64_t)CLOSE_WATCH_MS * 1000 - age_us;
-    if (left < 0)
-        left = 0;
-    if (left > (int64_t)CLOSE_WATCH_MS * 1000) /* the wall clock went back */
-        left = (int64_t)CLOSE_WATCH_MS * 1000;
-    struct timeval tv = {0, (suseconds_t)left};
+    struct timeval tv = {0, (suseconds_t)(left > 0 ? left : 0)};
     evtimer_add(C.ev_watch, &tv);
 }
 
@@ -206,17 +205,23 @@ static void watch_sweep(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     (void)arg;
-    int64_t now = access_log_clock_us();
+    int64_t now = ts_now_us();
     struct gcall *c;
-    while ((c = TAILQ_FIRST(&C.unwatched)) && now - c->start_us >= CLOSE_WATCH_MS * 1000)
+    while ((c = TAILQ_FIRST(&C.unwatched)) && now - c->watch_us >= CLOSE_WATCH_MS * 1000)
         arm_close(c);
     if (c)
-        watch_timer(now - c->start_us);
+        watch_timer(now - c->watch_us);
 }
 
-/* A call the service now owns: its close is armed with its status, or at CLOSE_WATCH_MS. */
+/* A call the service now owns: its close is armed with its status, or at CLOSE_WATCH_MS (at
+ * once while the servers stop: the loop that would sweep no longer runs). */
 static void watch_later(struct gcall *c)
 {
+    if (C.closing) {
+        arm_close(c);
+        return;
+    }
+    c->watch_us = ts_now_us();
     c->close_waits = 1;
     TAILQ_INSERT_TAIL(&C.unwatched, c, unwatched);
     if (!evtimer_pending(C.ev_watch, NULL))
@@ -591,6 +596,7 @@ void gcall_setup(void)
 
 void gcall_close_all(void)
 {
+    C.closing = 1;
     while (!TAILQ_EMPTY(&C.unwatched))
         arm_close(TAILQ_FIRST(&C.unwatched));
 }

@@ -80,6 +80,7 @@ struct gcall {
     int close_armed; /* RECV_CLOSE_ON_SERVER is in a batch */
     int close_waits; /* on the list of calls to watch: owned by the service, its close not armed yet
                       */
+    int64_t watch_us; /* when it joined that list (monotonic) */
     TAILQ_ENTRY(gcall) unwatched;
     int send_pending;
     grpc_byte_buffer *send_bb;
@@ -118,7 +119,8 @@ void gcall_completed(struct gtag *t, int success);
 void gcall_flush_released(void);
 /* Allocated calls, armed ones included. */
 long gcall_live(void);
-/* Shutdown: arms the close of every call that has none, so that cancel_all_calls ends them. */
+/* Shutdown: arms the close of every call that has none, so that cancel_all_calls ends them, and
+ * of every call owned from now on (the stop loop handles completions without the loop's timers). */
 void gcall_close_all(void);
 void gcall_setup(void);
 void gcall_teardown(void);

@@ -5,7 +5,7 @@ clients built from the build-time stubs in build/py.
 - 4 client processes x 16 concurrent calls, all answered correctly;
 - StreamPredictions: one message per word at the handler's pace; unary Predictions on the same
   model gives the whole answer; a cancelled stream, or one past its deadline, cancels the job
-  on the worker;
+  on the worker, and so does a unary call's deadline; SIGTERM with calls in flight ends them all;
 - StreamPredictions2: each request answered in order, errors as PredictionResponse.status with
   the stream kept open, the half-close ends the call;
 - NOT_FOUND for an unknown model/version, RESOURCE_EXHAUSTED above max_request_size;
@@ -17,6 +17,7 @@ clients built from the build-time stubs in build/py.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -254,6 +255,34 @@ def test_unary_deadline_reaches_worker(isrv):
     got = st.Predictions(ipb.PredictionsRequest(model_name="identity_text",
                                                 input={"body": b"next"}), timeout=10)
     assert got.prediction == b"next"
+
+
+def test_stop_with_calls_in_flight():
+    """SIGTERM while unary calls wait on a slow model, some of them a few milliseconds old (their
+    end is not watched yet) and some arriving as the servers stop: every call ends (CANCELLED or
+    UNAVAILABLE) and the server exits at once, with no sanitizer report."""
+    tmp = tempfile.mkdtemp(prefix="tsc-grpc-stop-")
+    s = start_server(tmp, models=["identity_text"],
+                     yaml={"identity_text": {"handler": {"delay_ms": 100}}})
+    try:
+        s.wait_ready("identity_text", body={"data": b"x"})
+        st = inference_stub(s)
+        req = ipb.PredictionsRequest(model_name="identity_text",
+                                     input={"body": b" ".join([b"w"] * 30)})  # 3 s each
+        futs = [st.Predictions.future(req, timeout=30) for _ in range(8)]
+        time.sleep(0.3)
+        futs += [st.Predictions.future(req, timeout=30) for _ in range(8)]
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        futs += [st.Predictions.future(req, timeout=30) for _ in range(8)]
+        s.proc.wait(timeout=15)
+        assert time.time() - t0 < 10, time.time() - t0
+        for f in futs:
+            assert f.exception(timeout=10) is not None
+        stop_clean(s)
+    finally:
+        s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_stream_predictions2_requests_and_errors(isrv, mlp_ref):
