@@ -417,8 +417,14 @@ static void worker_spawn(struct worker *w)
     pid_t pid;
     int rc = exec_fn(w, sv[1], &pid, exec_arg);
     close(sv[1]);
-    if (rc != 0) { /* logged by exec_fn; not retried: our own binary is missing or broken */
+    if (rc != 0) { /* logged by exec_fn */
         close(sv[0]);
+        if (rc == EAGAIN || rc == ENOMEM) { /* short of processes or memory: for now */
+            w->state = WORKER_BACKOFF;
+            arm_timer(w, 1000);
+            return;
+        }
+        /* our own binary is missing or broken: no retry will do better */
         w->state = WORKER_FAILED;
         w->group->ops->changed(w->group, "its worker process could not be started");
         return;

@@ -161,11 +161,16 @@ TEST(a_worker_that_cannot_load_is_not_respawned)
     core_teardown();
 }
 
-/* fake_exec, or a spawn that fails as posix_spawn does when the worker binary is gone */
-static int exec_fails;
+/* fake_exec, or the next exec_fails spawns fail with exec_errno as posix_spawn does (ENOENT: the
+ * worker binary is gone; EAGAIN: no process to be had for now) */
+static int exec_fails, exec_errno;
 static int maybe_exec(const struct worker *w, int fd, pid_t *pid, void *arg)
 {
-    return exec_fails ? ENOENT : fake_exec(w, fd, pid, arg);
+    if (exec_fails > 0) {
+        exec_fails--;
+        return exec_errno;
+    }
+    return fake_exec(w, fd, pid, arg);
 }
 
 /* A respawn that cannot start the worker process fails what waits for the model with 503:
@@ -181,7 +186,7 @@ TEST(a_respawn_that_cannot_start_the_worker_fails_the_queue)
     CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", "wait:2000")), 0); /* pipelined, requeued */
     struct worker *w = TAILQ_FIRST(&m->pool.workers);
     CHECK(run_until(log_has_cond, "I b", 3000));
-    exec_fails = 1;
+    exec_fails = 1000, exec_errno = ENOENT;
     kill(w->pid, SIGKILL);
     CHECK(run_until(rec_done, &r[0], 3000));
     CHECK_EQ_INT(r[0].status, 500);
@@ -194,6 +199,29 @@ TEST(a_respawn_that_cannot_start_the_worker_fails_the_queue)
     CHECK_EQ_INT(model_submit(m, j), TS_E_NO_WORKER);
     job_unref(j);
     exec_fails = 0;
+    core_teardown();
+}
+
+/* A spawn that fails for want of processes or memory is tried again after a second. */
+TEST(a_spawn_short_of_processes_is_retried)
+{
+    core_setup();
+    worker_pool_set_exec(maybe_exec, NULL);
+    exec_fails = 0;
+    struct model *m = fake_model(&(struct fake_model_opts){0});
+    struct rec r[2];
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "hang")), 0);
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", "wait:300")), 0);
+    struct worker *w = TAILQ_FIRST(&m->pool.workers);
+    CHECK(run_until(log_has_cond, "I b", 3000));
+    exec_fails = 2, exec_errno = EAGAIN;
+    kill(w->pid, SIGKILL);
+    CHECK(run_until(rec_done, &r[0], 3000));
+    CHECK_EQ_INT(r[0].status, 500);
+    CHECK(run_until(rec_done, &r[1], 6000)); /* by the third spawn, two seconds later */
+    CHECK_EQ_INT(r[1].errors, 0);
+    CHECK_STR(r[1].body, "ok:b");
+    CHECK_EQ_INT(exec_fails, 0);
     core_teardown();
 }
 
@@ -257,6 +285,7 @@ int main(void)
     RUN(an_answer_written_before_the_death_is_delivered);
     RUN(a_worker_that_cannot_load_is_not_respawned);
     RUN(a_respawn_that_cannot_start_the_worker_fails_the_queue);
+    RUN(a_spawn_short_of_processes_is_retried);
     RUN(scale_down_lets_the_worker_answer_what_it_holds);
     RUN(a_worker_whose_streams_are_all_paused_is_not_timed_out);
     tbase_remove();
