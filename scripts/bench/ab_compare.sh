@@ -88,6 +88,7 @@ wrk -t2 -c32 -d"${MACHINE_WARMUP:-10}s" -s "$ROOT/scripts/bench/post.lua" \
     "http://127.0.0.1:$tport/predictions/mlp" > /dev/null 2>&1 || true
 
 declare -A SUM N CPU OVH
+echo "(ovh_p50: A and B, the p50 overhead over the forward; C, the bare server's whole p50 latency)"
 printf "%-14s %-6s %10s %10s %6s %8s\n" config run "req/s" "cpu_us/req" non200 ovh_p50
 for cfg in "${CONFIGS[@]}"; do
     IFS=: read -r w bs delay api <<< "$cfg"

@@ -55,9 +55,11 @@ switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s 
 
 # warm_up PORT [SECONDS]: SECONDS (default WARMUP) of the same load, not counted
 warm_up() { "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "${2:-$WARMUP}" > /dev/null 2>&1 || true; }
-# the machine's CPU time, all cores, in ticks: "total steal" (steal: taken by the host)
-machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $9}' /proc/stat; }
-# run_load PORT -> "calls_per_s p50_us p99_us errors calls steal_percent client_cpu_us_per_call"
+# the machine's CPU time, all cores, in ticks: "total steal idle" (steal: taken by the host;
+# idle: no process wanted it)
+machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $9, $5}' /proc/stat; }
+# run_load PORT -> "calls_per_s p50_us p99_us errors calls steal_percent client_cpu_us_per_call
+#                   idle_percent"
 run_load() {
     local m0 m1
     m0=$(machine_ticks)
@@ -67,8 +69,9 @@ run_load() {
     local l; l=$(cat "$WORK/load.last")
     val() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
     echo "$(val calls_per_s) $(val p50_us) $(val p99_us) $(val errors) $(val calls)" \
-        "$(echo "$m0 $m1" | awk '{ printf "%.1f", ($3 > $1 ? 100 * ($4 - $2) / ($3 - $1) : 0) }')" \
-        "$(val client_cpu_us_per_call)"
+        "$(echo "$m0 $m1" | awk '{ printf "%.1f", ($4 > $1 ? 100 * ($5 - $2) / ($4 - $1) : 0) }')" \
+        "$(val client_cpu_us_per_call)" \
+        "$(echo "$m0 $m1" | awk '{ printf "%.1f", ($4 > $1 ? 100 * ($6 - $3) / ($4 - $1) : 0) }')"
 }
 
 # ---- the ceiling: a bare gRPC C core server, kept running; bare_run measures it once and
@@ -88,9 +91,9 @@ bare_run() {
     local t0 b_rps b_p50 b_p99 b_err b_n b_cpu b_steal b_client
     warm_up "$bport"
     t0=$(cpu_ticks "$bpid")
-    read -r b_rps b_p50 b_p99 b_err b_n b_steal b_client < <(run_load "$bport")
+    read -r b_rps b_p50 b_p99 b_err b_n b_steal b_client b_idle < <(run_load "$bport")
     b_cpu=$(( ($(cpu_ticks "$bpid") - t0) * 10000 / (b_n > 0 ? b_n : 1) ))
-    echo "== bare gRPC C core server: $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call  client CPU ${b_client} us/call  steal ${b_steal}%"
+    echo "== bare gRPC C core server: $b_rps calls/s  p50 ${b_p50} us  p99 ${b_p99} us  errors $b_err  server CPU ${b_cpu} us/call  client CPU ${b_client} us/call  idle ${b_idle}%  steal ${b_steal}%"
     BARE+=("$b_rps")
     BARE_CPU+=("$b_cpu $b_client")
 }
@@ -138,13 +141,13 @@ EOF
     warm_up "$gport"
     local f0 w0 fs0 ws0; f0=$(cpu_ticks "$spid"); w0=$(cpu_ticks "$wpid")
     fs0=$(switches "$spid"); ws0=$(switches "$wpid")
-    read -r rps p50 p99 err n steal client < <(run_load "$gport")
+    read -r rps p50 p99 err n steal client idle < <(run_load "$gport")
     local fc wc fs ws
     fc=$(( ($(cpu_ticks "$spid") - f0) * 10000 / (n > 0 ? n : 1) ))
     wc=$(( ($(cpu_ticks "$wpid") - w0) * 10000 / (n > 0 ? n : 1) ))
     fs=$(awk -v a="$fs0" -v b="$(switches "$spid")" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? (b - a) / n : 0) }')
     ws=$(awk -v a="$ws0" -v b="$(switches "$wpid")" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? (b - a) / n : 0) }')
-    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us, client ${client} us  context switches/call: frontend $fs, worker $ws  steal ${steal}%"
+    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us, client ${client} us  context switches/call: frontend $fs, worker $ws  idle ${idle}%  steal ${steal}%"
     [ -s "$WORK/load.err" ] && head -3 "$WORK/load.err"
     kill "$spid"; wait "$spid" 2>/dev/null || true
     local before=${BARE[-1]}
@@ -180,4 +183,5 @@ done
 echo "bare gRPC C core runs (calls/s): ${BARE[*]}"
 echo "  (ratio: to the mean of the bare runs just before and after; bound: the ratio the run would"
 echo "   reach if the frontend cost only the bare server's CPU per call, with the worker's and the"
-echo "   client's as measured: (S + C0) / (S + W + C), S and C0 the bare server's and its client's)"
+echo "   client's as measured: (S + C0) / (S + W + C), S and C0 the bare server's and its client's;"
+echo "   it holds while both runs keep every core busy: see 'idle' in the runs above)"
