@@ -32,6 +32,7 @@
 #include "core.h"
 #include "log.h"
 #include "worker_log.h"
+#include "worker_out.h"
 
 extern char **environ;
 
@@ -120,19 +121,6 @@ static int give_back(struct worker *w)
     return n;
 }
 
-/* The shutdown() makes the worker see EOF now: bufferevent_free() closes the fd from a
- * finalizer on the loop, which never runs once the loop has exited (server shutdown). */
-static void close_conn(struct worker *w)
-{
-    if (w->bev) {
-        evutil_socket_t fd = bufferevent_getfd(w->bev);
-        if (fd >= 0)
-            shutdown(fd, SHUT_RDWR);
-        bufferevent_free(w->bev);
-        w->bev = NULL;
-    }
-}
-
 /* Takes the worker out of its group for good (its owner re-pins its sequences). */
 static void detach_from_group(struct worker *w)
 {
@@ -147,11 +135,12 @@ static void detach_from_group(struct worker *w)
 
 static void worker_free(struct worker *w)
 {
-    close_conn(w);
+    worker_out_close(w);
     worker_log_free(w->log);
     if (w->timer)
         event_free(w->timer);
     buf_free(&w->out);
+    buf_free(&w->pend);
     free(w);
 }
 
@@ -160,27 +149,9 @@ static void worker_kill(struct worker *w, const char *reason)
 {
     if (!w->kill_reason)
         w->kill_reason = reason;
-    close_conn(w);
+    worker_out_close(w);
     if (w->pid > 0)
         kill(w->pid, SIGKILL);
-}
-
-/* Writes to the worker at once when nothing is queued: bufferevent_write would wait for the
- * next loop turn and cost two epoll_ctl calls (write interest on, then off) per frame, and the
- * worker would start that much later. What the socket does not take now is queued as before;
- * an error is left to the bufferevent, which meets it on its own write and reports it to
- * on_event. */
-static void worker_write(struct worker *w, const void *data, size_t len)
-{
-    if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
-        ssize_t n = send(bufferevent_getfd(w->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            data = (const char *)data + n;
-            len -= (size_t)n;
-        }
-    }
-    if (len)
-        bufferevent_write(w->bev, data, len);
 }
 
 static void handle_load_reply(struct worker *w, const struct otf_response *r)
@@ -283,7 +254,7 @@ static void handle_response(struct worker *w, struct otf_response *r)
     free(jobs);
     free(finals);
     if (done_stopping && w->state == WORKER_STOPPING)
-        close_conn(w);
+        worker_out_close(w);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -455,7 +426,7 @@ static void worker_spawn(struct worker *w)
     };
     buf_reset(&w->out);
     otf_encode_load(&w->out, &l);
-    worker_write(w, w->out.data, w->out.len);
+    worker_out_now(w, w->out.data, w->out.len);
     arm_timer(w, (int64_t)g->startup_timeout_s * 1000);
     LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, g->name, g->version);
 }
@@ -508,7 +479,7 @@ static void reap(struct worker *w, int status)
     TAILQ_REMOVE(&all_workers, w, glink);
     w->pid = 0;
     read_last_answers(w);
-    close_conn(w);
+    worker_out_close(w);
     worker_log_free(w->log); /* its last lines, then the pipe */
     w->log = NULL;
     evtimer_del(w->timer);
@@ -587,6 +558,8 @@ static void on_sigchld(evutil_socket_t fd, short what, void *arg)
 int worker_pool_init(void)
 {
     ev_sigchld = evsignal_new(srv->base, SIGCHLD, on_sigchld, NULL);
+    if (worker_out_init() != 0)
+        return -1;
     return evsignal_add(ev_sigchld, NULL);
 }
 
@@ -629,7 +602,7 @@ static void worker_stop(struct worker *w, int graceful)
     }
     evtimer_del(w->timer);
     fail_inflight(w, 503, "ServiceUnavailableException", "Worker was stopped (scaled down)");
-    close_conn(w);
+    worker_out_close(w);
 }
 
 int worker_pool_scale(struct worker_group *g, int n)
@@ -695,7 +668,7 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
         w->n_inflight++;
     }
     otf_encode_list_end(&w->out);
-    worker_write(w, w->out.data, w->out.len);
+    worker_out_batch(w, w->out.data, w->out.len);
     w->group->n_batches++;
     hist_observe(&w->group->batch_sizes, hist_size_bounds, n);
     if ((uint64_t)n > w->group->max_batch_seen)
@@ -710,7 +683,7 @@ void worker_send_seq_event(struct worker *w, const char *seq_id, int event)
         return; /* a respawned worker learns from the state store instead */
     buf_reset(&w->out);
     otf_encode_seq_event(&w->out, otf_s(seq_id), event);
-    worker_write(w, w->out.data, w->out.len);
+    worker_out_now(w, w->out.data, w->out.len);
 }
 
 void worker_pause_job(struct worker *w, struct job *j, int paused)
@@ -721,7 +694,7 @@ void worker_pause_job(struct worker *w, struct job *j, int paused)
         struct otf_str id = otf_s(j->id);
         buf_reset(&w->out);
         otf_encode_pause(&w->out, &id, 1, paused);
-        worker_write(w, w->out.data, w->out.len);
+        worker_out_now(w, w->out.data, w->out.len);
     }
     LOG_REQ(LOG_LEVEL_INFO, j->rid,
             paused ? "client reads slower than its stream: paused on worker %d"
@@ -740,13 +713,13 @@ void worker_cancel_job(struct worker *w, struct job *j)
         struct otf_str id = otf_s(j->id);
         buf_reset(&w->out);
         otf_encode_cancel(&w->out, &id, 1);
-        worker_write(w, w->out.data, w->out.len);
+        worker_out_now(w, w->out.data, w->out.len);
     }
     LOG_REQ(LOG_LEVEL_INFO, j->rid, "client went away; cancelled on worker %d", w->id);
     if (w->n_inflight == w->n_paused)
         evtimer_del(w->timer);
     if (w->state == WORKER_STOPPING && w->n_inflight == 0)
-        close_conn(w); /* scaled down and nothing left to answer */
+        worker_out_close(w); /* scaled down and nothing left to answer */
     if (w->group)
         w->group->ops->slots(w->group);
 }
@@ -757,7 +730,7 @@ void worker_pool_shutdown(void)
     TAILQ_FOREACH(w, &all_workers, glink)
     {
         w->state = WORKER_STOPPING;
-        close_conn(w);
+        worker_out_close(w);
     }
     int64_t deadline = ts_now_us() + 5 * 1000000LL;
     while (!TAILQ_EMPTY(&all_workers)) {
@@ -785,4 +758,5 @@ void worker_pool_shutdown(void)
         event_free(ev_sigchld);
         ev_sigchld = NULL;
     }
+    worker_out_shutdown();
 }

@@ -91,8 +91,10 @@ struct worker {
     int64_t last_io_us;
     int retries; /* consecutive failures, for back-off */
     unsigned long oom_kills_at_spawn;
-    struct buf out; /* scratch for encoding */
-    uint64_t steps; /* response frames received */
+    struct buf out;  /* scratch for encoding */
+    struct buf pend; /* batches to send at the end of this loop turn (worker_out.c) */
+    int pend_listed; /* it is on worker_out's list for that */
+    uint64_t steps;  /* response frames received */
     int64_t ready_since_us;
     const char *kill_reason;   /* why we killed it, for the in-flight jobs' error */
     TAILQ_ENTRY(worker) link;  /* group->workers */

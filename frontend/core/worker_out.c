@@ -1,0 +1,122 @@
+/*
+ * worker_out: see worker_out.h.
+ */
+#include "worker_out.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#include "core.h"
+#include "util.h"
+#include "worker_pool.h"
+
+static struct event *flush_ev;
+/* workers with batches waiting, in the order they got their first; a closed one's slot is NULL */
+static struct worker **waiting;
+static size_t n_waiting, cap_waiting;
+
+/* Writes at once when nothing is queued: bufferevent_write would wait for the next loop turn and
+ * cost two epoll_ctl calls (write interest on, then off) per write, and the worker would start
+ * that much later. What the socket does not take now is queued as before; an error is left to
+ * the bufferevent, which meets it on its own write and reports it to the pool's on_event. */
+static void write_raw(struct worker *w, const void *data, size_t len)
+{
+    if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
+        ssize_t n = send(bufferevent_getfd(w->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            data = (const char *)data + n;
+            len -= (size_t)n;
+        }
+    }
+    if (len)
+        bufferevent_write(w->bev, data, len);
+}
+
+static void flush_waiting(struct worker *w)
+{
+    if (w->bev && w->pend.len)
+        write_raw(w, w->pend.data, w->pend.len);
+    buf_reset(&w->pend);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what, (void)arg;
+    for (size_t i = 0; i < n_waiting; i++) {
+        struct worker *w = waiting[i];
+        if (w) {
+            flush_waiting(w);
+            w->pend_listed = 0;
+        }
+    }
+    n_waiting = 0;
+}
+
+int worker_out_init(void)
+{
+    if (!flush_ev)
+        flush_ev = event_new(srv->base, -1, 0, on_flush, NULL);
+    return flush_ev ? 0 : -1;
+}
+
+void worker_out_shutdown(void)
+{
+    if (flush_ev)
+        event_free(flush_ev);
+    flush_ev = NULL;
+    free(waiting);
+    waiting = NULL;
+    n_waiting = cap_waiting = 0;
+}
+
+void worker_out_batch(struct worker *w, const void *data, size_t len)
+{
+    if (!w->bev)
+        return;
+    if (!flush_ev) { /* not set up (a caller outside the loop): no later to wait for */
+        write_raw(w, data, len);
+        return;
+    }
+    buf_put(&w->pend, data, len);
+    if (w->pend_listed)
+        return;
+    if (n_waiting == cap_waiting) {
+        cap_waiting = cap_waiting ? 2 * cap_waiting : 16;
+        waiting = xrealloc(waiting, cap_waiting * sizeof(*waiting));
+    }
+    waiting[n_waiting++] = w;
+    w->pend_listed = 1;
+    if (n_waiting == 1)
+        event_active(flush_ev, EV_WRITE, 1);
+}
+
+void worker_out_now(struct worker *w, const void *data, size_t len)
+{
+    if (!w->bev)
+        return;
+    flush_waiting(w); /* its slot in `waiting` stays, with nothing left to send */
+    write_raw(w, data, len);
+}
+
+/* The shutdown() makes the worker see EOF now: bufferevent_free() closes the fd from a
+ * finalizer on the loop, which never runs once the loop has exited (server shutdown). */
+void worker_out_close(struct worker *w)
+{
+    if (w->pend_listed) {
+        for (size_t i = 0; i < n_waiting; i++)
+            if (waiting[i] == w)
+                waiting[i] = NULL;
+        w->pend_listed = 0;
+    }
+    buf_reset(&w->pend);
+    if (w->bev) {
+        evutil_socket_t fd = bufferevent_getfd(w->bev);
+        if (fd >= 0)
+            shutdown(fd, SHUT_RDWR);
+        bufferevent_free(w->bev);
+        w->bev = NULL;
+    }
+}
