@@ -11,45 +11,45 @@
 
 #include "core.h"
 #include "util.h"
-#include "worker_pool.h"
 
 static struct event *flush_ev;
-/* workers with batches waiting, in the order they got their first; a closed one's slot is NULL */
-static struct worker **waiting;
+/* connections with batches waiting, in the order they got their first; a closed one's slot is NULL
+ */
+static struct worker_conn **waiting;
 static size_t n_waiting, cap_waiting;
 
 /* Writes at once when nothing is queued: bufferevent_write would wait for the next loop turn and
  * cost two epoll_ctl calls (write interest on, then off) per write, and the worker would start
  * that much later. What the socket does not take now is queued as before; an error is left to
  * the bufferevent, which meets it on its own write and reports it to the pool's on_event. */
-static void write_raw(struct worker *w, const void *data, size_t len)
+static void write_raw(struct worker_conn *c, const void *data, size_t len)
 {
-    if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
-        ssize_t n = send(bufferevent_getfd(w->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+        ssize_t n = send(bufferevent_getfd(c->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             data = (const char *)data + n;
             len -= (size_t)n;
         }
     }
     if (len)
-        bufferevent_write(w->bev, data, len);
+        bufferevent_write(c->bev, data, len);
 }
 
-static void flush_waiting(struct worker *w)
+static void flush_waiting(struct worker_conn *c)
 {
-    if (w->bev && w->pend.len)
-        write_raw(w, w->pend.data, w->pend.len);
-    buf_reset(&w->pend);
+    if (c->bev && c->pend.len)
+        write_raw(c, c->pend.data, c->pend.len);
+    buf_reset(&c->pend);
 }
 
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what, (void)arg;
     for (size_t i = 0; i < n_waiting; i++) {
-        struct worker *w = waiting[i];
-        if (w) {
-            flush_waiting(w);
-            w->pend_listed = 0;
+        struct worker_conn *c = waiting[i];
+        if (c) {
+            flush_waiting(c);
+            c->listed = 0;
         }
     }
     n_waiting = 0;
@@ -72,51 +72,56 @@ void worker_out_shutdown(void)
     n_waiting = cap_waiting = 0;
 }
 
-void worker_out_batch(struct worker *w, const void *data, size_t len)
+void worker_out_batch(struct worker_conn *c, const void *data, size_t len)
 {
-    if (!w->bev)
+    if (!c->bev)
         return;
     if (!flush_ev) { /* not set up (a caller outside the loop): no later to wait for */
-        write_raw(w, data, len);
+        write_raw(c, data, len);
         return;
     }
-    buf_put(&w->pend, data, len);
-    if (w->pend_listed)
+    buf_put(&c->pend, data, len);
+    if (c->listed)
         return;
     if (n_waiting == cap_waiting) {
         cap_waiting = cap_waiting ? 2 * cap_waiting : 16;
         waiting = xrealloc(waiting, cap_waiting * sizeof(*waiting));
     }
-    waiting[n_waiting++] = w;
-    w->pend_listed = 1;
+    waiting[n_waiting++] = c;
+    c->listed = 1;
     if (n_waiting == 1)
         event_active(flush_ev, EV_WRITE, 1);
 }
 
-void worker_out_now(struct worker *w, const void *data, size_t len)
+void worker_out_now(struct worker_conn *c, const void *data, size_t len)
 {
-    if (!w->bev)
+    if (!c->bev)
         return;
-    flush_waiting(w); /* its slot in `waiting` stays, with nothing left to send */
-    write_raw(w, data, len);
+    flush_waiting(c); /* its slot in `waiting` stays, with nothing left to send */
+    write_raw(c, data, len);
 }
 
 /* The shutdown() makes the worker see EOF now: bufferevent_free() closes the fd from a
  * finalizer on the loop, which never runs once the loop has exited (server shutdown). */
-void worker_out_close(struct worker *w)
+void worker_out_close(struct worker_conn *c)
 {
-    if (w->pend_listed) {
+    if (c->listed) {
         for (size_t i = 0; i < n_waiting; i++)
-            if (waiting[i] == w)
+            if (waiting[i] == c)
                 waiting[i] = NULL;
-        w->pend_listed = 0;
+        c->listed = 0;
     }
-    buf_reset(&w->pend);
-    if (w->bev) {
-        evutil_socket_t fd = bufferevent_getfd(w->bev);
+    buf_reset(&c->pend);
+    if (c->bev) {
+        evutil_socket_t fd = bufferevent_getfd(c->bev);
         if (fd >= 0)
             shutdown(fd, SHUT_RDWR);
-        bufferevent_free(w->bev);
-        w->bev = NULL;
+        bufferevent_free(c->bev);
+        c->bev = NULL;
     }
+}
+
+void worker_out_free(struct worker_conn *c)
+{
+    buf_free(&c->pend);
 }

@@ -14,17 +14,28 @@
 
 #include <stddef.h>
 
-struct worker;
+#include "util.h"
+
+struct bufferevent;
+
+/* A worker's connection: its socket, and the batches that wait for the end of the turn. */
+struct worker_conn {
+    struct bufferevent *bev; /* NULL once closed */
+    struct buf pend;
+    int listed; /* on the list of connections with batches waiting */
+};
 
 /* The end-of-turn event; worker_pool_init calls it. 0, or -1 if libevent has no memory. */
 int worker_out_init(void);
 /* Frees it (worker_pool_shutdown). */
 void worker_out_shutdown(void);
-/* An encoded batch for w, sent at the end of this loop turn. */
-void worker_out_batch(struct worker *w, const void *data, size_t len);
-/* Any other frame for w, sent now (after w's waiting batches). */
-void worker_out_now(struct worker *w, const void *data, size_t len);
-/* Closes w's connection, dropping what waits: the worker sees EOF at once. */
-void worker_out_close(struct worker *w);
+/* An encoded batch, sent at the end of this loop turn. No-op once c is closed. */
+void worker_out_batch(struct worker_conn *c, const void *data, size_t len);
+/* Any other frame, sent now (after the batches that wait). No-op once c is closed. */
+void worker_out_now(struct worker_conn *c, const void *data, size_t len);
+/* Closes the connection, dropping what waits: the worker sees EOF at once. */
+void worker_out_close(struct worker_conn *c);
+/* Frees what a closed connection still holds. */
+void worker_out_free(struct worker_conn *c);
 
 #endif

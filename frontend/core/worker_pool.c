@@ -32,7 +32,6 @@
 #include "core.h"
 #include "log.h"
 #include "worker_log.h"
-#include "worker_out.h"
 
 extern char **environ;
 
@@ -135,12 +134,12 @@ static void detach_from_group(struct worker *w)
 
 static void worker_free(struct worker *w)
 {
-    worker_out_close(w);
+    worker_out_close(&w->conn);
     worker_log_free(w->log);
     if (w->timer)
         event_free(w->timer);
     buf_free(&w->out);
-    buf_free(&w->pend);
+    worker_out_free(&w->conn);
     free(w);
 }
 
@@ -149,7 +148,7 @@ static void worker_kill(struct worker *w, const char *reason)
 {
     if (!w->kill_reason)
         w->kill_reason = reason;
-    worker_out_close(w);
+    worker_out_close(&w->conn);
     if (w->pid > 0)
         kill(w->pid, SIGKILL);
 }
@@ -254,7 +253,7 @@ static void handle_response(struct worker *w, struct otf_response *r)
     free(jobs);
     free(finals);
     if (done_stopping && w->state == WORKER_STOPPING)
-        worker_out_close(w);
+        worker_out_close(&w->conn);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -262,7 +261,7 @@ static void on_read(struct bufferevent *bev, void *arg)
     struct worker *w = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     w->last_io_us = ts_now_us();
-    while (w->bev) {
+    while (w->conn.bev) {
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             break;
@@ -282,7 +281,7 @@ static void on_read(struct bufferevent *bev, void *arg)
         else
             handle_response(w, &r);
         otf_response_free(&r);
-        if (w->bev)
+        if (w->conn.bev)
             evbuffer_drain(in, (size_t)n);
     }
     if (w->group)
@@ -410,9 +409,9 @@ static void worker_spawn(struct worker *w)
     w->start_wall_ms = ts_wall_ms();
     TAILQ_INSERT_TAIL(&all_workers, w, glink);
     evutil_make_socket_nonblocking(sv[0]);
-    w->bev = bufferevent_socket_new(srv->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
-    bufferevent_setcb(w->bev, on_read, NULL, on_event, w);
-    bufferevent_enable(w->bev, EV_READ);
+    w->conn.bev = bufferevent_socket_new(srv->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(w->conn.bev, on_read, NULL, on_event, w);
+    bufferevent_enable(w->conn.bev, EV_READ);
 
     struct worker_group *g = w->group;
     struct otf_load l = {
@@ -426,7 +425,7 @@ static void worker_spawn(struct worker *w)
     };
     buf_reset(&w->out);
     otf_encode_load(&w->out, &l);
-    worker_out_now(w, w->out.data, w->out.len);
+    worker_out_now(&w->conn, w->out.data, w->out.len);
     arm_timer(w, (int64_t)g->startup_timeout_s * 1000);
     LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, g->name, g->version);
 }
@@ -463,14 +462,14 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
  * dispatch that the answers' freed slots start does not pick it. */
 static void read_last_answers(struct worker *w)
 {
-    if (!w->bev)
+    if (!w->conn.bev)
         return;
-    evutil_socket_t fd = bufferevent_getfd(w->bev);
-    struct evbuffer *in = bufferevent_get_input(w->bev);
+    evutil_socket_t fd = bufferevent_getfd(w->conn.bev);
+    struct evbuffer *in = bufferevent_get_input(w->conn.bev);
     while (fd >= 0 && evbuffer_read(in, fd, 65536) > 0)
         ;
     if (evbuffer_get_length(in) > 0)
-        on_read(w->bev, w);
+        on_read(w->conn.bev, w);
 }
 
 static void reap(struct worker *w, int status)
@@ -479,7 +478,7 @@ static void reap(struct worker *w, int status)
     TAILQ_REMOVE(&all_workers, w, glink);
     w->pid = 0;
     read_last_answers(w);
-    worker_out_close(w);
+    worker_out_close(&w->conn);
     worker_log_free(w->log); /* its last lines, then the pipe */
     w->log = NULL;
     evtimer_del(w->timer);
@@ -595,14 +594,14 @@ static void worker_stop(struct worker *w, int graceful)
         return;
     }
     w->state = WORKER_STOPPING;
-    if (graceful && w->n_inflight > 0 && w->bev) {
+    if (graceful && w->n_inflight > 0 && w->conn.bev) {
         LOG_INFO("worker %d stops once its %d in-flight request(s) are answered", w->id,
                  w->n_inflight);
         return;
     }
     evtimer_del(w->timer);
     fail_inflight(w, 503, "ServiceUnavailableException", "Worker was stopped (scaled down)");
-    worker_out_close(w);
+    worker_out_close(&w->conn);
 }
 
 int worker_pool_scale(struct worker_group *g, int n)
@@ -645,7 +644,7 @@ int worker_pool_scale(struct worker_group *g, int n)
 
 int worker_takes_jobs(const struct worker *w)
 {
-    return w->state == WORKER_READY && w->bev && w->pid > 0;
+    return w->state == WORKER_READY && w->conn.bev && w->pid > 0;
 }
 
 void worker_send_batch(struct worker *w, struct job **jobs, int n)
@@ -668,7 +667,7 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
         w->n_inflight++;
     }
     otf_encode_list_end(&w->out);
-    worker_out_batch(w, w->out.data, w->out.len);
+    worker_out_batch(&w->conn, w->out.data, w->out.len);
     w->group->n_batches++;
     hist_observe(&w->group->batch_sizes, hist_size_bounds, n);
     if ((uint64_t)n > w->group->max_batch_seen)
@@ -679,22 +678,22 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
 
 void worker_send_seq_event(struct worker *w, const char *seq_id, int event)
 {
-    if (!w->bev)
+    if (!w->conn.bev)
         return; /* a respawned worker learns from the state store instead */
     buf_reset(&w->out);
     otf_encode_seq_event(&w->out, otf_s(seq_id), event);
-    worker_out_now(w, w->out.data, w->out.len);
+    worker_out_now(&w->conn, w->out.data, w->out.len);
 }
 
 void worker_pause_job(struct worker *w, struct job *j, int paused)
 {
     j->paused = paused;
     w->n_paused += paused ? 1 : -1;
-    if (w->bev) {
+    if (w->conn.bev) {
         struct otf_str id = otf_s(j->id);
         buf_reset(&w->out);
         otf_encode_pause(&w->out, &id, 1, paused);
-        worker_out_now(w, w->out.data, w->out.len);
+        worker_out_now(&w->conn, w->out.data, w->out.len);
     }
     LOG_REQ(LOG_LEVEL_INFO, j->rid,
             paused ? "client reads slower than its stream: paused on worker %d"
@@ -709,17 +708,17 @@ void worker_pause_job(struct worker *w, struct job *j, int paused)
 void worker_cancel_job(struct worker *w, struct job *j)
 {
     inflight_remove(w, j);
-    if (w->bev) {
+    if (w->conn.bev) {
         struct otf_str id = otf_s(j->id);
         buf_reset(&w->out);
         otf_encode_cancel(&w->out, &id, 1);
-        worker_out_now(w, w->out.data, w->out.len);
+        worker_out_now(&w->conn, w->out.data, w->out.len);
     }
     LOG_REQ(LOG_LEVEL_INFO, j->rid, "client went away; cancelled on worker %d", w->id);
     if (w->n_inflight == w->n_paused)
         evtimer_del(w->timer);
     if (w->state == WORKER_STOPPING && w->n_inflight == 0)
-        worker_out_close(w); /* scaled down and nothing left to answer */
+        worker_out_close(&w->conn); /* scaled down and nothing left to answer */
     if (w->group)
         w->group->ops->slots(w->group);
 }
@@ -730,7 +729,7 @@ void worker_pool_shutdown(void)
     TAILQ_FOREACH(w, &all_workers, glink)
     {
         w->state = WORKER_STOPPING;
-        worker_out_close(w);
+        worker_out_close(&w->conn);
     }
     int64_t deadline = ts_now_us() + 5 * 1000000LL;
     while (!TAILQ_EMPTY(&all_workers)) {

@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "proc_info.h"
 #include "util.h"
+#include "worker_out.h"
 
 struct bufferevent;
 struct event;
@@ -80,7 +81,7 @@ struct worker {
     pid_t pid;
     enum worker_state state;
     struct worker_group *group; /* NULL once detached (its model is going away) */
-    struct bufferevent *bev;
+    struct worker_conn conn;    /* its socket (worker_out.c) */
     struct job_list inflight;
     int n_inflight;
     int n_paused;           /* of the in-flight jobs */
@@ -91,10 +92,8 @@ struct worker {
     int64_t last_io_us;
     int retries; /* consecutive failures, for back-off */
     unsigned long oom_kills_at_spawn;
-    struct buf out;  /* scratch for encoding */
-    struct buf pend; /* batches to send at the end of this loop turn (worker_out.c) */
-    int pend_listed; /* it is on worker_out's list for that */
-    uint64_t steps;  /* response frames received */
+    struct buf out; /* scratch for encoding */
+    uint64_t steps; /* response frames received */
     int64_t ready_since_us;
     const char *kill_reason;   /* why we killed it, for the in-flight jobs' error */
     TAILQ_ENTRY(worker) link;  /* group->workers */
