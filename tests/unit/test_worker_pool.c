@@ -173,23 +173,32 @@ static int maybe_exec(const struct worker *w, int fd, pid_t *pid, void *arg)
     return fake_exec(w, fd, pid, arg);
 }
 
+/* A worker runs "a" (hung) with "b" pipelined behind it; it is killed, and its next `fails`
+ * spawns fail with `err`. r[0] gets the death's 500; b went back to the queue. */
+static struct model *kill_with_spawns_failing(struct rec r[2], const char *b_how, int fails,
+                                              int err)
+{
+    worker_pool_set_exec(maybe_exec, NULL);
+    exec_fails = 0;
+    struct model *m = fake_model(&(struct fake_model_opts){0}); /* batchSize 1 */
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "hang")), 0);
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", b_how)), 0);
+    struct worker *w = TAILQ_FIRST(&m->pool.workers);
+    CHECK(run_until(log_has_cond, "I b", 3000));
+    exec_fails = fails, exec_errno = err;
+    kill(w->pid, SIGKILL);
+    CHECK(run_until(rec_done, &r[0], 3000));
+    CHECK_EQ_INT(r[0].status, 500);
+    return m;
+}
+
 /* A respawn that cannot start the worker process fails what waits for the model with 503:
  * nothing else would ever serve it. */
 TEST(a_respawn_that_cannot_start_the_worker_fails_the_queue)
 {
     core_setup();
-    worker_pool_set_exec(maybe_exec, NULL);
-    exec_fails = 0;
-    struct model *m = fake_model(&(struct fake_model_opts){0}); /* batchSize 1 */
     struct rec r[2];
-    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "hang")), 0);
-    CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", "wait:2000")), 0); /* pipelined, requeued */
-    struct worker *w = TAILQ_FIRST(&m->pool.workers);
-    CHECK(run_until(log_has_cond, "I b", 3000));
-    exec_fails = 1000, exec_errno = ENOENT;
-    kill(w->pid, SIGKILL);
-    CHECK(run_until(rec_done, &r[0], 3000));
-    CHECK_EQ_INT(r[0].status, 500);
+    struct model *m = kill_with_spawns_failing(r, "wait:2000", 1000, ENOENT);
     CHECK(run_until(rec_done, &r[1], 3000));
     CHECK_EQ_INT(r[1].status, 503);
     CHECK(strstr(r[1].err, "its worker process could not be started") != NULL);
@@ -206,18 +215,8 @@ TEST(a_respawn_that_cannot_start_the_worker_fails_the_queue)
 TEST(a_spawn_short_of_processes_is_retried)
 {
     core_setup();
-    worker_pool_set_exec(maybe_exec, NULL);
-    exec_fails = 0;
-    struct model *m = fake_model(&(struct fake_model_opts){0});
     struct rec r[2];
-    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "hang")), 0);
-    CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", "wait:300")), 0);
-    struct worker *w = TAILQ_FIRST(&m->pool.workers);
-    CHECK(run_until(log_has_cond, "I b", 3000));
-    exec_fails = 2, exec_errno = EAGAIN;
-    kill(w->pid, SIGKILL);
-    CHECK(run_until(rec_done, &r[0], 3000));
-    CHECK_EQ_INT(r[0].status, 500);
+    kill_with_spawns_failing(r, "wait:300", 2, EAGAIN);
     CHECK(run_until(rec_done, &r[1], 6000)); /* by the third spawn, two seconds later */
     CHECK_EQ_INT(r[1].errors, 0);
     CHECK_STR(r[1].body, "ok:b");
