@@ -13,8 +13,7 @@
 #include "util.h"
 
 static struct event *flush_ev;
-/* connections with batches waiting, in the order they got their first; a closed one's slot is NULL
- */
+/* connections with batches waiting, in the order they got their first (a closed one: NULL) */
 static struct worker_conn **waiting;
 static size_t n_waiting, cap_waiting;
 
