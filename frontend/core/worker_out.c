@@ -71,15 +71,18 @@ void worker_out_shutdown(void)
     n_waiting = cap_waiting = 0;
 }
 
-void worker_out_batch(struct worker_conn *c, const void *data, size_t len)
+struct buf *worker_out_batch_buf(struct worker_conn *c)
 {
-    if (!c->bev)
-        return;
-    if (!flush_ev) { /* not set up (a caller outside the loop): no later to wait for */
-        write_raw(c, data, len);
+    return &c->pend;
+}
+
+void worker_out_batch_end(struct worker_conn *c)
+{
+    /* closed: nothing goes; not set up (outside the loop): no end of turn to wait for */
+    if (!c->bev || !flush_ev) {
+        flush_waiting(c);
         return;
     }
-    buf_put(&c->pend, data, len);
     if (c->listed)
         return;
     if (n_waiting == cap_waiting) {
@@ -110,7 +113,7 @@ void worker_out_close(struct worker_conn *c)
                 waiting[i] = NULL;
         c->listed = 0;
     }
-    buf_reset(&c->pend);
+    buf_free(&c->pend);
     if (c->bev) {
         evutil_socket_t fd = bufferevent_getfd(c->bev);
         if (fd >= 0)
@@ -118,9 +121,4 @@ void worker_out_close(struct worker_conn *c)
         bufferevent_free(c->bev);
         c->bev = NULL;
     }
-}
-
-void worker_out_free(struct worker_conn *c)
-{
-    buf_free(&c->pend);
 }

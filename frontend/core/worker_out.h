@@ -29,13 +29,15 @@ struct worker_conn {
 int worker_out_init(void);
 /* Frees it (worker_pool_shutdown). */
 void worker_out_shutdown(void);
-/* An encoded batch, sent at the end of this loop turn. No-op once c is closed. */
-void worker_out_batch(struct worker_conn *c, const void *data, size_t len);
+/* A batch is encoded straight into worker_out_batch_buf's buffer (appended to the batches that
+ * wait); worker_out_batch_end then sends it at the end of this loop turn, or drops it once c is
+ * closed. */
+struct buf *worker_out_batch_buf(struct worker_conn *c);
+void worker_out_batch_end(struct worker_conn *c);
 /* Any other frame, sent now (after the batches that wait). No-op once c is closed. */
 void worker_out_now(struct worker_conn *c, const void *data, size_t len);
-/* Closes the connection, dropping what waits: the worker sees EOF at once. */
+/* Closes the connection, dropping what waits (and its buffer): the worker sees EOF at once. The
+ * connection may be opened again (a respawn sets bev). */
 void worker_out_close(struct worker_conn *c);
-/* Frees what a closed connection still holds. */
-void worker_out_free(struct worker_conn *c);
 
 #endif

@@ -139,7 +139,6 @@ static void worker_free(struct worker *w)
     if (w->timer)
         event_free(w->timer);
     buf_free(&w->out);
-    worker_out_free(&w->conn);
     free(w);
 }
 
@@ -651,15 +650,15 @@ int worker_takes_jobs(const struct worker *w)
 
 void worker_send_batch(struct worker *w, struct job **jobs, int n)
 {
-    buf_reset(&w->out);
-    otf_encode_infer_begin(&w->out);
+    struct buf *b = worker_out_batch_buf(&w->conn); /* no copy: it waits there */
+    otf_encode_infer_begin(b);
     for (int i = 0; i < n; i++) {
         struct job *j = jobs[i];
         struct otf_request r;
         struct otf_kv *h;
         struct otf_param *p;
         job_to_otf(j, &r, &h, &p);
-        otf_encode_request(&w->out, &r);
+        otf_encode_request(b, &r);
         free(h);
         free(p);
         j->state = JOB_RUNNING;
@@ -668,8 +667,8 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
         TAILQ_INSERT_TAIL(&w->inflight, j, link);
         w->n_inflight++;
     }
-    otf_encode_list_end(&w->out);
-    worker_out_batch(&w->conn, w->out.data, w->out.len);
+    otf_encode_list_end(b);
+    worker_out_batch_end(&w->conn);
     w->group->n_batches++;
     hist_observe(&w->group->batch_sizes, hist_size_bounds, n);
     if ((uint64_t)n > w->group->max_batch_seen)
