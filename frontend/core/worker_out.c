@@ -5,6 +5,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <errno.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -20,24 +21,28 @@ static size_t n_waiting, cap_waiting;
 /* Writes at once when nothing is queued: bufferevent_write would wait for the next loop turn and
  * cost two epoll_ctl calls (write interest on, then off) per write, and the worker would start
  * that much later. What the socket does not take now is queued as before; an error is left to
- * the bufferevent, which meets it on its own write and reports it to the pool's on_event. */
-static void write_raw(struct worker_conn *c, const void *data, size_t len)
+ * the bufferevent, which meets it on its own write and reports it to the pool's on_event.
+ * -1 when the worker is gone (its end is closed): nothing of data reached it. */
+static int write_raw(struct worker_conn *c, const void *data, size_t len)
 {
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
         ssize_t n = send(bufferevent_getfd(c->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             data = (const char *)data + n;
             len -= (size_t)n;
+        } else if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+            return -1;
         }
     }
     if (len)
         bufferevent_write(c->bev, data, len);
+    return 0;
 }
 
 static void flush_waiting(struct worker_conn *c)
 {
-    if (c->bev && c->pend.len)
-        write_raw(c, c->pend.data, c->pend.len);
+    if (c->bev && c->pend.len && write_raw(c, c->pend.data, c->pend.len) == 0)
+        c->unsent = 0;
     buf_reset(&c->pend);
 }
 
@@ -76,8 +81,9 @@ struct buf *worker_out_batch_buf(struct worker_conn *c)
     return &c->pend;
 }
 
-void worker_out_batch_end(struct worker_conn *c)
+void worker_out_batch_end(struct worker_conn *c, int jobs)
 {
+    c->unsent += jobs;
     /* closed: nothing goes; not set up (outside the loop): no end of turn to wait for */
     if (!c->bev || !flush_ev) {
         flush_waiting(c);

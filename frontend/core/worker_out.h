@@ -23,6 +23,11 @@ struct worker_conn {
     struct bufferevent *bev; /* NULL once closed */
     struct buf pend;
     int listed; /* on the list of connections with batches waiting */
+    /* Jobs of the batches since the last one the socket took: they wait in pend, or never
+     * reached the worker (dropped by a close, or refused because the worker was gone). A dead
+     * worker's pool puts them back in the queue: they cannot have killed it. The pool zeroes it
+     * when it has handled them. */
+    int unsent;
 };
 
 /* The end-of-turn event; worker_pool_init calls it. 0, or -1 if libevent has no memory. */
@@ -30,10 +35,10 @@ int worker_out_init(void);
 /* Frees it (worker_pool_shutdown). */
 void worker_out_shutdown(void);
 /* A batch is encoded straight into worker_out_batch_buf's buffer (appended to the batches that
- * wait); worker_out_batch_end then sends it at the end of this loop turn, or drops it once c is
- * closed. */
+ * wait); worker_out_batch_end (its number of jobs) then sends it at the end of this loop turn, or
+ * drops it once c is closed. */
 struct buf *worker_out_batch_buf(struct worker_conn *c);
-void worker_out_batch_end(struct worker_conn *c);
+void worker_out_batch_end(struct worker_conn *c, int jobs);
 /* Any other frame, sent now (after the batches that wait). No-op once c is closed. */
 void worker_out_now(struct worker_conn *c, const void *data, size_t len);
 /* Closes the connection, dropping what waits (and its buffer): the worker sees EOF at once. The

@@ -87,9 +87,12 @@ static void fail_inflight(struct worker *w, int status, const char *type, const 
  * fails only the batch it was running, as in TorchServe, however many batches were pipelined
  * behind it (batcher.c). The worker steps through what it holds in the order it was sent, at
  * most batchSize requests a step, so all but the first batchSize of its unanswered jobs had not
- * started (reap read its last answers first). A job that streamed a frame or was paused had
- * started, so it fails wherever it is. A continuous handler runs everything it holds at once,
- * and a sequence's job stays with its sequence: theirs all fail. Returns how many went back. */
+ * started (reap read its last answers first), nor had the last ones, whose batches never reached
+ * it (worker_conn.unsent): a worker that answers and dies frees itself for the next batch, which
+ * the loop may dispatch to it before it sees the death. A job that streamed a frame or was
+ * paused had started, so it fails wherever it is. A continuous handler runs everything it holds
+ * at once, and a sequence's job stays with its sequence: theirs all fail. Returns how many went
+ * back. */
 static int give_back(struct worker *w)
 {
     struct worker_group *g = w->group;
@@ -97,6 +100,8 @@ static int give_back(struct worker *w)
         return 0;
     struct job **back = xmalloc(sizeof(*back) * (size_t)w->n_inflight);
     int n = 0, running = g->batch_size > 0 ? g->batch_size : 1;
+    if (running > w->n_inflight - w->conn.unsent)
+        running = w->n_inflight - w->conn.unsent;
     struct job *j, *tmp;
     TAILQ_FOREACH_SAFE(j, &w->inflight, link, tmp)
     {
@@ -411,6 +416,7 @@ static void worker_spawn(struct worker *w)
     TAILQ_INSERT_TAIL(&all_workers, w, glink);
     evutil_make_socket_nonblocking(sv[0]);
     w->conn.bev = bufferevent_socket_new(srv->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+    w->conn.unsent = 0;
     bufferevent_setcb(w->conn.bev, on_read, NULL, on_event, w);
     bufferevent_enable(w->conn.bev, EV_READ);
 
@@ -668,7 +674,7 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
         w->n_inflight++;
     }
     otf_encode_list_end(b);
-    worker_out_batch_end(&w->conn);
+    worker_out_batch_end(&w->conn, n);
     w->group->n_batches++;
     hist_observe(&w->group->batch_sizes, hist_size_bounds, n);
     if ((uint64_t)n > w->group->max_batch_seen)

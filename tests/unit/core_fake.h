@@ -132,6 +132,10 @@ static int fake_step(int fd, int wid, struct fake_req *q)
     if (!strcmp(q->how, "wait")) {
         snprintf(body, sizeof(body), "ok:%s", q->t);
         fake_answer(fd, q, body, 1, -1);
+        if (q->die_after) { /* "wait-die:N" */
+            fake_logf("w%d exit after answering %s", wid, q->t);
+            _exit(1);
+        }
         return 0;
     }
     q->sent++;
@@ -246,6 +250,10 @@ static void fake_worker_main(int fd, int wid)
                         _exit(1);
                     } else if (!strcmp(how, "hang")) {
                         continue;
+                    } else if (sscanf(how, "wait-die:%d", &q->ms) == 1) { /* answers, dies */
+                        snprintf(q->how, sizeof(q->how), "wait");
+                        q->die_after = 1;
+                        q->due_us = ts_now_us() + (int64_t)q->ms * 1000;
                     } else if (sscanf(how, "wait:%d", &q->ms) == 1) {
                         snprintf(q->how, sizeof(q->how), "wait");
                         q->due_us = ts_now_us() + (int64_t)q->ms * 1000;

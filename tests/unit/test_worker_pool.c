@@ -1,7 +1,9 @@
 /* The worker processes and their connections (frontend/core/worker_pool.c) against fake
- * workers: death mid-stream, a death behind which batches were pipelined, a worker that stops
- * answering, the step times reported, one that cannot load, a respawn that cannot start the
- * process, a scale-down under load, and a paused stream. */
+ * workers: death mid-stream, a death behind which batches were pipelined, a batch that never
+ * reached a dead worker, a worker that stops answering, the step times reported, one that cannot
+ * load, a respawn that cannot start the process, a scale-down under load, and a paused stream. */
+#include <sys/wait.h>
+
 #include "core_fake.h"
 
 TEST(death_mid_stream_fails_the_stream_after_its_frames)
@@ -92,6 +94,42 @@ TEST(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it)
         snprintf(want, sizeof(want), "ok:%s", t[i]);
         CHECK_STR(r[i].body, want);
     }
+    core_teardown();
+}
+
+static int two_done(void *arg)
+{
+    struct rec *r = arg;
+    return rec_done(&r[0]) && rec_done(&r[1]);
+}
+
+/* A worker that answers and dies at once: its answer frees it, and the loop dispatches the
+ * batch queued behind to it before it sees the death. That batch never reached the worker, so
+ * it goes back to the queue instead of failing as the one the worker was running. */
+TEST(a_batch_that_never_reached_a_dead_worker_goes_back_to_the_queue)
+{
+    core_setup();
+    /* batchSize 2, maxBatchDelay 0: a lone job leaves at once, and a partial batch waits for an
+     * idle worker instead of being pipelined behind a busy one */
+    struct model *m = fake_model(&(struct fake_model_opts){.batch_size = 2});
+    struct worker *w = TAILQ_FIRST(&m->pool.workers);
+    pid_t pid = w->pid;
+    struct rec r[2];
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[0], "a", "wait-die:200")), 0);
+    char line[32];
+    snprintf(line, sizeof(line), "w%d I a", w->id);
+    CHECK(run_until(log_has_cond, line, 3000));
+    CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", NULL)), 0);
+    CHECK_EQ_INT(w->n_inflight, 1); /* b waits in the queue */
+    /* the loop first looks again once the worker is dead (not reaped): its answer, its EOF and
+     * its SIGCHLD all wait for the same turn */
+    siginfo_t si;
+    CHECK_EQ_INT(waitid(P_PID, pid, &si, WEXITED | WNOWAIT), 0);
+    CHECK(run_until(two_done, r, 5000));
+    CHECK_EQ_INT(r[0].errors, 0);
+    CHECK_STR(r[0].body, "ok:a");
+    CHECK_EQ_INT(r[1].errors, 0); /* served by the respawned worker */
+    CHECK_STR(r[1].body, "ok:b");
     core_teardown();
 }
 
@@ -224,12 +262,6 @@ TEST(a_spawn_short_of_processes_is_retried)
     core_teardown();
 }
 
-static int two_done(void *arg)
-{
-    struct rec *r = arg;
-    return rec_done(&r[0]) && rec_done(&r[1]);
-}
-
 TEST(scale_down_lets_the_worker_answer_what_it_holds)
 {
     core_setup();
@@ -282,6 +314,7 @@ int main(void)
     RUN(the_pool_averages_the_step_times_its_workers_report);
     RUN(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it);
     RUN(an_answer_written_before_the_death_is_delivered);
+    RUN(a_batch_that_never_reached_a_dead_worker_goes_back_to_the_queue);
     RUN(a_worker_that_cannot_load_is_not_respawned);
     RUN(a_respawn_that_cannot_start_the_worker_fails_the_queue);
     RUN(a_spawn_short_of_processes_is_retried);
