@@ -413,6 +413,13 @@ static int rec_done(void *arg)
     return r->final || r->errors;
 }
 
+/* both of two recs (an array) are done; inline: not every test file waits for two */
+static inline int both_done(void *arg)
+{
+    struct rec *r = arg;
+    return rec_done(&r[0]) && rec_done(&r[1]);
+}
+
 /* The fake workers' log so far. */
 static char *fake_log_text(void)
 {

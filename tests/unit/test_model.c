@@ -3,12 +3,6 @@
  * does to the requests it held. */
 #include "core_fake.h"
 
-static int both_done(void *arg)
-{
-    struct rec *r = arg;
-    return rec_done(&r[0]) && rec_done(&r[1]);
-}
-
 TEST(dispatch_goes_to_the_first_idle_worker)
 {
     core_setup();

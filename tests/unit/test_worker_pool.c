@@ -97,12 +97,6 @@ TEST(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it)
     core_teardown();
 }
 
-static int two_done(void *arg)
-{
-    struct rec *r = arg;
-    return rec_done(&r[0]) && rec_done(&r[1]);
-}
-
 /* A worker that answers and dies at once: its answer frees it, and the loop dispatches the
  * batch queued behind to it before it sees the death. That batch never reached the worker, so
  * it goes back to the queue instead of failing as the one the worker was running. */
@@ -125,7 +119,7 @@ TEST(a_batch_that_never_reached_a_dead_worker_goes_back_to_the_queue)
      * its SIGCHLD all wait for the same turn */
     siginfo_t si;
     CHECK_EQ_INT(waitid(P_PID, pid, &si, WEXITED | WNOWAIT), 0);
-    CHECK(run_until(two_done, r, 5000));
+    CHECK(run_until(both_done, r, 5000));
     CHECK_EQ_INT(r[0].errors, 0);
     CHECK_STR(r[0].body, "ok:a");
     CHECK_EQ_INT(r[1].errors, 0); /* served by the respawned worker */
@@ -271,7 +265,7 @@ TEST(scale_down_lets_the_worker_answer_what_it_holds)
     CHECK_EQ_INT(model_submit(m, rec_job(&r[1], "b", "wait:300")), 0);
     CHECK(run_until(log_has_cond, "w9001 I b", 2000));
     worker_pool_scale(&m->pool, 1);
-    CHECK(run_until(two_done, r, 3000));
+    CHECK(run_until(both_done, r, 3000));
     CHECK_STR(r[0].body, "ok:a");
     CHECK_STR(r[1].body, "ok:b");
     CHECK_EQ_INT(r[0].errors + r[1].errors, 0);
