@@ -3,9 +3,9 @@
  */
 #include "worker_out.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <errno.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -20,9 +20,10 @@ static size_t n_waiting, cap_waiting;
 
 /* Writes at once when nothing is queued: bufferevent_write would wait for the next loop turn and
  * cost two epoll_ctl calls (write interest on, then off) per write, and the worker would start
- * that much later. What the socket does not take now is queued as before; an error is left to
- * the bufferevent, which meets it on its own write and reports it to the pool's on_event.
- * -1 when the worker is gone (its end is closed): nothing of data reached it. */
+ * that much later. What the socket does not take now is queued as before. -1 when the worker is
+ * gone (its end is closed): none of data reached it, and nothing is queued (the pool learns of
+ * the death from the socket's EOF and SIGCHLD); any other error is left to the bufferevent, which
+ * meets it on its own write and reports it to the pool's on_event. */
 static int write_raw(struct worker_conn *c, const void *data, size_t len)
 {
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {

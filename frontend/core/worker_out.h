@@ -25,8 +25,8 @@ struct worker_conn {
     int listed; /* on the list of connections with batches waiting */
     /* Jobs of the batches since the last one the socket took: they wait in pend, or never
      * reached the worker (dropped by a close, or refused because the worker was gone). A dead
-     * worker's pool puts them back in the queue: they cannot have killed it. The pool zeroes it
-     * when it has handled them. */
+     * worker's pool puts them back in the queue: they cannot have killed it. A spawn zeroes it
+     * for the new process. */
     int unsent;
 };
 
