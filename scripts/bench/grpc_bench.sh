@@ -18,8 +18,9 @@
 # to the mean of those two runs; every server first gets WARMUP seconds of the same load, not
 # counted (the first seconds after a start are the noisiest). "steal" is the share of the
 # machine's CPU time the host took during a run (/proc/stat): every figure drops when it is high.
-# For torchserve-c it also prints the CPU time and the context switches per call of the frontend
-# (all its threads) and of the worker (/proc/PID/stat, /proc/PID/task/*/status).
+# For torchserve-c it also prints the CPU time, the context switches and the time spent runnable
+# but waiting for a CPU, per call, of the frontend (all its threads) and of the worker
+# (/proc/PID/stat, /proc/PID/task/*/status, /proc/PID/task/*/schedstat).
 # Env: DURATION (seconds per run, default 10), WARMUP (default 2), MACHINE_WARMUP (seconds of
 # load before anything is measured, default 15). EXTRA_CONFIG: config.properties lines
 # (';'-separated) added to torchserve-c's config, e.g. EXTRA_CONFIG=busy_poll_us=200.
@@ -52,6 +53,10 @@ gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_bare" "$ROOT/scripts/bench/grpc_bar
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # context switches of all of a process's threads, voluntary (it slept) and not
 switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s += $2} END {print s + 0}'; }
+# nanoseconds all of a process's threads have spent runnable but waiting for a CPU
+# (/proc/PID/task/TID/schedstat, second field): with the machine partly idle, waiting there means
+# the scheduler left a process queued behind another while a core had nothing to run
+rq_wait_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $2} END {printf "%.0f\n", s}'; }
 
 # warm_up PORT [SECONDS]: SECONDS (default WARMUP) of the same load, not counted
 warm_up() { "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "${2:-$WARMUP}" > /dev/null 2>&1 || true; }
@@ -141,13 +146,17 @@ EOF
     warm_up "$gport"
     local f0 w0 fs0 ws0; f0=$(cpu_ticks "$spid"); w0=$(cpu_ticks "$wpid")
     fs0=$(switches "$spid"); ws0=$(switches "$wpid")
+    local fq0 wq0; fq0=$(rq_wait_ns "$spid"); wq0=$(rq_wait_ns "$wpid")
     read -r rps p50 p99 err n steal client idle < <(run_load "$gport")
     local fc wc fs ws
     fc=$(( ($(cpu_ticks "$spid") - f0) * 10000 / (n > 0 ? n : 1) ))
     wc=$(( ($(cpu_ticks "$wpid") - w0) * 10000 / (n > 0 ? n : 1) ))
     fs=$(awk -v a="$fs0" -v b="$(switches "$spid")" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? (b - a) / n : 0) }')
     ws=$(awk -v a="$ws0" -v b="$(switches "$wpid")" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? (b - a) / n : 0) }')
-    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us, client ${client} us  context switches/call: frontend $fs, worker $ws  idle ${idle}%  steal ${steal}%"
+    local fq wq
+    fq=$(awk -v a="$fq0" -v b="$(rq_wait_ns "$spid")" -v n="$n" 'BEGIN { printf "%.1f", (n > 0 ? (b - a) / n / 1000 : 0) }')
+    wq=$(awk -v a="$wq0" -v b="$(rq_wait_ns "$wpid")" -v n="$n" 'BEGIN { printf "%.1f", (n > 0 ? (b - a) / n / 1000 : 0) }')
+    echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us, client ${client} us  context switches/call: frontend $fs, worker $ws  waiting for a CPU/call: frontend $fq us, worker $wq us  idle ${idle}%  steal ${steal}%"
     [ -s "$WORK/load.err" ] && head -3 "$WORK/load.err"
     kill "$spid"; wait "$spid" 2>/dev/null || true
     local before=${BARE[-1]}
