@@ -49,7 +49,6 @@ done
 
 bench_init tsc-ab
 
-gcc -O2 -Wall -Wextra -Werror -o "$WORK/trivial_server" "$ROOT/scripts/bench/trivial_server.c" -levent
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/seq_client" "$ROOT/scripts/bench/seq_client.c"
 oip_body "$WORK/oip.json"
 
@@ -79,10 +78,8 @@ run_wrk() {
 }
 
 
-tport=$(free_port)
-"$WORK/trivial_server" "$tport" > "$WORK/trivial.out" &
-PIDS+=($!)
-for _ in $(seq 50); do grep -q listening "$WORK/trivial.out" && break; sleep 0.1; done
+start_trivial
+tport=$TRIV_PORT
 # the VM runs slow for the first seconds of load after an idle spell
 wrk -t2 -c32 -d"${MACHINE_WARMUP:-10}s" -s "$ROOT/scripts/bench/post.lua" \
     "http://127.0.0.1:$tport/predictions/mlp" > /dev/null 2>&1 || true

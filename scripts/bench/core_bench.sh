@@ -33,7 +33,6 @@ command -v wrk >/dev/null || { echo "core_bench: wrk missing (scripts/install-de
 
 bench_init tsc-bench
 
-gcc -O2 -Wall -Wextra -Werror -o "$WORK/trivial_server" "$ROOT/scripts/bench/trivial_server.c" -levent
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/seq_client" "$ROOT/scripts/bench/seq_client.c"
 
 now_us() { echo $(( $(date +%s%N) / 1000 )); }
@@ -57,11 +56,8 @@ run_wrk() { # PORT PATH -> prints summary line, keeps the raw output in $WORK/wr
 }
 
 # ---- the HTTP ceiling
-port=$(free_port)
-"$WORK/trivial_server" "$port" > "$WORK/trivial.out" &
-PIDS+=($!)
-tpid=$!
-for _ in $(seq 50); do grep -q listening "$WORK/trivial.out" && break; sleep 0.1; done
+start_trivial
+port=$TRIV_PORT tpid=$TRIV_PID
 CEIL=()
 ceiling() { # one wrk run against the trivial server; appends req/s to CEIL
     local rps p50 p99 bad

@@ -57,6 +57,11 @@ switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s 
 # (/proc/PID/task/TID/schedstat, second field): with the machine partly idle, waiting there means
 # the scheduler left a process queued behind another while a core had nothing to run
 rq_wait_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $2} END {printf "%.0f\n", s}'; }
+# per_call BEFORE AFTER CALLS DIGITS [DIVISOR]: (AFTER - BEFORE) / DIVISOR per call
+per_call() {
+    awk -v a="$1" -v b="$2" -v n="$3" -v p="$4" -v d="${5:-1}" \
+        'BEGIN { printf "%.*f", p, (n > 0 ? (b - a) / n / d : 0) }'
+}
 
 # warm_up PORT [SECONDS]: SECONDS (default WARMUP) of the same load, not counted
 warm_up() { "$WORK/grpc_load" "127.0.0.1:$1" "$METHOD" mlp "$BODY" 4 32 "${2:-$WARMUP}" > /dev/null 2>&1 || true; }
@@ -151,11 +156,11 @@ EOF
     local fc wc fs ws
     fc=$(( ($(cpu_ticks "$spid") - f0) * 10000 / (n > 0 ? n : 1) ))
     wc=$(( ($(cpu_ticks "$wpid") - w0) * 10000 / (n > 0 ? n : 1) ))
-    fs=$(awk -v a="$fs0" -v b="$(switches "$spid")" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? (b - a) / n : 0) }')
-    ws=$(awk -v a="$ws0" -v b="$(switches "$wpid")" -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? (b - a) / n : 0) }')
-    local fq wq
-    fq=$(awk -v a="$fq0" -v b="$(rq_wait_ns "$spid")" -v n="$n" 'BEGIN { printf "%.1f", (n > 0 ? (b - a) / n / 1000 : 0) }')
-    wq=$(awk -v a="$wq0" -v b="$(rq_wait_ns "$wpid")" -v n="$n" 'BEGIN { printf "%.1f", (n > 0 ? (b - a) / n / 1000 : 0) }')
+    fs=$(per_call "$fs0" "$(switches "$spid")" "$n" 2)
+    ws=$(per_call "$ws0" "$(switches "$wpid")" "$n" 2)
+    local fq wq # microseconds
+    fq=$(per_call "$fq0" "$(rq_wait_ns "$spid")" "$n" 1 1000)
+    wq=$(per_call "$wq0" "$(rq_wait_ns "$wpid")" "$n" 1 1000)
     echo "   $rps calls/s  p50 ${p50} us  p99 ${p99} us  errors $err  CPU/call: frontend ${fc} us, worker ${wc} us, client ${client} us  context switches/call: frontend $fs, worker $ws  waiting for a CPU/call: frontend $fq us, worker $wq us  idle ${idle}%  steal ${steal}%"
     [ -s "$WORK/load.err" ] && head -3 "$WORK/load.err"
     kill "$spid"; wait "$spid" 2>/dev/null || true

@@ -29,7 +29,6 @@ command -v taskset > /dev/null || { echo "$NAME: taskset missing (util-linux)" >
 [ "$(nproc)" -ge 2 ] || { echo "$NAME: needs 2 CPUs or more" >&2; exit 1; }
 
 bench_init tsc-latp
-gcc -O2 -Wall -Wextra -Werror -o "$WORK/trivial_server" "$ROOT/scripts/bench/trivial_server.c" -levent
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/seq_client" "$ROOT/scripts/bench/seq_client.c"
 
 # pin PID... : every thread of each process to CPU 0, or back to every CPU ("spread")
@@ -40,11 +39,7 @@ pin() {
     for p in "$@"; do taskset -a -p -c "$cpus" "$p" > /dev/null; done
 }
 
-tport=$(free_port)
-"$WORK/trivial_server" "$tport" > "$WORK/trivial.out" &
-TPID=$!
-PIDS+=("$TPID")
-for _ in $(seq 50); do grep -q listening "$WORK/trivial.out" && break; sleep 0.1; done
+start_trivial
 start_mlp "$BUILD" 1 1 0
 mapfile -t SERVER_PIDS < <(echo "$SRV_PID"; ps -o pid= --ppid "$SRV_PID" | tr -d ' ')
 
@@ -67,7 +62,7 @@ for r in $(seq "$ROUNDS"); do
     order="spread one"
     [ $((r % 2)) = 0 ] && order="one spread"
     for place in $order; do
-        run bare "$place" "$tport" "$TPID"
+        run bare "$place" "$TRIV_PORT" "$TRIV_PID"
         run torchserve-c "$place" "$SRV_PORT" "${SERVER_PIDS[@]}"
     done
 done

@@ -8,6 +8,8 @@
 #                                  torchserve-c serving mlp with that model-config.yaml, once
 #                                  every worker is up; sets SRV_PID and SRV_PORT
 #   stop_mlp                       stops it
+#   start_trivial                  builds and starts the bare libevent server (trivial_server.c,
+#                                  the ceiling and the latency floor); sets TRIV_PORT and TRIV_PID
 #   knob_lines TEXT [INDENT]       an env knob's ';'-separated lines (EXTRA_CONFIG, HANDLER_YAML),
 #                                  each with its leading spaces replaced by INDENT
 PY=/usr/bin/python3
@@ -81,4 +83,13 @@ start_mlp() {
 stop_mlp() {
     kill "$SRV_PID"
     wait "$SRV_PID" 2>/dev/null || true
+}
+start_trivial() {
+    gcc -O2 -Wall -Wextra -Werror -o "$WORK/trivial_server" "$ROOT/scripts/bench/trivial_server.c" \
+        -levent
+    TRIV_PORT=$(free_port)
+    "$WORK/trivial_server" "$TRIV_PORT" > "$WORK/trivial.out" &
+    TRIV_PID=$!
+    PIDS+=("$TRIV_PID")
+    for _ in $(seq 50); do grep -q listening "$WORK/trivial.out" && break; sleep 0.1; done
 }
