@@ -65,6 +65,7 @@ struct wreq {
     int has_step;
     struct otf_step step;
     int64_t read_us; /* when its 'I' frame was read (PredictionTime starts there) */
+    uint64_t seqno;  /* its number among the requests read (otf_progress) */
     /* state API: the copy ts_state_get handed out; fresh: a start request dropped old state */
     void *state_copy;
     int state_fresh;
@@ -119,6 +120,11 @@ struct ts_ctx {
     struct buf rx;
     size_t rx_off;
     int64_t last_read_us; /* when the socket was last read (ts_is_cancelled rate limit) */
+    /* answers held back in out while the next step runs (worker.c, hold_answers) */
+    int64_t held_since_us; /* when the oldest was queued; 0: none held */
+    int n_held;
+    struct otf_progress *progress; /* the frontend's progress page (otf.h), or NULL */
+    uint64_t arrived;              /* requests read so far: the next one's number */
     size_t max_field;
     char *state_dir;
     struct state_store *state; /* opened at the first ts_state_* call */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +39,11 @@
 
 #define WORKER_FD 3
 #define DEFAULT_MAX_REQUEST_SIZE 6553500L
+/* how many answers, and for how long, a step's answers may wait for the next step's (one write
+ * and one read for both): see hold_answers */
+#define HOLD_ANSWERS 8
+#define HOLD_US 200
+#define HOLD_BYTES 65536
 #define READ_CHUNK 65536
 
 /* exit codes the frontend acts on */
@@ -133,6 +139,8 @@ static void write_all(struct ts_ctx *c, const uint8_t *p, size_t len)
 
 int worker_flush(struct ts_ctx *c)
 {
+    c->held_since_us = 0;
+    c->n_held = 0;
     ctx_close_frame(c);
     /* every state a frame acknowledges is on disk before the frame leaves; if that fails (a
      * full disk), those answers become errors and nothing in memory stays ahead of the disk */
@@ -143,6 +151,33 @@ int worker_flush(struct ts_ctx *c)
         write_all(c, c->out.data, c->out.len);
     buf_reset(&c->out);
     return c->eof ? -EPIPE : 0;
+}
+
+static void progress_set(uint64_t *at, uint64_t v)
+{
+    __atomic_store_n(at, v, __ATOMIC_RELEASE);
+}
+
+/* The frontend's progress page on fd OTF_PROGRESS_FD (otf.h), or NULL: a worker started by
+ * other means (a test's socketpair) has none, or something else there. */
+static struct otf_progress *progress_map(void)
+{
+    char path[32], name[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", OTF_PROGRESS_FD);
+    ssize_t n = readlink(path, name, sizeof(name) - 1);
+    if (n < 0)
+        return NULL;
+    name[n] = 0;
+    static const char ours[] = "/memfd:" OTF_PROGRESS_NAME " ";
+    if (strncmp(name, ours, sizeof(ours) - 1))
+        return NULL;
+    struct otf_progress *p =
+        mmap(NULL, sizeof(*p), PROT_READ | PROT_WRITE, MAP_SHARED, OTF_PROGRESS_FD, 0);
+    close(OTF_PROGRESS_FD);
+    if (p == MAP_FAILED)
+        return NULL;
+    progress_set(&p->magic, OTF_PROGRESS_MAGIC);
+    return p;
 }
 
 /* A load reply or any other frame without predictions. */
@@ -319,6 +354,7 @@ static void process_command(struct ts_ctx *c, const struct otf_command *cmd)
         }
         for (size_t i = 0; i < cmd->n_reqs; i++) {
             struct wreq *r = wreq_from_otf(&cmd->reqs[i]);
+            r->seqno = c->arrived++;
             LOG_REQ(LOG_LEVEL_DEBUG, r->id, "received");
             list_append(&c->pending_head, &c->pending_tail, r);
         }
@@ -455,6 +491,27 @@ static void step_metrics(struct ts_ctx *c, int64_t handle_us, int64_t predict_us
         }
 }
 
+/* Whether the answers of the step just run (step_us long, ending at now, full: it took
+ * batchSize requests) wait in out for the next step's. Only with the progress page: a worker
+ * that dies holding answers has finished those requests, and the frontend, which never got them,
+ * must not fail them as the ones it ran (otf_progress). Written at once: HOLD_ANSWERS answers or
+ * more, a slow step, a streaming request held for its next step, an empty queue, and a step
+ * short of batchSize (the worker has caught up with the queue: nothing gains from waiting).
+ * Held, the answers leave within HOLD_US plus one misjudged step, and before the loop sleeps
+ * (serve). At batchSize 1 under load this is up to 8 answers per write instead of 1
+ * (docs/performance.md); at batchSize 8 a full step writes at once. */
+static int hold_answers(struct ts_ctx *c, int64_t now, int64_t step_us, int full)
+{
+    if (!c->progress || !full || !c->pending_head || c->held_head || c->n_held >= HOLD_ANSWERS ||
+        c->out.len >= HOLD_BYTES)
+        return 0;
+    int64_t since = c->held_since_us ? c->held_since_us : now;
+    if (now - since + step_us >= HOLD_US)
+        return 0;
+    c->held_since_us = since;
+    return 1;
+}
+
 static void run_step(struct ts_ctx *c)
 {
     int64_t now = ts_now_us();
@@ -490,9 +547,15 @@ static void run_step(struct ts_ctx *c)
 
     /* PredictionTime: from the oldest new request's arrival (a held one: the step's start) */
     int64_t since = now;
-    for (size_t i = 0; i < c->ncur; i++)
+    uint64_t upto = 0; /* one past the step's last request (otf_progress) */
+    for (size_t i = 0; i < c->ncur; i++) {
         if (c->cur[i]->is_new && c->cur[i]->read_us < since)
             since = c->cur[i]->read_us;
+        if (c->cur[i]->seqno >= upto)
+            upto = c->cur[i]->seqno + 1;
+    }
+    if (c->progress)
+        progress_set(&c->progress->started, upto);
     c->in_handle = 1;
     int64_t t0 = ts_now_us();
     c->h->handle(c->hstate, c, c->ncur);
@@ -512,10 +575,15 @@ static void run_step(struct ts_ctx *c)
         } else {
             ctx_queue_final(c, r);
             wreq_free(r);
+            c->n_held++;
         }
     }
+    size_t nstep = c->ncur;
     c->ncur = 0;
-    worker_flush(c);
+    if (c->progress)
+        progress_set(&c->progress->finished, upto);
+    if (!hold_answers(c, ts_now_us(), t1 - t0, nstep >= bs))
+        worker_flush(c);
 }
 
 static void deliver_seq_events(struct ts_ctx *c)
@@ -575,6 +643,8 @@ static void serve(struct ts_ctx *c)
             if (pending_below(c, c->batch_size) || now - c->last_read_us >= 1000)
                 worker_poll_input(c);
         } else {
+            if (c->n_held)
+                worker_flush(c);
             int n = wait_input(c, now, wait);
             if (n < 0 && errno != EINTR) {
                 LOG_ERROR("poll: %s", strerror(errno));
@@ -621,6 +691,7 @@ int main(int argc, char **argv)
     busy_poll_init(&bp, o.busy_poll_us);
     struct ts_ctx c;
     ctx_init(&c, WORKER_FD, (size_t)o.max_request_size);
+    c.progress = progress_map();
     if (o.state_dir)
         c.state_dir = xstrdup(o.state_dir);
     LOG_INFO("worker started (threads %d, max request size %ld, busy poll %ld us)", o.threads,

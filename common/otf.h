@@ -55,6 +55,24 @@
 #define OTF_METRIC_NAME_MAX 64
 #define OTF_METRIC_UNIT_MAX 24
 
+/* A worker's progress (ours), in a page of shared memory: the frontend creates it as a memfd
+ * named OTF_PROGRESS_NAME and passes it as the worker's fd OTF_PROGRESS_FD. Requests are numbered
+ * from 0 at the spawn, in the order the 'I' frames carry them. Before a step's handle() the
+ * worker sets started one past the last request the step takes; once the step's answers are
+ * queued, finished the same. A worker may hold a step's answers back while its next step runs
+ * (backend/worker.c), so when it dies the frontend tells from these which of its unanswered
+ * requests had finished (their answers died with it), which were running, and which never
+ * started. magic says that the worker keeps the two (a fake worker in the unit tests may not).
+ * Written only by the worker; the frontend reads them once the worker is dead. */
+#define OTF_PROGRESS_FD 4
+#define OTF_PROGRESS_NAME "torchserve-c-progress"
+#define OTF_PROGRESS_MAGIC 0x7473632d70726f67ULL /* "tsc-prog" */
+struct otf_progress {
+    uint64_t magic;
+    uint64_t started;
+    uint64_t finished;
+};
+
 /* Sequence events (our extension) */
 enum otf_seq_event {
     OTF_SEQ_END = 1,     /* client ended the sequence */

@@ -76,10 +76,12 @@ struct job {
     size_t n_params, cap_params;
     int64_t created_us;
     int64_t dispatched_us;
+    uint64_t wseq; /* its number among the requests sent to its worker process (otf_progress) */
     int64_t last_frame_us; /* the inter-token histogram's previous frame */
     struct worker *worker; /* while running */
     int frames;            /* frames delivered so far */
     int worker_lost;       /* failed because its worker process died unexpectedly */
+    int given_back;        /* times a dead worker's pool put it back in the queue */
     int paused;            /* running, but its worker holds it until its client catches up */
     struct seq *seq;       /* its sequence while queued or running (sequence.c) */
     int seq_end;           /* the request ends its sequence */

@@ -36,6 +36,8 @@
 extern char **environ;
 
 #define BACKOFF_MAX_MS 30000
+/* times a job may go back to the queue after a worker's death (give_back) */
+#define GIVE_BACK_MAX 3
 
 static struct event *ev_sigchld;
 static TAILQ_HEAD(, worker) all_workers = TAILQ_HEAD_INITIALIZER(all_workers);
@@ -85,14 +87,18 @@ static void fail_inflight(struct worker *w, int status, const char *type, const 
 
 /* A dead worker's jobs that it had not started go back to the group's owner, so that its death
  * fails only the batch it was running, as in TorchServe, however many batches were pipelined
- * behind it (batcher.c). The worker steps through what it holds in the order it was sent, at
- * most batchSize requests a step, so all but the first batchSize of its unanswered jobs had not
- * started (reap read its last answers first), nor had the last ones, whose batches never reached
- * it (worker_conn.unsent): a worker that answers and dies frees itself for the next batch, which
+ * behind it (batcher.c). So do the ones it had finished but whose answers it held back while
+ * its next step ran (backend/worker.c): they died with it (reap read whatever it wrote first).
+ * Its progress page (otf_progress) tells the three apart. A worker that did not keep the page
+ * (a fake one in the unit tests) holds nothing back, and steps through what it holds in the
+ * order it was sent, at most batchSize requests a step: then all but the first batchSize of its
+ * unanswered jobs had not started, nor had the last ones, whose batches never reached it
+ * (worker_conn.unsent): a worker that answers and dies frees itself for the next batch, which
  * the loop may dispatch to it before it sees the death. A job that streamed a frame or was
  * paused had started, so it fails wherever it is. A continuous handler runs everything it holds
- * at once, and a sequence's job stays with its sequence: theirs all fail. Returns how many went
- * back. */
+ * at once, and a sequence's job stays with its sequence: theirs all fail. So does a job already
+ * given back GIVE_BACK_MAX times: whatever the page says (the handler's code can write to it),
+ * no request takes workers down without end. Returns how many went back. */
 static int give_back(struct worker *w)
 {
     struct worker_group *g = w->group;
@@ -102,17 +108,18 @@ static int give_back(struct worker *w)
     int n = 0, running = g->batch_size > 0 ? g->batch_size : 1;
     if (running > w->n_inflight - w->conn.unsent)
         running = w->n_inflight - w->conn.unsent;
+    uint64_t started = 0, finished = 0;
+    int kept = worker_progress_read(&w->progress, &started, &finished);
     struct job *j, *tmp;
     TAILQ_FOREACH_SAFE(j, &w->inflight, link, tmp)
     {
         if (j->seq)
             continue;
-        if (running > 0) {
-            running--;
+        if (kept ? j->wseq >= finished && j->wseq < started : running-- > 0)
+            continue; /* it was running */
+        if (j->frames > 0 || j->paused || j->given_back >= GIVE_BACK_MAX)
             continue;
-        }
-        if (j->frames > 0 || j->paused)
-            continue;
+        j->given_back++;
         inflight_remove(w, j);
         j->worker = NULL;
         j->dispatched_us = 0;
@@ -140,6 +147,7 @@ static void detach_from_group(struct worker *w)
 static void worker_free(struct worker *w)
 {
     worker_out_close(&w->conn);
+    worker_progress_close(&w->progress);
     worker_log_free(w->log);
     if (w->timer)
         event_free(w->timer);
@@ -353,6 +361,8 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
         posix_spawn_file_actions_adddup2(&fa, log_wr, 1);
         posix_spawn_file_actions_adddup2(&fa, log_wr, 2);
     }
+    if (w->progress.fd >= 0)
+        posix_spawn_file_actions_adddup2(&fa, w->progress.fd, OTF_PROGRESS_FD);
     int rc = posix_spawn(pid, srv->worker_bin, &fa, NULL, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     if (log_wr >= 0)
@@ -390,6 +400,9 @@ static void worker_spawn(struct worker *w)
         return;
     }
     w->oom_kills_at_spawn = oom_kill_count();
+    worker_progress_open(&w->progress);
+    worker_progress_reset(&w->progress);
+    w->sent = 0;
     pid_t pid;
     int rc = exec_fn(w, sv[1], &pid, exec_arg);
     close(sv[1]);
@@ -582,6 +595,7 @@ static struct worker *worker_new(struct worker_group *g)
     w->id = srv->next_worker_id++;
     w->group = g;
     TAILQ_INIT(&w->inflight);
+    w->progress.fd = -1;
     buf_init(&w->out);
     w->timer = evtimer_new(srv->base, on_timer, w);
     TAILQ_INSERT_TAIL(&g->workers, w, link);
@@ -670,6 +684,7 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
         j->state = JOB_RUNNING;
         j->worker = w;
         j->dispatched_us = ts_now_us();
+        j->wseq = w->sent++;
         TAILQ_INSERT_TAIL(&w->inflight, j, link);
         w->n_inflight++;
     }

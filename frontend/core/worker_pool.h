@@ -22,6 +22,7 @@
 #include "proc_info.h"
 #include "util.h"
 #include "worker_out.h"
+#include "worker_progress.h"
 
 struct bufferevent;
 struct event;
@@ -80,8 +81,10 @@ struct worker {
     int id; /* 9000, 9001, ... as TorchServe's port numbers */
     pid_t pid;
     enum worker_state state;
-    struct worker_group *group; /* NULL once detached (its model is going away) */
-    struct worker_conn conn;    /* its socket (worker_out.c) */
+    struct worker_group *group;      /* NULL once detached (its model is going away) */
+    struct worker_conn conn;         /* its socket (worker_out.c) */
+    struct worker_progress progress; /* what it finished and ran (otf_progress) */
+    uint64_t sent; /* requests sent to this process: the next one's number (job.wseq) */
     struct job_list inflight;
     int n_inflight;
     int n_paused;           /* of the in-flight jobs */

@@ -3,7 +3,7 @@
 - correctness: /predictions/mlp equals what torch computes here for the same input (the .pt is
   taken out of model-store/mlp.mar), with batchSize 1 and with batchSize 8 under 16 clients,
   where the worker must be seen running batches larger than 1;
-- worker crash (kill -9 under load) and a hung worker (SIGSTOP, killed after responseTimeout);
+- worker crash (kill -9 under load) and a stopped worker (SIGSTOP, killed after responseTimeout);
 - bad input, bad archives and a bad model-config.yaml: the right status and a message naming the
   problem, and the server still answers afterwards;
 - config.properties warnings and errors, the CLI (--start/--stop, pidfile), x-request-id,
@@ -176,10 +176,12 @@ def _first_success_after(results, t_kill, timeout):
 
 
 def test_worker_crash_under_load(server_factory):
-    """kill -9 of the worker while 4 clients keep it busy: the request it was running gets 500
-    "Worker died", the ones pipelined behind it go back to the queue and the new worker answers
-    them, and it serves within 2 s. Twice: once straight, once after a SIGSTOP so that all four
-    requests are certainly on the worker when the SIGKILL lands."""
+    """kill -9 of the worker while 4 clients keep it busy: the request it was running, if any,
+    gets 500 "Worker died", the ones pipelined behind it (and any it had answered without
+    writing the answer yet) go back to the queue and the new worker answers them, and it serves
+    within 2 s. Twice: once straight, once after a SIGSTOP so that all four requests are
+    certainly on the worker when the SIGKILL lands. Its progress page says whether it was running
+    one: stopped in its poll, between steps, it was not, and nothing fails."""
     s = server_factory(models=["mlp"])
     s.wait_ready("mlp", body={"json": SAMPLE})
     stop, results = threading.Event(), []
@@ -207,8 +209,7 @@ def test_worker_crash_under_load(server_factory):
     statuses = [st for _, _, st, _ in results]
     assert set(statuses) <= {200, 500}, [r for r in results if r[2] not in (200, 500)][:3]
     failed = [txt for _, _, st, txt in results if st == 500]
-    assert failed, "no in-flight request was failed (the SIGSTOPped worker had one)"
-    # one batch (one request) per kill: the three behind it were requeued, not failed
+    # at most one batch (one request) per kill: the ones behind it were requeued, not failed
     assert len(failed) <= 2, f"{len(failed)} requests failed in two kills\n" + s.log()[-3000:]
     assert "go back to the queue" in s.log()
     for txt in failed:
@@ -223,24 +224,27 @@ def test_worker_crash_under_load(server_factory):
     assert len(s.worker_pids()) == 1
 
 
-def test_hung_worker_killed_after_response_timeout(server_factory):
-    """A worker that stops answering (SIGSTOP: truly hung, not busy) is killed once
-    responseTimeout passes; its request gets an error and a new worker takes over."""
+def test_stopped_worker_killed_after_response_timeout(server_factory, mlp_ref):
+    """A worker that stops answering (SIGSTOP between steps: stuck, not busy) is killed once
+    responseTimeout passes. It had not started the request that waits in its socket (its
+    progress page says so), so the new worker answers it, right, instead of it failing."""
     s = server_factory(models=["mlp"], yaml={"mlp": {"responseTimeout": 1}})
     s.wait_ready("mlp", body={"json": SAMPLE})
     (pid,) = s.worker_pids()
     os.kill(pid, signal.SIGSTOP)
+    x = random_inputs(1, 7)[0]
     t0 = time.monotonic()
     try:
-        r = s.post("/predictions/mlp", json=SAMPLE, timeout=15)
+        r = s.post("/predictions/mlp", json={"data": x.tolist()}, timeout=30)
     finally:
         if os.path.exists(f"/proc/{pid}"):
             os.kill(pid, signal.SIGCONT)
     dt = time.monotonic() - t0
-    assert_error(r, 500, "did not respond")
-    assert 0.9 <= dt <= 4.0, f"answered after {dt:.2f} s with responseTimeout 1 s"
+    assert r.status_code == 200, r.text
+    assert_close(r.json(), expected(mlp_ref, x), "after the respawn")
+    assert dt >= 0.9, f"answered after {dt:.2f} s, before responseTimeout 1 s"
     assert "did not respond within responseTimeout" in s.log()
-    s.wait_ready("mlp", timeout=10, body={"json": SAMPLE})
+    assert "1 request(s) it had not started go back to the queue" in s.log()
     assert pid not in s.worker_pids()
 
 

@@ -584,6 +584,130 @@ def test_kill_9_mid_batch(tmp):
         srv.stop()
 
 
+DIES_ON = '''
+import os
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    body = bytes(data[0]["body"])
+    if body == b"die":
+        os._exit(3)
+    return [b"ok " + body]
+'''
+
+
+def test_death_after_held_answers_fails_only_the_running_request(tmp):
+    """At batchSize 1 a worker holds a step's answers back while its next step runs (one write
+    for up to 8). Here it dies in the step after three it answered: those three answers die with
+    it. Its progress page tells the frontend that they finished and that "die" was running:
+    the three go back to the queue and the new worker answers them, and only "die" fails, with
+    one death. Without the page the frontend would fail the first of them as the running one
+    and send "die" to the new worker too, which it would kill as well."""
+    store = os.path.join(tmp, "store")
+    write_model(store, "dies", DIES_ON,
+                yaml="minWorkers: 1\nmaxWorkers: 1\nbatchSize: 1\nmaxBatchDelay: 0\n")
+    srv = start_server(tmp, models=["dies"], store=store)
+    try:
+        for _ in range(20):  # the frontend learns the step time: it pipelines deeper then
+            assert wait_model(srv, "dies", body=b"warm").text == "ok warm"
+        (pid,) = srv.worker_pids()
+        res = {}
+
+        def client(body):
+            r = srv.post("/predictions/dies", data=body, timeout=60)
+            res[body] = (r.status_code, r.text)
+
+        os.kill(pid, signal.SIGSTOP)  # everything below reaches its socket before it reads any
+        bodies = [b"a", b"b", b"c", b"die", b"d", b"e"]
+        ts = []
+        for body in bodies:
+            ts.append(threading.Thread(target=client, args=(body,)))
+            ts[-1].start()
+            time.sleep(0.15)  # in this order
+        os.kill(pid, signal.SIGCONT)
+        for t in ts:
+            t.join()
+        log = srv.log()
+        st, txt = res[b"die"]
+        assert st == 500 and "worker died" in json.loads(txt)["message"].lower(), txt
+        for body in bodies:
+            if body != b"die":
+                assert res[body] == (200, "ok " + body.decode()), (body, res[body], log[-3000:])
+        assert log.count("respawning") == 1, log[-3000:]
+        assert "go back to the queue" in log
+    finally:
+        srv.stop()
+
+
+LIES_AND_DIES = '''
+import ctypes
+import os
+import struct
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    if bytes(data[0]["body"]) != b"lie":
+        return [b"ok"]
+    # the progress page (otf_progress: magic, started, finished) is mapped in this process:
+    # claim that every request ever sent had finished, then die
+    for line in open("/proc/self/maps"):
+        if "memfd:torchserve-c-progress" in line:
+            addr = int(line.split("-")[0], 16)
+            magic = ctypes.string_at(addr, 8)
+            ctypes.memmove(addr, magic + struct.pack("=QQ", 1 << 40, 1 << 40), 24)
+            break
+    else:
+        raise RuntimeError("no progress page")
+    os._exit(3)
+'''
+
+
+def test_a_handler_that_fakes_its_progress_cannot_loop_a_request(tmp):
+    """A handler's code can write to the progress page. One that claims to have finished the
+    request it dies on gets that request put back in the queue, and it kills each new worker
+    in turn: after 3 times back, the request fails instead of going round for ever."""
+    store = os.path.join(tmp, "store")
+    write_model(store, "liar", LIES_AND_DIES)
+    srv = start_server(tmp, models=["liar"], store=store)
+    try:
+        wait_model(srv, "liar", body=b"x")
+        r = srv.post("/predictions/liar", data=b"lie", timeout=60)
+        assert r.status_code == 500 and "worker died" in r.json()["message"].lower(), r.text
+        log = srv.log()
+        assert log.count("respawning") == 4, log[-3000:]
+        assert log.count("go back to the queue") == 3, log[-3000:]
+        assert wait_model(srv, "liar", body=b"x", timeout=30).text == "ok"
+    finally:
+        srv.stop()
+
+
+def test_hung_handler_killed_after_response_timeout(tmp):
+    """A handler that hangs in handle() (here a sleep of 30 s) is killed once responseTimeout
+    passes: its request was running, so it fails with TorchServe's message, and a new worker
+    takes over."""
+    store = os.path.join(tmp, "store")
+    write_model(store, "slow", SLOW, yaml="minWorkers: 1\nmaxWorkers: 1\nresponseTimeout: 1\n")
+    srv = start_server(tmp, models=["slow"], store=store)
+    try:
+        wait_model(srv, "slow", body=b"0")
+        (pid,) = srv.worker_pids()
+        t0 = time.monotonic()
+        r = srv.post("/predictions/slow", data=b"30", timeout=60)
+        dt = time.monotonic() - t0
+        assert r.status_code == 500, r.text
+        assert "did not respond in given time" in r.json()["message"], r.text
+        assert 0.9 <= dt <= 4.0, f"answered after {dt:.2f} s with responseTimeout 1 s"
+        assert "did not respond within responseTimeout" in srv.log()
+        assert wait_model(srv, "slow", body=b"0", timeout=30).text == "done"
+        assert pid not in srv.worker_pids()
+    finally:
+        srv.stop()
+
+
 EAGER_MODEL = '''
 import torch
 from torch import nn
