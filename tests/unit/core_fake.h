@@ -11,6 +11,8 @@
  *         hang          never answers
  *         die           the worker exits at once (mid-batch)
  *         die-after:K   the worker exits after K frames of this request (mid-stream)
+ *         progress-die:S:F   the worker writes started S and finished F into its progress
+ *                       page (otf_progress), as a worker holding answers would, and exits
  *     Everything it receives goes to fake_log, one line each: "w<id> L", "w<id> I t1 t2 ...",
  *     "w<id> C t", "w<id> S <seq> <event>", "w<id> P t" / "R t" (a paused request is held, as
  *     the real worker holds it, until it is resumed).
@@ -46,6 +48,8 @@
 #include "util.h"
 
 static char fake_log[128];
+/* the worker's progress page, in a fake worker (inherited through fork; NULL elsewhere) */
+static struct otf_progress *fake_progress;
 
 /* ---------------------------------------------------------------- the fake worker (child) */
 
@@ -250,6 +254,14 @@ static void fake_worker_main(int fd, int wid)
                         _exit(1);
                     } else if (!strcmp(how, "hang")) {
                         continue;
+                    } else if (sscanf(how, "progress-die:%d:%d", &q->n, &q->ms) == 2) {
+                        if (fake_progress) {
+                            fake_progress->started = (uint64_t)q->n;
+                            fake_progress->finished = (uint64_t)q->ms;
+                            fake_progress->magic = OTF_PROGRESS_MAGIC;
+                        }
+                        fake_logf("w%d exit on %s", wid, q->t);
+                        _exit(1);
                     } else if (sscanf(how, "wait-die:%d", &q->ms) == 1) { /* answers, dies */
                         snprintf(q->how, sizeof(q->how), "wait");
                         q->die_after = 1;
@@ -318,6 +330,7 @@ static int fake_exec(const struct worker *w, int fd, pid_t *pid, void *arg)
             close(null);
         }
         signal(SIGCHLD, SIG_DFL);
+        fake_progress = w->progress.map;
         fake_worker_main(fd, w->id);
         _exit(0);
     }

@@ -97,6 +97,61 @@ TEST(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it)
     core_teardown();
 }
 
+/* A worker that kept its progress page dies: the jobs it had finished (their answers were held
+ * back and died with it) and the one it had not started go back to the queue, and only the one
+ * it was running fails. Without the page, a would fail as the running one, and c would go to
+ * the next worker and kill it too. */
+TEST(the_progress_page_tells_which_job_a_dead_worker_was_running)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){0}); /* batchSize 1 */
+    struct rec r[4];
+    static const char *const t[4] = {"a", "b", "c", "d"};
+    /* all four reach the worker in one send; c claims a and b finished and itself running */
+    static const char *const how[4] = {"wait:300", "wait:300", "progress-die:3:2", "wait:300"};
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ_INT(model_submit(m, rec_job(&r[i], t[i], how[i])), 0);
+    CHECK_EQ_INT(TAILQ_FIRST(&m->pool.workers)->n_inflight, 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(run_until(rec_done, &r[i], 5000));
+    CHECK_EQ_INT(r[2].status, 500);
+    CHECK(strstr(r[2].err, "Worker died") != NULL);
+    for (int i = 0; i < 4; i++) {
+        if (i == 2)
+            continue;
+        CHECK_EQ_INT(r[i].errors, 0); /* by the respawned worker */
+        char want[8];
+        snprintf(want, sizeof(want), "ok:%s", t[i]);
+        CHECK_STR(r[i].body, want);
+    }
+    char *log = fake_log_text(); /* c failed instead of killing the next worker too */
+    const char *first = strstr(log, "exit on c");
+    CHECK(first != NULL && strstr(first + 1, "exit on c") == NULL);
+    free(log);
+    core_teardown();
+}
+
+/* A page that lies (handler code can write to it): the job that kills each worker claims to
+ * have finished, so it goes back to the queue, but 3 times at most; then it fails. */
+TEST(a_job_goes_back_to_the_queue_three_times_at_most)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){0});
+    struct rec r;
+    CHECK_EQ_INT(model_submit(m, rec_job(&r, "x", "progress-die:1000:1000")), 0);
+    /* each death doubles the back-off: 0, 250, 500 ms */
+    CHECK(run_until(rec_done, &r, 5000));
+    CHECK_EQ_INT(r.status, 500);
+    CHECK(strstr(r.err, "Worker died") != NULL);
+    char *log = fake_log_text();
+    int deaths = 0;
+    for (const char *p = log; (p = strstr(p, "exit on x")); p++)
+        deaths++;
+    CHECK_EQ_INT(deaths, 4);
+    free(log);
+    core_teardown();
+}
+
 /* A worker that answers and dies at once: its answer frees it, and the loop dispatches the
  * batch queued behind to it before it sees the death. That batch never reached the worker, so
  * it goes back to the queue instead of failing as the one the worker was running. */
@@ -307,6 +362,8 @@ int main(void)
     RUN(a_worker_that_stops_answering_is_killed_after_response_timeout);
     RUN(the_pool_averages_the_step_times_its_workers_report);
     RUN(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it);
+    RUN(the_progress_page_tells_which_job_a_dead_worker_was_running);
+    RUN(a_job_goes_back_to_the_queue_three_times_at_most);
     RUN(an_answer_written_before_the_death_is_delivered);
     RUN(a_batch_that_never_reached_a_dead_worker_goes_back_to_the_queue);
     RUN(a_worker_that_cannot_load_is_not_respawned);
