@@ -193,8 +193,10 @@ def test_disconnect_storm_grpc(stream_srv):
 # ----------------------------------------------------------------------------- workers die
 
 def test_kill_worker_mid_batch(server_factory):
-    """kill -9 of a worker holding a batch of 8: each of those requests gets 500 "Worker died";
-    every other request its right answer; no request is lost or answered twice."""
+    """kill -9 of a worker holding batches of 8: the batch it was running, if any, gets 500
+    "Worker died"; every other request its right answer; no request is lost or answered twice.
+    Stopped first, the worker is most likely between steps, running none: its progress page
+    says so, and then nothing fails (test_python_handlers kills one inside handle())."""
     s = server_factory(models=["mlp"], yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 20}})
     s.wait_ready("mlp", body={"json": SAMPLE})
     load = Load(s, 12)
@@ -209,7 +211,8 @@ def test_kill_worker_mid_batch(server_factory):
     assert None not in statuses, [r for r in results if r[0] is None][:3]
     assert set(statuses) <= {200, 500}, set(statuses)
     died = [json.loads(t) for st, t in results if st == 500]
-    assert 1 <= len(died) <= 8, len(died)
+    assert len(died) <= 8, len(died)
+    assert "respawning" in s.log()
     assert all("worker died" in d["message"].lower() for d in died), died[:2]
     assert all(len(json.loads(t)) == 10 for st, t in results if st == 200)
     predict_ok(s)
