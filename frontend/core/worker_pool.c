@@ -400,8 +400,7 @@ static void worker_spawn(struct worker *w)
         return;
     }
     w->oom_kills_at_spawn = oom_kill_count();
-    worker_progress_open(&w->progress);
-    worker_progress_reset(&w->progress);
+    worker_progress_renew(&w->progress);
     w->sent = 0;
     pid_t pid;
     int rc = exec_fn(w, sv[1], &pid, exec_arg);

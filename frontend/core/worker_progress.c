@@ -14,10 +14,8 @@
 /* the page's fd is kept at or above this: posix_spawn's dup2 onto fds 1-4 must not clobber it */
 #define PROGRESS_FD_MIN 16
 
-int worker_progress_open(struct worker_progress *wp)
+static int progress_open(struct worker_progress *wp)
 {
-    if (wp->map)
-        return 0;
     int fd = memfd_create(OTF_PROGRESS_NAME, MFD_CLOEXEC);
     if (fd >= 0 && fd < PROGRESS_FD_MIN) {
         int high = fcntl(fd, F_DUPFD_CLOEXEC, PROGRESS_FD_MIN);
@@ -40,10 +38,12 @@ int worker_progress_open(struct worker_progress *wp)
     return 0;
 }
 
-void worker_progress_reset(struct worker_progress *wp)
+int worker_progress_renew(struct worker_progress *wp)
 {
-    if (wp->map)
-        memset(wp->map, 0, sizeof(*wp->map));
+    if (!wp->map && progress_open(wp))
+        return -1;
+    memset(wp->map, 0, sizeof(*wp->map));
+    return 0;
 }
 
 int worker_progress_read(const struct worker_progress *wp, uint64_t *started, uint64_t *finished)

@@ -17,10 +17,9 @@ struct worker_progress {
     struct otf_progress *map; /* NULL with fd -1 */
 };
 
-/* Makes the page, zeroed, unless it exists; 0, or -1 (logged): the worker then runs without. */
-int worker_progress_open(struct worker_progress *wp);
-/* Zeroes it for a new process. */
-void worker_progress_reset(struct worker_progress *wp);
+/* Makes the page unless it exists, and zeroes it for a new process; 0, or -1 (logged): the
+ * worker then runs without. */
+int worker_progress_renew(struct worker_progress *wp);
 /* 1 with the dead process's counts when it kept them (its magic is set), else 0. */
 int worker_progress_read(const struct worker_progress *wp, uint64_t *started, uint64_t *finished);
 void worker_progress_close(struct worker_progress *wp);
