@@ -100,8 +100,8 @@ static void freeze_module(struct ts_ctx *ctx, struct tsh_model *m)
     }
     ts_log(ctx, LOG_LEVEL_INFO,
            "froze forward in %.1f ms: %d linear call(s) with transposed weights, %.1f MiB of "
-           "constants",
-           ms, fi.transposed, (double)fi.bytes / (1 << 20));
+           "constants, %d product(s) with a matrix-vector path for few rows",
+           ms, fi.transposed, (double)fi.bytes / (1 << 20), fi.few_rows);
 }
 
 static void warm_up(struct ts_ctx *ctx, struct tsc_state *s)

@@ -22,6 +22,9 @@
 #     B_CONFIG=busy_poll_us=200 scripts/bench/ab_compare.sh build build
 # A_HANDLER, B_HANDLER: the same for keys of mlp's model-config.yaml handler: section, e.g.
 #     A_HANDLER="jit_freeze: false" scripts/bench/ab_compare.sh build build
+# MODEL_PT: a TorchScript file served as mlp instead of mlp's own (64 inputs per row), e.g.
+#     /usr/bin/python3 scripts/bench/wide_mlp.py /tmp/wide.pt
+#     MODEL_PT=/tmp/wide.pt scripts/bench/ab_compare.sh A B 1:1:0:http
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

@@ -6,7 +6,9 @@
 #   oip_body OUT                   the mlp sample as an OIP FP32 request ({"inputs": [...]})
 #   start_mlp BUILD WORKERS BATCH DELAY
 #                                  torchserve-c serving mlp with that model-config.yaml, once
-#                                  every worker is up; sets SRV_PID and SRV_PORT
+#                                  every worker is up; sets SRV_PID and SRV_PORT. MODEL_PT: a
+#                                  TorchScript file served in place of mlp's model.pt (64 inputs
+#                                  per row, like the sample; scripts/bench/wide_mlp.py makes one)
 #   stop_mlp                       stops it
 #   start_trivial                  builds and starts the bare libevent server (trivial_server.c,
 #                                  the ceiling and the latency floor); sets TRIV_PORT and TRIV_PID
@@ -48,6 +50,7 @@ start_mlp() {
     mkdir -p "$d/store/mlp"
     (cd "$d/store/mlp" && $PY -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall()' \
         "$ROOT/model-store/mlp.mar")
+    [ -z "${MODEL_PT:-}" ] || cp "$MODEL_PT" "$d/store/mlp/model.pt"
     # HANDLER_YAML: more keys of the handler: section, ';'-separated (an A/B of a handler key,
     # e.g. HANDLER_YAML="jit_freeze: false")
     local handler=$'responseTimeout: 120\nhandler:\n  input_shape: [64]'

@@ -59,9 +59,10 @@ def wait_log(s, pattern, timeout=30):
 def test_frozen_by_default_and_answers_like_torch(server_factory):
     s = server_factory(models=["mlp"], yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 20}})
     s.wait_ready("mlp")
-    # mlp's three nn.Linear all rewritten; its 85,002 floats are 0.3 MiB
+    # mlp's three nn.Linear all rewritten; its 85,002 floats are 0.3 MiB; its largest weight
+    # (256x256) is below the matrix-vector path's 128k elements
     wait_log(s, r"froze forward in [0-9.]+ ms: 3 linear call\(s\) with transposed weights, "
-                r"0\.3 MiB of constants")
+                r"0\.3 MiB of constants, 0 product\(s\) with a matrix-vector path for few rows")
     ref = mar_module("mlp")
     x = inputs(40, 1)
     assert_close(predict_rows(s, x), expected(ref, x), "frozen mlp, batches of up to 8")
@@ -135,10 +136,55 @@ def test_a_layer_applied_many_times_keeps_one_weight(server_factory, tmp_path):
     torch.manual_seed(0)
     m = torch.jit.script(Repeat().eval())
     s = serve_module(server_factory, tmp_path, m)
-    # 64x1024 + 1024x1024 + 1024x3 floats and their biases: 4.3 MiB, once
+    # 64x1024 + 1024x1024 + 1024x3 floats and their biases: 4.3 MiB, once; the twelve calls
+    # of the 1024x1024 layer (1M elements) take the matrix-vector path for up to four rows
     wait_log(s, r"froze forward in [0-9.]+ ms: 14 linear call\(s\) with transposed weights, "
-                r"4\.3 MiB of constants")
-    assert_serves(s, m, inputs(3, 4))
+                r"4\.3 MiB of constants, 12 product\(s\) with a matrix-vector path for few rows")
+    x = inputs(5, 4)
+    assert_serves(s, m, x)  # 1, 2 and 5 rows: mv, mv, matmul
+    for rows in (x[:3], x[:4]):  # the last two row counts of the matrix-vector path
+        r = s.post("/predictions/mlp", json={"data": rows.tolist()})
+        assert r.status_code == 200, r.text
+        assert_close(r.json(), expected(m, rows), f"{len(rows)} rows")
+
+
+def test_large_products_of_one_row_answer_like_torch(server_factory, tmp_path):
+    """Products by a constant of 128k to 1M elements take a matrix-vector call when the input
+    has one row, and matmul otherwise: one row, two rows and a batch formed from single-row
+    requests all answer as torch does for the module as archived. A matmul by a constant that
+    is not a linear's weight (here 1024x256, as written in forward) takes it too, and one by a
+    smaller constant (64x512) does not."""
+    import torch
+    from torch import nn
+
+    class Wide(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Linear(64, 512)
+            self.mid = nn.Linear(512, 1024)
+            self.proj = nn.Parameter(torch.randn(1024, 256) / 32)
+            self.down = nn.Linear(256, 5, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.mid(torch.relu(self.up(x))))
+            return self.down(torch.matmul(h, self.proj))
+
+    torch.manual_seed(0)
+    m = torch.jit.script(Wide().eval())
+    store = torchscript_store(tmp_path, "mlp", m, "minWorkers: 1\nmaxWorkers: 1\nbatchSize: 8\n"
+                              "maxBatchDelay: 20\nhandler:\n  input_shape: [64]\n")
+    s = server_factory(models=["mlp"], store=store)
+    s.wait_ready("mlp")
+    # 64x512 stays with matmul; 512x1024 (the linear) and 1024x256 (the parameter) switch
+    wait_log(s, r"froze forward in [0-9.]+ ms: 3 linear call\(s\) with transposed weights, "
+                r"[0-9.]+ MiB of constants, 2 product\(s\) with a matrix-vector path for few rows")
+    x = inputs(24, 6)
+    assert_serves(s, m, x)
+    assert_close(predict_rows(s, x), expected(m, x), "single-row requests, batches of up to 8")
+    for row in x[:4]:  # one at a time: a batch of one row each
+        r = s.post("/predictions/mlp", json={"data": row.tolist()})
+        assert r.status_code == 200, r.text
+        assert_close([r.json()], expected(m, row[None]), "one row on its own")
 
 
 def test_a_weight_read_elsewhere_too_is_served_as_loaded(server_factory, tmp_path):
