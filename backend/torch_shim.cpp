@@ -169,20 +169,14 @@ graph_weights weights_of(const std::shared_ptr<torch::jit::Graph> &g)
 }
 
 /* A product x @ W with few rows in x. OpenBLAS's sgemm packs all of W on every call, whatever
- * the rows, and for a few rows that copy costs more than the product; a matrix-vector call per
- * row reads W once each and packs nothing. libtorch on one thread here, microseconds:
- *
- *   W          rows:  1           2           4           8      (matmul / one mv per row)
- *   512x512          12 / 7.6    13 / 15     57 / 37     59 / 75
- *   1024x1024       149 / 36    182 / 62    242 / 122   231 / 242
- *   768x3072        325 / 65    393 / 122   650 / 311   566 / 543
- *
- * Below about 128k elements the matrix-vector call's own overhead loses even for one row.
- * Anything else goes to matmul as before. */
-int64_t few_rows_max(int64_t numel)
-{
-    return numel >= (1 << 20) ? 4 : numel >= (128 << 10) ? 1 : 0;
-}
+ * the rows, and once W outgrows the caches that copy costs more than the product; a
+ * matrix-vector call per row reads W once each and packs nothing. On one thread here
+ * (scripts/bench/matmul_rows_bench.sh), for 1024x1024, 768x3072 and 3072x768 weights one mv per
+ * row took about a fifth of matmul's time for one row, half for two, 0.4-0.9 for four, and lost
+ * from eight. From 512x512 to 768x768 one row was even (0.92-1.19) and four rows lost, and
+ * below that matmul won. Anything else goes to matmul as before. */
+constexpr int64_t FEW_ROWS_MIN_NUMEL = 1 << 20;
+constexpr int64_t FEW_ROWS_MAX = 4;
 
 at::Tensor few_rows_matmul(const at::Tensor &x, const at::Tensor &w)
 {
@@ -191,7 +185,7 @@ at::Tensor few_rows_matmul(const at::Tensor &x, const at::Tensor &w)
                 (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
                 x.device().is_cpu() && w.device().is_cpu();
     int64_t rows = fits ? x.numel() / x.size(-1) : 0;
-    if (!fits || rows > few_rows_max(w.numel()))
+    if (!fits || rows > FEW_ROWS_MAX || w.numel() < FEW_ROWS_MIN_NUMEL)
         return at::matmul(x, w);
     at::Tensor x2 = x.reshape({rows, w.size(0)});
     at::Tensor out = at::empty({rows, w.size(1)}, x.options());
@@ -210,8 +204,8 @@ TORCH_LIBRARY(torchserve_c, m)
     m.def("few_rows_matmul(Tensor self, Tensor other) -> Tensor", &few_rows_matmul);
 }
 
-/* Rewrites aten::matmul(x, C), C a 2-D floating constant large enough for few_rows_max (the
- * transposed weight of a linear, after the frozen-linear pass), to
+/* Rewrites aten::matmul(x, C), C a 2-D floating constant of FEW_ROWS_MIN_NUMEL elements or
+ * more (the transposed weight of a linear, after the frozen-linear pass), to
  * torchserve_c::few_rows_matmul; the count. */
 int rewrite_few_rows(torch::jit::Block *b)
 {
@@ -227,7 +221,7 @@ int rewrite_few_rows(torch::jit::Block *b)
         if (!c || !c->isTensor())
             continue;
         const at::Tensor &w = c->toTensor();
-        if (w.dim() != 2 || few_rows_max(w.numel()) == 0 || !w.device().is_cpu() ||
+        if (w.dim() != 2 || w.numel() < FEW_ROWS_MIN_NUMEL || !w.device().is_cpu() ||
             (w.scalar_type() != at::kFloat && w.scalar_type() != at::kDouble))
             continue;
         torch::jit::WithInsertPoint guard(node);

@@ -78,8 +78,8 @@ struct tsh_freeze_info {
  * a constant weight transposed, as torch.jit.optimize_for_inference does. OpenBLAS packs the
  * weight of every x @ W^T on each call; with W^T stored, its packing costs about a quarter of
  * what it did (mlp, batch 1: 33k instructions per forward instead of 144k). A product by a large
- * constant takes a matrix-vector call per row when its input has few rows (one from 128k
- * elements, up to four from 1M), which reads the weight once per row and packs nothing.
+ * constant takes a matrix-vector call per row when its input has few rows (up to four,
+ * for weights of 1M elements and more), which reads the weight once per row and packs nothing.
  * Returns 0 with *info filled in; the module is then the frozen one unless info->extra_bytes > 0
  * (a weight also read by something other than a linear: the module is left as loaded). On
  * failure the module is left as it was and can still be used. */

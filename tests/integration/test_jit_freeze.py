@@ -60,7 +60,7 @@ def test_frozen_by_default_and_answers_like_torch(server_factory):
     s = server_factory(models=["mlp"], yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 20}})
     s.wait_ready("mlp")
     # mlp's three nn.Linear all rewritten; its 85,002 floats are 0.3 MiB; its largest weight
-    # (256x256) is below the matrix-vector path's 128k elements
+    # (256x256) is below the matrix-vector path's 1M elements
     wait_log(s, r"froze forward in [0-9.]+ ms: 3 linear call\(s\) with transposed weights, "
                 r"0\.3 MiB of constants, 0 product\(s\) with a matrix-vector path for few rows")
     ref = mar_module("mlp")
@@ -148,12 +148,12 @@ def test_a_layer_applied_many_times_keeps_one_weight(server_factory, tmp_path):
         assert_close(r.json(), expected(m, rows), f"{len(rows)} rows")
 
 
-def test_large_products_of_one_row_answer_like_torch(server_factory, tmp_path):
-    """Products by a constant of 128k to 1M elements take a matrix-vector call when the input
-    has one row, and matmul otherwise: one row, two rows and a batch formed from single-row
-    requests all answer as torch does for the module as archived. A matmul by a constant that
-    is not a linear's weight (here 1024x256, as written in forward) takes it too, and one by a
-    smaller constant (64x512) does not."""
+def test_large_products_of_few_rows_answer_like_torch(server_factory, tmp_path):
+    """Products by a constant of 1M elements or more take one matrix-vector call per row when
+    the input has up to four rows, and matmul otherwise: one row, two rows, batches of up to 8
+    formed from single-row requests and 24 rows all answer as torch does for the module as
+    archived. A matmul by a constant that is not a linear's weight (here 2048x512, as written
+    in forward) takes the path too; products by smaller constants (64x512, 512x5) do not."""
     import torch
     from torch import nn
 
@@ -161,9 +161,9 @@ def test_large_products_of_one_row_answer_like_torch(server_factory, tmp_path):
         def __init__(self):
             super().__init__()
             self.up = nn.Linear(64, 512)
-            self.mid = nn.Linear(512, 1024)
-            self.proj = nn.Parameter(torch.randn(1024, 256) / 32)
-            self.down = nn.Linear(256, 5, bias=False)
+            self.mid = nn.Linear(512, 2048)
+            self.proj = nn.Parameter(torch.randn(2048, 512) / 45)
+            self.down = nn.Linear(512, 5, bias=False)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             h = torch.relu(self.mid(torch.relu(self.up(x))))
@@ -175,7 +175,8 @@ def test_large_products_of_one_row_answer_like_torch(server_factory, tmp_path):
                               "maxBatchDelay: 20\nhandler:\n  input_shape: [64]\n")
     s = server_factory(models=["mlp"], store=store)
     s.wait_ready("mlp")
-    # 64x512 stays with matmul; 512x1024 (the linear) and 1024x256 (the parameter) switch
+    # 64x512 and 512x5 stay with matmul; 512x2048 (the linear) and 2048x512 (the parameter)
+    # switch
     wait_log(s, r"froze forward in [0-9.]+ ms: 3 linear call\(s\) with transposed weights, "
                 r"[0-9.]+ MiB of constants, 2 product\(s\) with a matrix-vector path for few rows")
     x = inputs(24, 6)
