@@ -478,15 +478,19 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 /* What a dead worker wrote before it died and the loop has not read yet (its SIGCHLD can be
  * handled before its socket's last read event): those answers reach their clients, and
  * give_back then counts only what the worker had not answered. Its pid is 0 by now, so the
- * dispatch that the answers' freed slots start does not pick it. */
+ * dispatch that the answers' freed slots start does not pick it. A socket bufferevent keeps its
+ * input's end frozen except around its own reads, and evbuffer_read refuses a frozen end: it
+ * is unfrozen around these reads the same way. */
 static void read_last_answers(struct worker *w)
 {
     if (!w->conn.bev)
         return;
     evutil_socket_t fd = bufferevent_getfd(w->conn.bev);
     struct evbuffer *in = bufferevent_get_input(w->conn.bev);
+    evbuffer_unfreeze(in, 0);
     while (fd >= 0 && evbuffer_read(in, fd, 65536) > 0)
         ;
+    evbuffer_freeze(in, 0);
     if (evbuffer_get_length(in) > 0)
         on_read(w->conn.bev, w);
 }

@@ -1,8 +1,12 @@
 /* The worker processes and their connections (frontend/core/worker_pool.c) against fake
  * workers: death mid-stream, a death behind which batches were pipelined, a batch that never
- * reached a dead worker, a worker that stops answering, the step times reported, one that cannot
+ * reached a dead worker, an answer still unread when the death is handled, a worker that stops
+ * answering, the step times reported, one that cannot
  * load, a respawn that cannot start the process, a scale-down under load, and a paused stream. */
 #include <sys/wait.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 
 #include "core_fake.h"
 
@@ -191,8 +195,7 @@ static int respawned(void *arg)
 }
 
 /* An answer written just before the death reaches its client. Here the loop sees the socket's
- * last bytes before the SIGCHLD; the other order (read_last_answers in worker_pool.c) is not
- * forced by this test. */
+ * last bytes before the SIGCHLD; the test below forces the other order. */
 TEST(an_answer_written_before_the_death_is_delivered)
 {
     core_setup();
@@ -206,6 +209,45 @@ TEST(an_answer_written_before_the_death_is_delivered)
         CHECK_STR(r.body, "ok:x");
         CHECK(run_until(respawned, m, 5000));
     }
+    core_teardown();
+}
+
+/* the worker's batch has left the frontend: in the socket, nothing waiting behind it */
+static int batch_in_socket(void *arg)
+{
+    struct worker *w = arg;
+    return w->n_inflight == 1 && w->conn.unsent == 0 && w->conn.bev &&
+           evbuffer_get_length(bufferevent_get_output(w->conn.bev)) == 0;
+}
+
+/* a new process in the worker's slot, or none yet: the old one was reaped */
+static pid_t reaped_pid;
+static int reaped(void *arg)
+{
+    return ((struct worker *)arg)->pid != reaped_pid;
+}
+
+/* The other order: the SIGCHLD is handled while the dead worker's answer still waits, unread, in
+ * its socket. reap must read it first (read_last_answers), so the request is answered instead
+ * of failing with "Worker died". Once the batch has left, the test stops the loop from reading
+ * the worker's socket, so only the SIGCHLD can end the wait. */
+TEST(an_answer_unread_when_the_death_is_handled_is_delivered)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){0});
+    struct worker *w = TAILQ_FIRST(&m->pool.workers);
+    reaped_pid = w->pid;
+    struct rec r;
+    CHECK_EQ_INT(model_submit(m, rec_job(&r, "x", "answer-die")), 0);
+    CHECK(run_until(batch_in_socket, w, 3000));
+    CHECK_EQ_INT(bufferevent_disable(w->conn.bev, EV_READ), 0);
+    siginfo_t si;
+    CHECK_EQ_INT(waitid(P_PID, reaped_pid, &si, WEXITED | WNOWAIT), 0); /* answered, exited */
+    CHECK_EQ_INT(r.final + r.errors, 0); /* the loop has not read the answer */
+    CHECK(run_until(reaped, w, 3000));
+    CHECK(run_until(rec_done, &r, 3000));
+    CHECK_EQ_INT(r.errors, 0);
+    CHECK_STR(r.body, "ok:x");
     core_teardown();
 }
 
@@ -365,6 +407,7 @@ int main(void)
     RUN(the_progress_page_tells_which_job_a_dead_worker_was_running);
     RUN(a_job_goes_back_to_the_queue_three_times_at_most);
     RUN(an_answer_written_before_the_death_is_delivered);
+    RUN(an_answer_unread_when_the_death_is_handled_is_delivered);
     RUN(a_batch_that_never_reached_a_dead_worker_goes_back_to_the_queue);
     RUN(a_worker_that_cannot_load_is_not_respawned);
     RUN(a_respawn_that_cannot_start_the_worker_fails_the_queue);
