@@ -174,13 +174,15 @@ graph_weights weights_of(const std::shared_ptr<torch::jit::Graph> &g)
  * (scripts/bench/matmul_rows_bench.sh), for 1024x1024, 768x3072 and 3072x768 weights one mv per
  * row took about a fifth of matmul's time for one row, half for two, 0.4-0.9 for four, and lost
  * from eight. From 512x512 to 768x768 one row was even (0.92-1.19) and four rows lost, and
- * below that matmul won. Anything else goes to matmul as before. */
+ * below that matmul won. Anything else (more rows, sparse x, other dtypes or devices) goes to
+ * matmul as before. */
 constexpr int64_t FEW_ROWS_MIN_NUMEL = 1 << 20;
 constexpr int64_t FEW_ROWS_MAX = 4;
 
 at::Tensor few_rows_matmul(const at::Tensor &x, const at::Tensor &w)
 {
-    bool fits = x.dim() >= 1 && x.numel() > 0 && w.dim() == 2 && x.size(-1) == w.size(0) &&
+    bool fits = x.layout() == at::kStrided && w.layout() == at::kStrided && x.dim() >= 1 &&
+                x.numel() > 0 && w.dim() == 2 && x.size(-1) == w.size(0) &&
                 x.scalar_type() == w.scalar_type() &&
                 (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
                 x.device().is_cpu() && w.device().is_cpu();

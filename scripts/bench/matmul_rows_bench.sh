@@ -5,7 +5,7 @@
 #
 # Compiles a small libtorch program and prints, on one thread, the best of 5 timings (µs per
 # product) of at::matmul(x, W^T) against one at::mv per row, for weights from 64x256 to 3072x768
-# and 1, 2, 4 and 8 rows of x: what backend/torch_shim.cpp (few_rows_max) chose its thresholds by.
+# and 1, 2, 4 and 8 rows of x: what backend/torch_shim.cpp (FEW_ROWS_MIN_NUMEL, FEW_ROWS_MAX) chose its thresholds by.
 set -euo pipefail
 export OMP_NUM_THREADS=1
 WORK=$(mktemp -d -t tsc-mmrows.XXXXXX)

@@ -188,6 +188,29 @@ def test_large_products_of_few_rows_answer_like_torch(server_factory, tmp_path):
         assert_close([r.json()], expected(m, row[None]), "one row on its own")
 
 
+def test_a_sparse_input_to_a_large_product_takes_matmul(server_factory, tmp_path):
+    """The matrix-vector path reshapes its input, which a sparse tensor refuses: a sparse input
+    of one row must go to matmul, as in the module as archived, instead of failing."""
+    import torch
+    from torch import nn
+
+    class SparseIn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Linear(64, 1024)
+            self.p = nn.Parameter(torch.randn(1024, 1024) / 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.matmul(torch.relu(self.up(x)).to_sparse(), self.p)[:, :4]
+
+    torch.manual_seed(0)
+    m = torch.jit.script(SparseIn().eval())
+    s = serve_module(server_factory, tmp_path, m)
+    wait_log(s, r"froze forward in [0-9.]+ ms: 1 linear call\(s\) with transposed weights, "
+                r"[0-9.]+ MiB of constants, 1 product\(s\) with a matrix-vector path for few rows")
+    assert_serves(s, m, inputs(3, 7))
+
+
 def test_a_weight_read_elsewhere_too_is_served_as_loaded(server_factory, tmp_path):
     """A linear weight that a matmul reads as well would be held twice (as it is and
     transposed): the module is served as loaded."""
