@@ -188,6 +188,51 @@ def test_large_products_of_few_rows_answer_like_torch(server_factory, tmp_path):
         assert_close([r.json()], expected(m, row[None]), "one row on its own")
 
 
+def test_few_rows_take_the_matrix_vector_call_at_request_time(server_factory, tmp_path):
+    """The answers must be bit for bit those of one torch.mv per row for 1 to 4 rows, and
+    those of torch.matmul for 5: the two differ in their last bits (different summation
+    orders), so this shows which path the worker took for each request, which the log's count
+    of rewritten products and a 1e-5 comparison cannot."""
+    import torch
+    from torch import nn
+
+    class Big(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Linear(64, 1024)
+            self.big = nn.Linear(1024, 1024)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.big(torch.relu(self.up(x)))[:, :16]
+
+    torch.manual_seed(0)
+    m = Big().eval()
+    s = serve_module(server_factory, tmp_path, torch.jit.script(m))
+    wait_log(s, r"froze forward in [0-9.]+ ms: 2 linear call\(s\) with transposed weights, "
+                r"[0-9.]+ MiB of constants, 1 product\(s\) with a matrix-vector path for few rows")
+    # what the frozen graph computes: x @ W^T (W^T a contiguous constant) plus the bias; the
+    # worker runs on one thread, and so does this
+    torch.set_num_threads(1)
+    up_t = m.up.weight.t().contiguous()
+    big_t = m.big.weight.t().contiguous()
+    x = inputs(5, 8)
+    with torch.no_grad():
+        h = torch.relu(torch.matmul(x, up_t) + m.up.bias)
+        by_mv = torch.stack([torch.mv(big_t.t(), row) for row in h]) + m.big.bias
+        for n in range(1, 6):
+            by_matmul = torch.matmul(h[:n], big_t) + m.big.bias
+            assert not torch.equal(by_mv[:n, :16], by_matmul[:, :16]), \
+                f"{n} rows: mv and matmul agree bit for bit, so this test cannot tell them apart"
+            r = s.post("/predictions/mlp", json={"data": x[:n].tolist()})
+            assert r.status_code == 200, r.text
+            # the answer's floats are printed with 9 digits, which read back to the same float32
+            got = torch.tensor(r.json(), dtype=torch.float32)
+            want = (by_mv[:n] if n <= 4 else by_matmul)[:, :16]
+            assert torch.equal(got, want), \
+                f"{n} rows: not the {'mv' if n <= 4 else 'matmul'} answer bit for bit: " \
+                f"max abs diff {(got - want).abs().max().item()}"
+
+
 def test_a_sparse_input_to_a_large_product_takes_matmul(server_factory, tmp_path):
     """The matrix-vector path reshapes its input, which a sparse tensor refuses: a sparse input
     of one row must go to matmul, as in the module as archived, instead of failing."""
