@@ -14,6 +14,7 @@
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/frozen_linear_transpose.h>
+#include <torch/csrc/jit/passes/restore_mutation.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/library.h>
@@ -236,6 +237,70 @@ int rewrite_few_rows(torch::jit::Block *b)
     return n;
 }
 
+/* A product by a constant (matmul, or few_rows_matmul above) returns fresh memory; when the
+ * frozen-linear pass's bias add is that memory's only reader, the add can write into it
+ * (aten::add_) and save an allocation and a pass over a new tensor, with the same float
+ * operations. Only where add_ gives add's answer: the bias a constant of the product's constant's
+ * dtype (so no type promotion), of at most one dimension and of one element or of the product's
+ * last size (so broadcasting never grows the product's result). The count. */
+int bias_in_place(torch::jit::Block *b)
+{
+    static const c10::Symbol few = c10::Symbol::fromQualString("torchserve_c::few_rows_matmul");
+    int n = 0;
+    for (auto it = b->nodes().begin(); it != b->nodes().end();) {
+        torch::jit::Node *node = *it++;
+        for (torch::jit::Block *sub : node->blocks())
+            n += bias_in_place(sub);
+        if (node->kind() != torch::jit::aten::add || node->inputs().size() != 3)
+            continue;
+        torch::jit::Value *prod = node->input(0);
+        torch::jit::Node *p = prod->node();
+        if ((p->kind() != torch::jit::aten::matmul && p->kind() != few) ||
+            p->inputs().size() != 2 || prod->uses().size() != 1)
+            continue;
+        c10::optional<c10::IValue> w = torch::jit::toIValue(p->input(1));
+        c10::optional<c10::IValue> bias = torch::jit::toIValue(node->input(1));
+        if (!w || !w->isTensor() || !bias || !bias->isTensor())
+            continue;
+        const at::Tensor &wt = w->toTensor(), &bt = bias->toTensor();
+        if (wt.dim() != 2 || bt.dim() > 1 || bt.scalar_type() != wt.scalar_type() ||
+            !bt.device().is_cpu() || !wt.device().is_cpu() ||
+            (bt.numel() != 1 && bt.numel() != wt.size(1)))
+            continue;
+        torch::jit::WithInsertPoint guard(node);
+        torch::jit::Value *v =
+            b->owningGraph()->insert(torch::jit::aten::add_, {prod, node->input(1)},
+                                     {torch::jit::NamedValue("alpha", node->input(2))});
+        v->setType(node->output()->type());
+        node->output()->replaceAllUsesWith(v);
+        node->destroy();
+        n++;
+    }
+    return n;
+}
+
+/* Activations that have an in-place form (torch::jit::activation_type_promotion_mapping), in b
+ * and its sub-blocks. */
+int functional_activations(const torch::jit::Block *b)
+{
+    int n = 0;
+    for (const torch::jit::Node *node : b->nodes()) {
+        n += torch::jit::activation_type_promotion_mapping.count(node->kind()) > 0;
+        for (const torch::jit::Block *sub : node->blocks())
+            n += functional_activations(sub);
+    }
+    return n;
+}
+
+/* torch's pass that turns relu and the like into relu_ where alias analysis shows that nothing
+ * reads the input afterwards; the count. */
+int activations_in_place(const std::shared_ptr<torch::jit::Graph> &g)
+{
+    int before = functional_activations(g->block());
+    torch::jit::FunctionalToInplaceActivation(g);
+    return before - functional_activations(g->block());
+}
+
 void copy_out(const at::Tensor &t0, struct tsh_tensor *o)
 {
     at::Tensor t = t0;
@@ -315,6 +380,11 @@ int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err)
         /* the untransposed weights' constants, now unused, would keep a second copy alive */
         torch::jit::EliminateDeadCode(g);
         info->few_rows = rewrite_few_rows(g->block());
+        /* relu and the like write into their input where nothing else reads it afterwards
+         * (torch's own pass, by alias analysis: it leaves an activation on an add_'s result
+         * alone, so it runs first) */
+        info->in_place = activations_in_place(g);
+        info->in_place += bias_in_place(g->block());
         graph_weights after = weights_of(g);
         info->transposed = before.linear - after.linear;
         info->bytes = after.bytes;

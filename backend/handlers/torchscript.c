@@ -100,8 +100,9 @@ static void freeze_module(struct ts_ctx *ctx, struct tsh_model *m)
     }
     ts_log(ctx, LOG_LEVEL_INFO,
            "froze forward in %.1f ms: %d linear call(s) with transposed weights, %.1f MiB of "
-           "constants, %d product(s) with a matrix-vector path for few rows",
-           ms, fi.transposed, (double)fi.bytes / (1 << 20), fi.few_rows);
+           "constants, %d product(s) with a matrix-vector path for few rows, %d operation(s) "
+           "in place",
+           ms, fi.transposed, (double)fi.bytes / (1 << 20), fi.few_rows, fi.in_place);
 }
 
 static void warm_up(struct ts_ctx *ctx, struct tsc_state *s)

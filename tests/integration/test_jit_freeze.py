@@ -62,7 +62,8 @@ def test_frozen_by_default_and_answers_like_torch(server_factory):
     # mlp's three nn.Linear all rewritten; its 85,002 floats are 0.3 MiB; its largest weight
     # (256x256) is below the matrix-vector path's 1M elements
     wait_log(s, r"froze forward in [0-9.]+ ms: 3 linear call\(s\) with transposed weights, "
-                r"0\.3 MiB of constants, 0 product\(s\) with a matrix-vector path for few rows")
+                r"0\.3 MiB of constants, 0 product\(s\) with a matrix-vector path for few rows, "
+                r"5 operation\(s\) in place")
     ref = mar_module("mlp")
     x = inputs(40, 1)
     assert_close(predict_rows(s, x), expected(ref, x), "frozen mlp, batches of up to 8")
@@ -231,6 +232,57 @@ def test_few_rows_take_the_matrix_vector_call_at_request_time(server_factory, tm
             assert torch.equal(got, want), \
                 f"{n} rows: not the {'mv' if n <= 4 else 'matmul'} answer bit for bit: " \
                 f"max abs diff {(got - want).abs().max().item()}"
+
+
+def test_a_bias_add_writes_into_a_product_only_where_add_would_answer_the_same(server_factory,
+                                                                                tmp_path):
+    """A product by a constant that only its bias add reads gets the add in place (add_): the
+    mlp's three biases. It must not where add_ would answer differently: a product that is
+    read again after the add, a bias of another dtype (add promotes to double, add_ would
+    stay float) and a bias that broadcasting makes wider than the product (add_ fails). The
+    answers are compared bit for bit with torch's."""
+    import torch
+    from torch import nn
+
+    class Adds(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 8)
+            self.p = nn.Parameter(torch.randn(64, 8))
+            self.b = nn.Parameter(torch.randn(8))
+            self.q = nn.Parameter(torch.randn(64, 8))
+            self.b64 = nn.Parameter(torch.randn(8, dtype=torch.float64))
+            self.r = nn.Parameter(torch.randn(64, 1))
+            self.b5 = nn.Parameter(torch.randn(5))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)  # frozen: matmul, then the bias add in place, then relu_
+            p = torch.matmul(x, self.p)
+            read_twice = (p + self.b) * p
+            promoted = torch.matmul(x, self.q) + self.b64
+            widened = torch.matmul(x, self.r) + self.b5
+            return torch.cat([torch.relu(y).double(), read_twice.double(), promoted,
+                              widened.double()], dim=1)
+
+    torch.manual_seed(0)
+    m = torch.jit.script(Adds().eval())
+    s = serve_module(server_factory, tmp_path, m)
+    # the linear's bias add and the relu on its result, nothing else
+    wait_log(s, r"froze forward in [0-9.]+ ms: 1 linear call\(s\) with transposed weights, "
+                r"[0-9.]+ MiB of constants, 0 product\(s\) with a matrix-vector path for few "
+                r"rows, 2 operation\(s\) in place")
+    torch.set_num_threads(1)
+    for n in (1, 3):
+        x = inputs(n, 9)
+        r = s.post("/predictions/mlp", json={"data": x.tolist()})
+        assert r.status_code == 200, r.text
+        got = torch.tensor(r.json(), dtype=torch.float64)
+        with torch.no_grad():
+            want = m(x)
+        assert want.dtype == torch.float64 and got.shape == want.shape == (n, 29)
+        assert torch.equal(got, want), \
+            f"{n} rows: max abs diff {(got - want).abs().max().item()} in columns " \
+            f"{sorted(set((got != want).nonzero()[:, 1].tolist()))}"
 
 
 def test_a_sparse_input_to_a_large_product_takes_matmul(server_factory, tmp_path):
