@@ -207,34 +207,61 @@ TORCH_LIBRARY(torchserve_c, m)
     m.def("few_rows_matmul(Tensor self, Tensor other) -> Tensor", &few_rows_matmul);
 }
 
+c10::Symbol few_rows_op()
+{
+    static const c10::Symbol op = c10::Symbol::fromQualString("torchserve_c::few_rows_matmul");
+    return op;
+}
+
+/* Calls rewrite(node) for each node of b, the node's sub-blocks first; rewrite may replace the
+ * node (replace_with). The sum of what it returns. */
+template <typename F> int rewrite_nodes(torch::jit::Block *b, const F &rewrite)
+{
+    int n = 0;
+    for (auto it = b->nodes().begin(); it != b->nodes().end();) {
+        torch::jit::Node *node = *it++;
+        for (torch::jit::Block *sub : node->blocks())
+            n += rewrite_nodes(sub, rewrite);
+        n += rewrite(node);
+    }
+    return n;
+}
+
+/* Puts op(args, kwargs) in node's place: what read node's output reads the new value. */
+void replace_with(torch::jit::Node *node, c10::Symbol op, at::ArrayRef<torch::jit::NamedValue> args,
+                  at::ArrayRef<torch::jit::NamedValue> kwargs = {})
+{
+    torch::jit::WithInsertPoint guard(node);
+    torch::jit::Value *v = node->owningGraph()->insert(op, args, kwargs);
+    v->setType(node->output()->type());
+    node->output()->replaceAllUsesWith(v);
+    node->destroy();
+}
+
+/* v's value when it is a constant tensor. */
+c10::optional<at::Tensor> constant_tensor(torch::jit::Value *v)
+{
+    c10::optional<c10::IValue> c = torch::jit::toIValue(v);
+    if (!c || !c->isTensor())
+        return c10::nullopt;
+    return c->toTensor();
+}
+
 /* Rewrites aten::matmul(x, C), C a 2-D floating constant of FEW_ROWS_MIN_NUMEL elements or
  * more (the transposed weight of a linear, after the frozen-linear pass), to
  * torchserve_c::few_rows_matmul; the count. */
 int rewrite_few_rows(torch::jit::Block *b)
 {
-    static const c10::Symbol op = c10::Symbol::fromQualString("torchserve_c::few_rows_matmul");
-    int n = 0;
-    for (auto it = b->nodes().begin(); it != b->nodes().end();) {
-        torch::jit::Node *node = *it++;
-        for (torch::jit::Block *sub : node->blocks())
-            n += rewrite_few_rows(sub);
+    return rewrite_nodes(b, [](torch::jit::Node *node) {
         if (node->kind() != torch::jit::aten::matmul || node->inputs().size() != 2)
-            continue;
-        c10::optional<c10::IValue> c = torch::jit::toIValue(node->input(1));
-        if (!c || !c->isTensor())
-            continue;
-        const at::Tensor &w = c->toTensor();
-        if (w.dim() != 2 || w.numel() < FEW_ROWS_MIN_NUMEL || !w.device().is_cpu() ||
-            (w.scalar_type() != at::kFloat && w.scalar_type() != at::kDouble))
-            continue;
-        torch::jit::WithInsertPoint guard(node);
-        torch::jit::Value *v = b->owningGraph()->insert(op, {node->input(0), node->input(1)});
-        v->setType(node->output()->type());
-        node->output()->replaceAllUsesWith(v);
-        node->destroy();
-        n++;
-    }
-    return n;
+            return 0;
+        c10::optional<at::Tensor> w = constant_tensor(node->input(1));
+        if (!w || w->dim() != 2 || w->numel() < FEW_ROWS_MIN_NUMEL || !w->device().is_cpu() ||
+            (w->scalar_type() != at::kFloat && w->scalar_type() != at::kDouble))
+            return 0;
+        replace_with(node, few_rows_op(), {node->input(0), node->input(1)});
+        return 1;
+    });
 }
 
 /* A product by a constant (matmul, or few_rows_matmul above) returns fresh memory; when the
@@ -245,38 +272,24 @@ int rewrite_few_rows(torch::jit::Block *b)
  * last size (so broadcasting never grows the product's result). The count. */
 int bias_in_place(torch::jit::Block *b)
 {
-    static const c10::Symbol few = c10::Symbol::fromQualString("torchserve_c::few_rows_matmul");
-    int n = 0;
-    for (auto it = b->nodes().begin(); it != b->nodes().end();) {
-        torch::jit::Node *node = *it++;
-        for (torch::jit::Block *sub : node->blocks())
-            n += bias_in_place(sub);
+    return rewrite_nodes(b, [](torch::jit::Node *node) {
         if (node->kind() != torch::jit::aten::add || node->inputs().size() != 3)
-            continue;
+            return 0;
         torch::jit::Value *prod = node->input(0);
         torch::jit::Node *p = prod->node();
-        if ((p->kind() != torch::jit::aten::matmul && p->kind() != few) ||
+        if ((p->kind() != torch::jit::aten::matmul && p->kind() != few_rows_op()) ||
             p->inputs().size() != 2 || prod->uses().size() != 1)
-            continue;
-        c10::optional<c10::IValue> w = torch::jit::toIValue(p->input(1));
-        c10::optional<c10::IValue> bias = torch::jit::toIValue(node->input(1));
-        if (!w || !w->isTensor() || !bias || !bias->isTensor())
-            continue;
-        const at::Tensor &wt = w->toTensor(), &bt = bias->toTensor();
-        if (wt.dim() != 2 || bt.dim() > 1 || bt.scalar_type() != wt.scalar_type() ||
-            !bt.device().is_cpu() || !wt.device().is_cpu() ||
-            (bt.numel() != 1 && bt.numel() != wt.size(1)))
-            continue;
-        torch::jit::WithInsertPoint guard(node);
-        torch::jit::Value *v =
-            b->owningGraph()->insert(torch::jit::aten::add_, {prod, node->input(1)},
-                                     {torch::jit::NamedValue("alpha", node->input(2))});
-        v->setType(node->output()->type());
-        node->output()->replaceAllUsesWith(v);
-        node->destroy();
-        n++;
-    }
-    return n;
+            return 0;
+        c10::optional<at::Tensor> w = constant_tensor(p->input(1));
+        c10::optional<at::Tensor> bias = constant_tensor(node->input(1));
+        if (!w || !bias || w->dim() != 2 || bias->dim() > 1 ||
+            bias->scalar_type() != w->scalar_type() || !bias->device().is_cpu() ||
+            !w->device().is_cpu() || (bias->numel() != 1 && bias->numel() != w->size(1)))
+            return 0;
+        replace_with(node, torch::jit::aten::add_, {prod, node->input(1)},
+                     {torch::jit::NamedValue("alpha", node->input(2))});
+        return 1;
+    });
 }
 
 /* Activations that have an in-place form (torch::jit::activation_type_promotion_mapping), in b
