@@ -14,7 +14,6 @@
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/frozen_linear_transpose.h>
-#include <torch/csrc/jit/passes/restore_mutation.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/library.h>
@@ -264,12 +263,28 @@ int rewrite_few_rows(torch::jit::Block *b)
     });
 }
 
-/* A product by a constant (matmul, or few_rows_matmul above) returns fresh memory; when the
- * frozen-linear pass's bias add is that memory's only reader, the add can write into it
- * (aten::add_) and save an allocation and a pass over a new tensor, with the same float
- * operations. Only where add_ gives add's answer: the bias a constant of the product's constant's
- * dtype (so no type promotion), of at most one dimension and of one element or of the product's
- * last size (so broadcasting never grows the product's result). The count. */
+/* Whether v is new memory that one node alone reads, made in block b each time that node runs
+ * (so not once before a loop that reads it on every turn): the result of a product (matmul or
+ * few_rows_matmul, both of which allocate it), of an add, or of an add_ into such a result. */
+bool fresh_for_one(torch::jit::Value *v, const torch::jit::Block *b)
+{
+    torch::jit::Node *p = v->node();
+    if (p->owningBlock() != b || v->uses().size() != 1)
+        return false;
+    if (p->kind() == torch::jit::aten::matmul || p->kind() == few_rows_op())
+        return p->inputs().size() == 2;
+    if (p->kind() == torch::jit::aten::add) /* Tensor or Scalar other, and alpha: not add.out */
+        return p->inputs().size() == 3;
+    if (p->kind() == torch::jit::aten::add_)
+        return p->inputs().size() == 3 && fresh_for_one(p->input(0), b);
+    return false;
+}
+
+/* The frozen-linear pass's bias add writes into the product when add_ gives add's answer: the
+ * product fresh_for_one, by a constant, and the bias a constant of that constant's dtype (so no
+ * type promotion), of at most one dimension and of one element or of the product's last size (so
+ * broadcasting never grows the product's result). That saves an allocation and a pass over a
+ * new tensor, with the same float operations. The count. */
 int bias_in_place(torch::jit::Block *b)
 {
     return rewrite_nodes(b, [](torch::jit::Node *node) {
@@ -278,7 +293,7 @@ int bias_in_place(torch::jit::Block *b)
         torch::jit::Value *prod = node->input(0);
         torch::jit::Node *p = prod->node();
         if ((p->kind() != torch::jit::aten::matmul && p->kind() != few_rows_op()) ||
-            p->inputs().size() != 2 || prod->uses().size() != 1)
+            !fresh_for_one(prod, node->owningBlock()))
             return 0;
         c10::optional<at::Tensor> w = constant_tensor(p->input(1));
         c10::optional<at::Tensor> bias = constant_tensor(node->input(1));
@@ -292,26 +307,19 @@ int bias_in_place(torch::jit::Block *b)
     });
 }
 
-/* Activations that have an in-place form (torch::jit::activation_type_promotion_mapping), in b
- * and its sub-blocks. */
-int functional_activations(const torch::jit::Block *b)
+/* relu writes into its input when that is fresh_for_one: relu_ keeps the dtype and computes
+ * the same. Not torch's FunctionalToInplaceActivation: it takes the result of ops that hand
+ * back their input (type_as, alpha_dropout in eval) for new memory, rewrites inside loops what
+ * was made before them, and asserts on activations without an in-place form (prelu). */
+int relu_in_place(torch::jit::Block *b)
 {
-    int n = 0;
-    for (const torch::jit::Node *node : b->nodes()) {
-        n += torch::jit::activation_type_promotion_mapping.count(node->kind()) > 0;
-        for (const torch::jit::Block *sub : node->blocks())
-            n += functional_activations(sub);
-    }
-    return n;
-}
-
-/* torch's pass that turns relu and the like into relu_ where alias analysis shows that nothing
- * reads the input afterwards; the count. */
-int activations_in_place(const std::shared_ptr<torch::jit::Graph> &g)
-{
-    int before = functional_activations(g->block());
-    torch::jit::FunctionalToInplaceActivation(g);
-    return before - functional_activations(g->block());
+    return rewrite_nodes(b, [](torch::jit::Node *node) {
+        if (node->kind() != torch::jit::aten::relu || node->inputs().size() != 1 ||
+            !fresh_for_one(node->input(0), node->owningBlock()))
+            return 0;
+        replace_with(node, torch::jit::aten::relu_, {node->input(0)});
+        return 1;
+    });
 }
 
 void copy_out(const at::Tensor &t0, struct tsh_tensor *o)
@@ -393,11 +401,8 @@ int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err)
         /* the untransposed weights' constants, now unused, would keep a second copy alive */
         torch::jit::EliminateDeadCode(g);
         info->few_rows = rewrite_few_rows(g->block());
-        /* relu and the like write into their input where nothing else reads it afterwards
-         * (torch's own pass, by alias analysis: it leaves an activation on an add_'s result
-         * alone, so it runs first) */
-        info->in_place = activations_in_place(g);
-        info->in_place += bias_in_place(g->block());
+        info->in_place = bias_in_place(g->block());
+        info->in_place += relu_in_place(g->block());
         graph_weights after = weights_of(g);
         info->transposed = before.linear - after.linear;
         info->bytes = after.bytes;

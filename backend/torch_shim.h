@@ -72,8 +72,8 @@ struct tsh_freeze_info {
     size_t extra_bytes; /* what transposing would hold on top of the weights as they were */
     int few_rows;       /* products by a large constant that take a matrix-vector call per
                          * row for inputs of few rows (torch_shim.cpp: few_rows_matmul) */
-    int in_place;       /* bias adds and activations that write into their input, which
-                         * nothing else reads (torch_shim.cpp: bias_in_place) */
+    int in_place;       /* bias adds and relus that write into their input, which nothing
+                         * else reads (torch_shim.cpp: bias_in_place, relu_in_place) */
 };
 /* Freezes the module for inference (torch.jit.freeze without numeric folding: attributes that
  * forward does not change become constants), then stores the weights of each aten::linear with

@@ -285,6 +285,47 @@ def test_a_bias_add_writes_into_a_product_only_where_add_would_answer_the_same(s
             f"{sorted(set((got != want).nonzero()[:, 1].tolist()))}"
 
 
+def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path):
+    """A bias add in a loop whose product was made before the loop would add the bias into the
+    product once per turn; alpha_dropout in eval hands back its input, so a relu on its result
+    must not write into a tensor that is still read; PReLU has no in-place form, and the module
+    must still be frozen. Found by review: each of the three went wrong with torch's
+    FunctionalToInplaceActivation or a bias add rewritten across blocks."""
+    import torch
+    from torch import nn
+
+    class Hazards(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 4)
+            self.w = nn.Parameter(torch.randn(64, 4))
+            self.b = nn.Parameter(torch.ones(4))
+            self.drop = nn.AlphaDropout(0.1)
+            self.act = nn.PReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.fc(x)
+            p = torch.matmul(x, self.w)  # made once, read on every turn of the loop
+            out = torch.zeros(x.shape[0], 4)
+            for _ in range(x.shape[0] + 2):  # not a constant: freezing keeps the loop
+                out = out + (p + self.b)
+            r = h + torch.relu(self.drop(h))
+            return torch.cat([out, r, self.act(h)], dim=1)
+
+    torch.manual_seed(0)
+    m = torch.jit.script(Hazards().eval())
+    s = serve_module(server_factory, tmp_path, m)
+    # only the linear's own bias add
+    wait_log(s, r"froze forward in [0-9.]+ ms: 1 linear call\(s\) with transposed weights, "
+                r"[0-9.]+ MiB of constants, 0 product\(s\) with a matrix-vector path for few "
+                r"rows, 1 operation\(s\) in place")
+    for n in (1, 3):
+        x = inputs(n, 10)
+        r = s.post("/predictions/mlp", json={"data": x.tolist()})
+        assert r.status_code == 200, r.text
+        assert_close(r.json(), expected(m, x), f"{n} rows")
+
+
 def test_a_sparse_input_to_a_large_product_takes_matmul(server_factory, tmp_path):
     """The matrix-vector path reshapes its input, which a sparse tensor refuses: a sparse input
     of one row must go to matmul, as in the module as archived, instead of failing."""
