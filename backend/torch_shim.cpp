@@ -201,14 +201,37 @@ at::Tensor few_rows_matmul(const at::Tensor &x, const at::Tensor &w)
     return out.view(shape);
 }
 
+/* self + alpha * other written into self, which the graph rewrite (bias_in_place) has shown
+ * nothing else reads, when add_ answers what add does: the result keeps self's dtype (matmul
+ * skips its dtype check for an empty input, so a product of an int64 batch of no rows is int64),
+ * other broadcasts into self's shape, and self is plain writable memory (not a ZeroTensor, no
+ * overlap). Otherwise add. */
+at::Tensor bias_add_(at::Tensor self, const at::Tensor &other, const at::Scalar &alpha)
+{
+    bool fits = self.layout() == at::kStrided && !self._is_zerotensor() &&
+                self.is_non_overlapping_and_dense() &&
+                at::result_type(self, other) == self.scalar_type() && other.dim() <= 1 &&
+                (other.numel() == 1 || (self.dim() >= 1 && self.size(-1) == other.numel()));
+    if (!fits)
+        return at::add(self, other, alpha);
+    return self.add_(other, alpha);
+}
+
 TORCH_LIBRARY(torchserve_c, m)
 {
     m.def("few_rows_matmul(Tensor self, Tensor other) -> Tensor", &few_rows_matmul);
+    m.def("bias_add_(Tensor(a!) self, Tensor other, Scalar alpha) -> Tensor(a!)", &bias_add_);
 }
 
 c10::Symbol few_rows_op()
 {
     static const c10::Symbol op = c10::Symbol::fromQualString("torchserve_c::few_rows_matmul");
+    return op;
+}
+
+c10::Symbol bias_add_op()
+{
+    static const c10::Symbol op = c10::Symbol::fromQualString("torchserve_c::bias_add_");
     return op;
 }
 
@@ -264,8 +287,8 @@ int rewrite_few_rows(torch::jit::Block *b)
 }
 
 /* Whether v is new memory that one node alone reads, made in block b each time that node runs
- * (so not once before a loop that reads it on every turn): the result of a product (matmul or
- * few_rows_matmul, both of which allocate it), of an add, or of an add_ into such a result. */
+ * (so not once before a loop that reads it on every turn): a product (matmul or
+ * few_rows_matmul, which both allocate their result), or bias_add_'s sum into such a product. */
 bool fresh_for_one(torch::jit::Value *v, const torch::jit::Block *b)
 {
     torch::jit::Node *p = v->node();
@@ -273,18 +296,17 @@ bool fresh_for_one(torch::jit::Value *v, const torch::jit::Block *b)
         return false;
     if (p->kind() == torch::jit::aten::matmul || p->kind() == few_rows_op())
         return p->inputs().size() == 2;
-    if (p->kind() == torch::jit::aten::add) /* Tensor or Scalar other, and alpha: not add.out */
-        return p->inputs().size() == 3;
-    if (p->kind() == torch::jit::aten::add_)
-        return p->inputs().size() == 3 && fresh_for_one(p->input(0), b);
+    if (p->kind() == bias_add_op())
+        return fresh_for_one(p->input(0), b);
     return false;
 }
 
-/* The frozen-linear pass's bias add writes into the product when add_ gives add's answer: the
- * product fresh_for_one, by a constant, and the bias a constant of that constant's dtype (so no
- * type promotion), of at most one dimension and of one element or of the product's last size (so
- * broadcasting never grows the product's result). That saves an allocation and a pass over a
- * new tensor, with the same float operations. The count. */
+/* The frozen-linear pass's bias add, aten::add(P, b), becomes bias_add_ (above) when P is a
+ * fresh_for_one product by a constant and b a constant that add_ can take for every input of
+ * the product's dtype: b of the constant's dtype (no type promotion), of at most one dimension,
+ * of one element or of the product's last size (broadcasting never grows P). bias_add_ checks
+ * again at run time, for the inputs that matmul lets through unchecked. Writing into P saves an
+ * allocation and a pass over a new tensor, with the same float operations. The count. */
 int bias_in_place(torch::jit::Block *b)
 {
     return rewrite_nodes(b, [](torch::jit::Node *node) {
@@ -301,20 +323,21 @@ int bias_in_place(torch::jit::Block *b)
             bias->scalar_type() != w->scalar_type() || !bias->device().is_cpu() ||
             !w->device().is_cpu() || (bias->numel() != 1 && bias->numel() != w->size(1)))
             return 0;
-        replace_with(node, torch::jit::aten::add_, {prod, node->input(1)},
-                     {torch::jit::NamedValue("alpha", node->input(2))});
+        replace_with(node, bias_add_op(), {prod, node->input(1), node->input(2)});
         return 1;
     });
 }
 
-/* relu writes into its input when that is fresh_for_one: relu_ keeps the dtype and computes
- * the same. Not torch's FunctionalToInplaceActivation: it takes the result of ops that hand
- * back their input (type_as, alpha_dropout in eval) for new memory, rewrites inside loops what
- * was made before them, and asserts on activations without an in-place form (prelu). */
+/* relu writes into its input when that is bias_add_'s fresh_for_one result, always plain new
+ * memory: relu_ keeps the dtype and computes the same. Not torch's
+ * FunctionalToInplaceActivation: it takes the result of ops that hand back their input (type_as,
+ * alpha_dropout in eval) for new memory, rewrites inside loops what was made before them, and
+ * asserts on activations without an in-place form (prelu). */
 int relu_in_place(torch::jit::Block *b)
 {
     return rewrite_nodes(b, [](torch::jit::Node *node) {
         if (node->kind() != torch::jit::aten::relu || node->inputs().size() != 1 ||
+            node->input(0)->node()->kind() != bias_add_op() ||
             !fresh_for_one(node->input(0), node->owningBlock()))
             return 0;
         replace_with(node, torch::jit::aten::relu_, {node->input(0)});

@@ -326,6 +326,48 @@ def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path
         assert_close(r.json(), expected(m, x), f"{n} rows")
 
 
+def test_an_empty_batch_of_another_dtype_answers_as_torch_does(server_factory, tmp_path):
+    """matmul checks dtypes only when there are rows: a product of an INT64 batch of no rows is
+    an empty int64 tensor, which add promotes to float32 with the bias and add_ could not. The
+    bias add written into the product must then fall back to add, at run time (found by
+    review: the server answered 400 "result type Float can't be cast to the desired output type
+    Long" where torch and jit_freeze: false answer an empty FP32 [0, 4])."""
+    import torch
+    from torch import nn
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3, 4))
+            self.b = nn.Parameter(torch.randn(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(torch.matmul(x, self.w) + self.b)
+
+    torch.manual_seed(0)
+    m = torch.jit.script(M().eval())
+    store = torchscript_store(tmp_path, "m", m)
+    s = server_factory(models=["m"], store=store)
+    s.wait_ready("m")
+    # the bias add and the relu after it
+    wait_log(s, r"froze forward in [0-9.]+ ms: .* 2 operation\(s\) in place")
+    with torch.no_grad():
+        want = m(torch.zeros(0, 3, dtype=torch.int64))
+    assert want.dtype == torch.float32 and want.shape == (0, 4)
+    r = s.post("/v2/models/m/infer", json={"inputs": [
+        {"name": "x", "shape": [0, 3], "datatype": "INT64", "data": []}]})
+    assert r.status_code == 200, r.text
+    out = r.json()["outputs"][0]
+    assert (out["datatype"], out["shape"], out["data"]) == ("FP32", [0, 4], []), out
+    # and a float row still takes the in-place path and answers like torch
+    x = torch.tensor([[0.5, -1.0, 2.0]])
+    r = s.post("/v2/models/m/infer", json={"inputs": [
+        {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": x.flatten().tolist()}]})
+    assert r.status_code == 200, r.text
+    with torch.no_grad():
+        assert_close([r.json()["outputs"][0]["data"]], m(x).tolist(), "one float row")
+
+
 def test_a_sparse_input_to_a_large_product_takes_matmul(server_factory, tmp_path):
     """The matrix-vector path reshapes its input, which a sparse tensor refuses: a sparse input
     of one row must go to matmul, as in the module as archived, instead of failing."""
