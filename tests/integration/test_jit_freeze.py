@@ -55,6 +55,14 @@ def wait_log(s, pattern, timeout=30):
     raise AssertionError(f"no {pattern!r} in the log:\n{s.log()[-3000:]}")
 
 
+def wait_frozen(s, linear, few_rows, in_place):
+    """Waits for the load's log line with these counts: linear calls with transposed weights,
+    products with a matrix-vector path, operations in place."""
+    wait_log(s, rf"froze forward in [0-9.]+ ms: {linear} linear call\(s\) with transposed "
+                rf"weights, [0-9.]+ MiB of constants, {few_rows} product\(s\) with a "
+                rf"matrix-vector path for few rows, {in_place} operation\(s\) in place")
+
+
 @pytest.mark.smoke
 def test_frozen_by_default_and_answers_like_torch(server_factory):
     s = server_factory(models=["mlp"], yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 20}})
@@ -209,8 +217,7 @@ def test_few_rows_take_the_matrix_vector_call_at_request_time(server_factory, tm
     torch.manual_seed(0)
     m = Big().eval()
     s = serve_module(server_factory, tmp_path, torch.jit.script(m))
-    wait_log(s, r"froze forward in [0-9.]+ ms: 2 linear call\(s\) with transposed weights, "
-                r"[0-9.]+ MiB of constants, 1 product\(s\) with a matrix-vector path for few rows")
+    wait_frozen(s, 2, 1, 3)  # the two bias adds, the relu between them
     # what the frozen graph computes: x @ W^T (W^T a contiguous constant) plus the bias; the
     # worker runs on one thread, and so does this
     torch.set_num_threads(1)
@@ -267,10 +274,7 @@ def test_a_bias_add_writes_into_a_product_only_where_add_would_answer_the_same(s
     torch.manual_seed(0)
     m = torch.jit.script(Adds().eval())
     s = serve_module(server_factory, tmp_path, m)
-    # the linear's bias add and the relu on its result, nothing else
-    wait_log(s, r"froze forward in [0-9.]+ ms: 1 linear call\(s\) with transposed weights, "
-                r"[0-9.]+ MiB of constants, 0 product\(s\) with a matrix-vector path for few "
-                r"rows, 2 operation\(s\) in place")
+    wait_frozen(s, 1, 0, 2)  # the linear's bias add and the relu on its result, nothing else
     torch.set_num_threads(1)
     for n in (1, 3):
         x = inputs(n, 9)
@@ -315,10 +319,7 @@ def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path
     torch.manual_seed(0)
     m = torch.jit.script(Hazards().eval())
     s = serve_module(server_factory, tmp_path, m)
-    # only the linear's own bias add
-    wait_log(s, r"froze forward in [0-9.]+ ms: 1 linear call\(s\) with transposed weights, "
-                r"[0-9.]+ MiB of constants, 0 product\(s\) with a matrix-vector path for few "
-                r"rows, 1 operation\(s\) in place")
+    wait_frozen(s, 1, 0, 1)  # only the linear's own bias add
     for n in (1, 3):
         x = inputs(n, 10)
         r = s.post("/predictions/mlp", json={"data": x.tolist()})
@@ -349,8 +350,7 @@ def test_an_empty_batch_of_another_dtype_answers_as_torch_does(server_factory, t
     store = torchscript_store(tmp_path, "m", m)
     s = server_factory(models=["m"], store=store)
     s.wait_ready("m")
-    # the bias add and the relu after it
-    wait_log(s, r"froze forward in [0-9.]+ ms: .* 2 operation\(s\) in place")
+    wait_frozen(s, 0, 0, 2)  # the bias add and the relu after it
     with torch.no_grad():
         want = m(torch.zeros(0, 3, dtype=torch.int64))
     assert want.dtype == torch.float32 and want.shape == (0, 4)
