@@ -82,9 +82,10 @@ struct tsh_freeze_info {
  * what it did (mlp, batch 1: 33k instructions per forward instead of 144k). A product by a large
  * constant takes a matrix-vector call per row when its input has few rows (up to four,
  * for weights of 1M elements and more), which reads the weight once per row and packs nothing.
- * Returns 0 with *info filled in; the module is then the frozen one unless info->extra_bytes > 0
- * (a weight also read by something other than a linear: the module is left as loaded). On
- * failure the module is left as it was and can still be used. */
+ * A bias add on a product that nothing else reads, and a relu on that sum, write into it instead
+ * of a new tensor. Returns 0 with *info filled in; the module is then the frozen one unless
+ * info->extra_bytes > 0 (a weight also read by something other than a linear: the module is left as
+ * loaded). On failure the module is left as it was and can still be used. */
 int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err);
 void tsh_model_free(struct tsh_model *m);
 
