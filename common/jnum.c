@@ -2,10 +2,12 @@
  * jnum: see jnum.h.
  *
  * Scanning: the digits go into a 64-bit integer m (up to 19 significant ones) and a decimal
- * exponent; when m and 10^|e| are both exact doubles, one multiplication or division is
- * strtod's own rounding (Clinger's fast case). Up to 19 digits the double is within 2 ulps of
- * the exact value, so it rounds to strtod's float unless it lies near a float rounding boundary;
- * near one, or with more digits, strtod decides.
+ * exponent, the first run of each part eight bytes at a time where eight bytes remain; when m and
+ * 10^|e| are both exact doubles, one multiplication or division is strtod's own rounding (Clinger's
+ * fast case). Up to 19 digits the double is within 2 ulps of the exact value, so it rounds to
+ * strtod's float unless it lies near a float rounding boundary; near one, or with more digits,
+ * strtod decides.
+ *
  * Printing: see jnum_f32 below.
  */
 #include "jnum.h"
@@ -18,6 +20,63 @@
 static int digit(char c)
 {
     return (unsigned char)(c - '0') < 10;
+}
+
+static const uint64_t pow10_u64[20] = {1ULL,
+                                       10ULL,
+                                       100ULL,
+                                       1000ULL,
+                                       10000ULL,
+                                       100000ULL,
+                                       1000000ULL,
+                                       10000000ULL,
+                                       100000000ULL,
+                                       1000000000ULL,
+                                       10000000000ULL,
+                                       100000000000ULL,
+                                       1000000000000ULL,
+                                       10000000000000ULL,
+                                       100000000000000ULL,
+                                       1000000000000000ULL,
+                                       10000000000000000ULL,
+                                       100000000000000000ULL,
+                                       1000000000000000000ULL,
+                                       10000000000000000000ULL};
+
+/* Digit runs read eight bytes at a time need the first byte in the low end of the word. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR_DIGITS 1
+#else
+#define SWAR_DIGITS 0
+#endif
+
+#define ONES8 0x0101010101010101ULL
+
+/* The run of digits at p, up to 8 of them, read as one 64-bit word (p + 8 <= end): *k gets
+ * the run's length and *lz its leading '0's; the run's value. The word holds the bytes in
+ * memory order, the first in the low byte (SWAR_DIGITS: little-endian only), so the first digit
+ * is the most significant one. */
+static inline uint64_t digits8(const char *p, int *k, int *lz)
+{
+    uint64_t w;
+    memcpy(&w, p, sizeof(w));
+    uint64_t x = w ^ (ONES8 * '0'); /* a digit byte becomes 0..9 */
+    /* bit 7 of each byte that is not 0..9: from x >= 0x80, or from x & 0x7f >= 10 (adding
+     * 0x76 carries into bit 7 and never out of the byte) */
+    uint64_t bad = (((x & (ONES8 * 0x7f)) + ONES8 * 0x76) | x) & (ONES8 * 0x80);
+    int n = bad ? __builtin_ctzll(bad) >> 3 : 8;
+    *k = n;
+    *lz = 0;
+    if (n == 0)
+        return 0;
+    x <<= 8 * (8 - n); /* the run into the high bytes: shifted-in zeros are leading zeros */
+    uint64_t nz = x >> (8 * (8 - n));
+    *lz = nz ? __builtin_ctzll(nz) >> 3 : n;
+    /* pairs, then fours, then all eight: each step folds adjacent fields as hi * 10^w + lo */
+    x = (x * 10 + (x >> 8)) & 0x00ff00ff00ff00ffULL;
+    x = (x * 100 + (x >> 16)) & 0x0000ffff0000ffffULL;
+    x = (x * 10000 + (x >> 32)) & 0xffffffffULL;
+    return x;
 }
 
 /* 10^0 .. 10^22: exactly representable as doubles */
@@ -41,6 +100,12 @@ int jnum_scan_f32(const char *p, const char *end, const char **next, float *out)
         if (p < end && digit(*p))
             return -1; /* a leading zero is not JSON */
     } else {
+        if (SWAR_DIGITS && end - p >= 8) {
+            int k, lz;
+            m = digits8(p, &k, &lz); /* k >= 1; no leading zero */
+            nd = k;
+            p += k;
+        }
         for (; p < end && digit(*p); p++) {
             if (nd < 19) {
                 m = m * 10 + (uint64_t)(*p - '0');
@@ -56,6 +121,15 @@ int jnum_scan_f32(const char *p, const char *end, const char **next, float *out)
         p++;
         if (p == end || !digit(*p))
             return -1;
+        if (SWAR_DIGITS && end - p >= 8 && nd <= 11) {
+            /* what the loop below makes of these k <= 8 digits, as nd + k <= 19 */
+            int k, lz;
+            uint64_t v = digits8(p, &k, &lz);
+            nd = m ? nd + k : k - lz;
+            m = m * pow10_u64[k] + v;
+            e10 -= k;
+            p += k;
+        }
         for (; p < end && digit(*p); p++) {
             if (nd < 19) {
                 m = m * 10 + (uint64_t)(*p - '0');
@@ -132,27 +206,6 @@ int jnum_scan_f32(const char *p, const char *end, const char **next, float *out)
  * float whose m * 5^-e fits in 128 bits (all above about 1e-7, and many below); returns 0 for
  * the rest, which snprintf prints. */
 typedef unsigned __int128 u128;
-
-static const uint64_t pow10_u64[20] = {1ULL,
-                                       10ULL,
-                                       100ULL,
-                                       1000ULL,
-                                       10000ULL,
-                                       100000ULL,
-                                       1000000ULL,
-                                       10000000ULL,
-                                       100000000ULL,
-                                       1000000000ULL,
-                                       10000000000ULL,
-                                       100000000000ULL,
-                                       1000000000000ULL,
-                                       10000000000000ULL,
-                                       100000000000000ULL,
-                                       1000000000000000ULL,
-                                       10000000000000000ULL,
-                                       100000000000000000ULL,
-                                       1000000000000000000ULL,
-                                       10000000000000000000ULL};
 
 /* 5^0 .. 5^27, the powers of five that fit in 64 bits */
 static const uint64_t pow5_u64[28] = {1ULL,

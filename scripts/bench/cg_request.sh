@@ -12,6 +12,7 @@
 # instrumentation off until its first answer (loading libtorch under callgrind takes longer
 # than any startup timeout), then on.
 # Env: MODEL: the model-store archive to serve (default mlp; mlp_py takes the same sample).
+# BODY: the request body (default the mlp's sample, 64 numbers of four decimals).
 # EXTRA_CONFIG: config.properties lines (';'-separated) added to the server's config, for
 # an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false". CG_KEEP=DIR keeps both
 # runs' callgrind files as DIR/cg.out.N/2 and DIR/cg.out.3N/2 for callgrind_annotate.
@@ -28,7 +29,7 @@ MODEL=${MODEL:-mlp}
 case $WHO in frontend | worker) ;; *) echo "cg_request: frontend or worker, not $WHO" >&2; exit 2 ;; esac
 PROTO=${4:-http}
 case $PROTO in http | grpc) ;; *) echo "cg_request: http or grpc, not $PROTO" >&2; exit 2 ;; esac
-BODY=$ROOT/scripts/models/mlp/sample.json
+BODY=${BODY:-$ROOT/scripts/models/mlp/sample.json}
 
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -5,15 +5,42 @@
 
 #include "tap.h"
 
+/* The token read where it ends the buffer and where a list goes on after it: digit runs are
+ * read eight bytes at a time only where eight bytes remain, so the two take different paths,
+ * and they must give the same answer and the same end, whatever follows. */
 static int scan_is_strtod(const char *tok)
 {
-    const char *next = NULL;
-    float f;
-    if (jnum_scan_f32(tok, tok + strlen(tok), &next, &f))
+    size_t len = strlen(tok);
+    char buf[96];
+    if (len + 16 > sizeof(buf))
+        return 0;
+    /* whatever follows a number ends its digits, however close to '0'..'9' it is */
+    static const char *const after[] = {", 0.125]",
+                                        ":1234567",
+                                        "/9999999",
+                                        "\x80"
+                                        "1234567",
+                                        " 1234567",
+                                        "]]]]]]]]",
+                                        "-1234567",
+                                        "\xb9"
+                                        "9999999"};
+    static unsigned turn;
+    memcpy(buf, tok, len);
+    memcpy(buf + len, after[turn++ % 8], 9);
+    const char *next = NULL, *next_in = NULL;
+    float f, f_in;
+    int rc = jnum_scan_f32(tok, tok + len, &next, &f);
+    int rc_in = jnum_scan_f32(buf, buf + len + 8, &next_in, &f_in);
+    if (rc != rc_in)
+        return 0;
+    if (rc)
         return 1; /* gave up: the caller's slow path decides */
     /* an integer token is read as jansson does (strtoll): "-0" is 0, not -0 */
-    float want = (float)strtod(tok, NULL);
-    return next == tok + strlen(tok) && !memcmp(&f, &want, sizeof(f));
+    float want =
+        strpbrk(tok, ".eE") ? (float)strtod(tok, NULL) : (float)(double)strtoll(tok, NULL, 10);
+    return next == tok + len && next_in == buf + len && !memcmp(&f, &want, sizeof(f)) &&
+           !memcmp(&f_in, &want, sizeof(f));
 }
 
 TEST(scan_matches_strtod)
@@ -50,6 +77,43 @@ TEST(scan_matches_strtod)
         snprintf(tok, sizeof(tok), i % 2 ? "%.9g" : "%.6g", (double)f);
         CHECK(scan_is_strtod(tok));
     }
+}
+
+/* Random digit runs of 1 to 21 digits on both sides of the point (around the eight-byte
+ * reads), leading zeros in the fraction, and exponents: the same float and the same end as
+ * strtod, on both paths, or a give-up on both. */
+TEST(scan_digit_runs)
+{
+    uint32_t x = 777;
+#define RND(n) ((x = x * 1103515245u + 12345u) >> 8) % (n)
+    char tok[64];
+    for (int i = 0; i < 40000; i++) {
+        size_t n = 0;
+        if (RND(2))
+            tok[n++] = '-';
+        size_t ni = 1 + RND(21);
+        if (RND(4) == 0)
+            tok[n++] = '0';
+        else
+            for (size_t j = 0; j < ni; j++)
+                tok[n++] = (char)('0' + (j ? RND(10) : 1 + RND(9)));
+        if (RND(4)) {
+            tok[n++] = '.';
+            size_t zeros = RND(3) ? 0 : RND(12), nf = 1 + RND(21);
+            for (size_t j = 0; j < zeros; j++)
+                tok[n++] = '0';
+            for (size_t j = 0; j < nf; j++)
+                tok[n++] = (char)('0' + RND(10));
+        }
+        if (RND(4) == 0)
+            n += (size_t)sprintf(tok + n, "e%d", (int)RND(60) - 30);
+        tok[n] = '\0';
+        if (!scan_is_strtod(tok)) {
+            fprintf(stderr, "# %s\n", tok);
+            CHECK(!"scan differs from strtod");
+        }
+    }
+#undef RND
 }
 
 TEST(scan_gives_up)
@@ -101,6 +165,7 @@ TEST(integers)
 int main(void)
 {
     RUN(scan_matches_strtod);
+    RUN(scan_digit_runs);
     RUN(scan_gives_up);
     RUN(f32_is_printf);
     RUN(integers);
