@@ -328,19 +328,59 @@ int bias_in_place(torch::jit::Block *b)
     });
 }
 
-/* relu writes into its input when that is bias_add_'s fresh_for_one result, always plain new
- * memory: relu_ keeps the dtype and computes the same. Not torch's
- * FunctionalToInplaceActivation: it takes the result of ops that hand back their input (type_as,
- * alpha_dropout in eval) for new memory, rewrites inside loops what was made before them, and
- * asserts on activations without an in-place form (prelu). */
-int relu_in_place(torch::jit::Block *b)
+/* Activations whose in-place form takes the same arguments and runs the same kernel on its
+ * input: relu_ for relu, and so on. */
+const char *const activations[] = {"relu", "relu6",   "leaky_relu", "hardtanh",   "elu",
+                                   "selu", "celu",    "gelu",       "silu",       "mish",
+                                   "tanh", "sigmoid", "hardswish",  "hardsigmoid"};
+
+/* The in-place form of one of the activations above, or no symbol. */
+c10::optional<c10::Symbol> in_place_activation(torch::jit::Node *node)
+{
+    static const std::vector<std::pair<c10::Symbol, c10::Symbol>> pairs = [] {
+        std::vector<std::pair<c10::Symbol, c10::Symbol>> v;
+        for (const char *a : activations)
+            v.emplace_back(c10::Symbol::fromQualString(std::string("aten::") + a),
+                           c10::Symbol::fromQualString(std::string("aten::") + a + "_"));
+        return v;
+    }();
+    for (const auto &p : pairs)
+        if (node->kind() == p.first)
+            return p.second;
+    return c10::nullopt;
+}
+
+/* An activation writes into its input when that is bias_add_'s fresh_for_one result with a
+ * floating bias, always plain new memory of a floating dtype, which each in-place form keeps,
+ * computing the same.
+ * Not torch's FunctionalToInplaceActivation: it takes the result of ops that hand back their
+ * input (type_as, alpha_dropout in eval) for new memory, rewrites inside loops what was made
+ * before them, and asserts on activations without an in-place form (prelu). */
+int activation_in_place(torch::jit::Block *b)
 {
     return rewrite_nodes(b, [](torch::jit::Node *node) {
-        if (node->kind() != torch::jit::aten::relu || node->inputs().size() != 1 ||
+        c10::optional<c10::Symbol> in_place = in_place_activation(node);
+        const c10::FunctionSchema *fs = in_place ? node->maybeSchema() : nullptr;
+        if (!fs || node->inputs().empty() || fs->arguments().size() != node->inputs().size() ||
             node->input(0)->node()->kind() != bias_add_op() ||
             !fresh_for_one(node->input(0), node->owningBlock()))
             return 0;
-        replace_with(node, torch::jit::aten::relu_, {node->input(0)});
+        /* a floating bias makes a floating sum (bias_add_ adds in place only without
+         * promotion, and matmul refuses an integer input against a floating weight); an
+         * integer sum would stay integer in sigmoid_ where sigmoid answers in float */
+        c10::optional<at::Tensor> bias = constant_tensor(node->input(0)->node()->input(1));
+        if (!bias || !at::isFloatingType(bias->scalar_type()))
+            return 0;
+        /* the same arguments, by name where the schema wants them so (gelu's approximate) */
+        std::vector<torch::jit::NamedValue> args, kwargs;
+        for (size_t i = 0; i < node->inputs().size(); i++) {
+            const c10::Argument &a = fs->arguments()[i];
+            if (a.kwarg_only())
+                kwargs.emplace_back(a.name(), node->input(i));
+            else
+                args.emplace_back(node->input(i));
+        }
+        replace_with(node, *in_place, args, kwargs);
         return 1;
     });
 }
@@ -425,7 +465,7 @@ int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err)
         torch::jit::EliminateDeadCode(g);
         info->few_rows = rewrite_few_rows(g->block());
         info->in_place = bias_in_place(g->block());
-        info->in_place += relu_in_place(g->block());
+        info->in_place += activation_in_place(g->block());
         graph_weights after = weights_of(g);
         info->transposed = before.linear - after.linear;
         info->bytes = after.bytes;

@@ -72,8 +72,9 @@ struct tsh_freeze_info {
     size_t extra_bytes; /* what transposing would hold on top of the weights as they were */
     int few_rows;       /* products by a large constant that take a matrix-vector call per
                          * row for inputs of few rows (torch_shim.cpp: few_rows_matmul) */
-    int in_place;       /* bias adds and relus that write into their input, which nothing
-                         * else reads (torch_shim.cpp: bias_in_place, relu_in_place) */
+    int in_place;       /* bias adds and activations that write into their input, which
+                         * nothing else reads (torch_shim.cpp: bias_in_place,
+                         * activation_in_place) */
 };
 /* Freezes the module for inference (torch.jit.freeze without numeric folding: attributes that
  * forward does not change become constants), then stores the weights of each aten::linear with
@@ -82,10 +83,11 @@ struct tsh_freeze_info {
  * what it did (mlp, batch 1: 33k instructions per forward instead of 144k). A product by a large
  * constant takes a matrix-vector call per row when its input has few rows (up to four,
  * for weights of 1M elements and more), which reads the weight once per row and packs nothing.
- * A bias add on a product that nothing else reads, and a relu on that sum, write into it instead
- * of a new tensor. Returns 0 with *info filled in; the module is then the frozen one unless
- * info->extra_bytes > 0 (a weight also read by something other than a linear: the module is left as
- * loaded). On failure the module is left as it was and can still be used. */
+ * A bias add on a product that nothing else reads, and an activation with an in-place form on
+ * that sum (relu, gelu, sigmoid, ...), write into it instead of a new tensor. Returns 0 with *info
+ * filled in; the module is then the frozen one unless info->extra_bytes > 0 (a weight also read by
+ * something other than a linear: the module is left as loaded). On failure the module is left as it
+ * was and can still be used. */
 int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err);
 void tsh_model_free(struct tsh_model *m);
 

@@ -289,11 +289,66 @@ def test_a_bias_add_writes_into_a_product_only_where_add_would_answer_the_same(s
             f"{sorted(set((got != want).nonzero()[:, 1].tolist()))}"
 
 
+def test_activations_after_a_bias_add_write_into_it_and_answer_bit_for_bit(server_factory,
+                                                                            tmp_path):
+    """Each activation that has an in-place form with the same arguments writes into the bias
+    add before it (relu_, gelu_ with approximate by name, leaky_relu_ with its slope, ...):
+    14 bias adds and 14 activations in place. The answers are compared bit for bit with torch
+    computing what the frozen graph computes before the activation (the product by the
+    transposed weight, then the bias add), then the activation out of place; 13 outputs each,
+    a vector of 8 and a tail."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    acts = [torch.relu, F.relu6, lambda t: F.leaky_relu(t, 0.2),
+            lambda t: F.hardtanh(t, -0.5, 0.5), lambda t: F.elu(t, 0.7), F.selu,
+            lambda t: F.celu(t, 1.3), lambda t: F.gelu(t, approximate="tanh"), F.silu, F.mish,
+            torch.tanh, torch.sigmoid, F.hardswish, F.hardsigmoid]
+
+    class Acts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fcs = nn.ModuleList([nn.Linear(64, 13) for _ in range(14)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            fc = self.fcs
+            return torch.cat([torch.relu(fc[0](x)), F.relu6(fc[1](x)),
+                              F.leaky_relu(fc[2](x), 0.2), F.hardtanh(fc[3](x), -0.5, 0.5),
+                              F.elu(fc[4](x), 0.7), F.selu(fc[5](x)), F.celu(fc[6](x), 1.3),
+                              F.gelu(fc[7](x), approximate="tanh"), F.silu(fc[8](x)),
+                              F.mish(fc[9](x)), torch.tanh(fc[10](x)),
+                              torch.sigmoid(fc[11](x)), F.hardswish(fc[12](x)),
+                              F.hardsigmoid(fc[13](x))], dim=1)
+
+    torch.manual_seed(0)
+    module = Acts().eval()
+    m = torch.jit.script(module)
+    s = serve_module(server_factory, tmp_path, m)
+    wait_frozen(s, 14, 0, 28)
+    torch.set_num_threads(1)
+    for n in (1, 3):
+        x = inputs(n, 11)
+        r = s.post("/predictions/mlp", json={"data": x.tolist()})
+        assert r.status_code == 200, r.text
+        got = torch.tensor(r.json(), dtype=torch.float32)
+        with torch.no_grad():
+            want = torch.cat([act(torch.matmul(x, fc.weight.t().contiguous()) + fc.bias)
+                              for act, fc in zip(acts, module.fcs)], dim=1)
+            assert_close(r.json(), m(x).tolist(), f"{n} rows, against the module")
+        assert got.shape == want.shape == (n, 14 * 13)
+        assert torch.equal(got, want), \
+            f"{n} rows: max abs diff {(got - want).abs().max().item()} in activations " \
+            f"{sorted(set((got != want).nonzero()[:, 1].div(13, rounding_mode='floor').tolist()))}"
+
+
 def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path):
     """A bias add in a loop whose product was made before the loop would add the bias into the
-    product once per turn; alpha_dropout in eval hands back its input, so a relu on its result
-    must not write into a tensor that is still read; PReLU has no in-place form, and the module
-    must still be frozen. Found by review: each of the three went wrong with torch's
+    product once per turn, and a leaky_relu in a loop on a sum made before it would scale its
+    negative values once per turn; alpha_dropout in eval hands back its input, so a relu on its
+    result must not write into a tensor that is still read; PReLU has no in-place form, and the
+    module must still be frozen; sigmoid_ of an integer sum would fail where sigmoid answers in
+    float. Found by review: the first three went wrong with torch's
     FunctionalToInplaceActivation or a bias add rewritten across blocks."""
     import torch
     from torch import nn
@@ -302,24 +357,32 @@ def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path
         def __init__(self):
             super().__init__()
             self.fc = nn.Linear(64, 4)
+            self.fc2 = nn.Linear(64, 4)
             self.w = nn.Parameter(torch.randn(64, 4))
             self.b = nn.Parameter(torch.ones(4))
             self.drop = nn.AlphaDropout(0.1)
             self.act = nn.PReLU()
+            self.register_buffer("wi", torch.randint(-3, 4, (64, 4)))
+            self.register_buffer("bi", torch.randint(-3, 4, (4,)))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             h = self.fc(x)
+            h2 = self.fc2(x)  # its bias add before the loop, its leaky_relu on every turn
             p = torch.matmul(x, self.w)  # made once, read on every turn of the loop
             out = torch.zeros(x.shape[0], 4)
+            leaky = torch.zeros(x.shape[0], 4)
             for _ in range(x.shape[0] + 2):  # not a constant: freezing keeps the loop
                 out = out + (p + self.b)
+                leaky = leaky + torch.nn.functional.leaky_relu(h2, 0.2)
             r = h + torch.relu(self.drop(h))
-            return torch.cat([out, r, self.act(h)], dim=1)
+            # an integer sum: sigmoid answers in float, sigmoid_ would have to stay integer
+            ints = torch.sigmoid(torch.matmul(x.long(), self.wi) + self.bi)
+            return torch.cat([out, r, self.act(h), leaky, ints], dim=1)
 
     torch.manual_seed(0)
     m = torch.jit.script(Hazards().eval())
     s = serve_module(server_factory, tmp_path, m)
-    wait_frozen(s, 1, 0, 1)  # only the linear's own bias add
+    wait_frozen(s, 2, 0, 3)  # the two linears' own bias adds and the integer one, no activation
     for n in (1, 3):
         x = inputs(n, 10)
         r = s.post("/predictions/mlp", json={"data": x.tolist()})
