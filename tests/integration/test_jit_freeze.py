@@ -124,6 +124,21 @@ def assert_serves(s, m, x):
         assert_close(r.json(), expected(m, rows), f"{len(rows)} rows")
 
 
+def post_exact(s, x, want, what, group=1):
+    """Posts the rows x as one request: the answer must be want bit for bit. The worker prints
+    floats with 9 significant digits, which read back to the same float32. On a mismatch the
+    message names the differing columns, in groups of `group` (one per layer of that width)."""
+    import torch
+    r = s.post("/predictions/mlp", json={"data": x.tolist()})
+    assert r.status_code == 200, r.text
+    got = torch.tensor(r.json(), dtype=want.dtype)
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, not {tuple(want.shape)}"
+    cols = (got != want).nonzero()[:, 1].div(group, rounding_mode="floor").tolist()
+    assert torch.equal(got, want), \
+        f"{what}: max abs diff {(got - want).abs().max().item()} in {sorted(set(cols))}"
+    return r.json()
+
+
 def test_a_layer_applied_many_times_keeps_one_weight(server_factory, tmp_path):
     """Freezing unrolls the loop into 12 linear calls on one weight: the transposed weight must
     be one constant (4 MiB), not twelve."""
@@ -231,14 +246,8 @@ def test_few_rows_take_the_matrix_vector_call_at_request_time(server_factory, tm
             by_matmul = torch.matmul(h[:n], big_t) + m.big.bias
             assert not torch.equal(by_mv[:n, :16], by_matmul[:, :16]), \
                 f"{n} rows: mv and matmul agree bit for bit, so this test cannot tell them apart"
-            r = s.post("/predictions/mlp", json={"data": x[:n].tolist()})
-            assert r.status_code == 200, r.text
-            # the answer's floats are printed with 9 digits, which read back to the same float32
-            got = torch.tensor(r.json(), dtype=torch.float32)
-            want = (by_mv[:n] if n <= 4 else by_matmul)[:, :16]
-            assert torch.equal(got, want), \
-                f"{n} rows: not the {'mv' if n <= 4 else 'matmul'} answer bit for bit: " \
-                f"max abs diff {(got - want).abs().max().item()}"
+            post_exact(s, x[:n], (by_mv[:n] if n <= 4 else by_matmul)[:, :16],
+                       f"{n} rows, not the {'mv' if n <= 4 else 'matmul'} answer")
 
 
 def test_a_bias_add_writes_into_a_product_only_where_add_would_answer_the_same(server_factory,
@@ -278,15 +287,10 @@ def test_a_bias_add_writes_into_a_product_only_where_add_would_answer_the_same(s
     torch.set_num_threads(1)
     for n in (1, 3):
         x = inputs(n, 9)
-        r = s.post("/predictions/mlp", json={"data": x.tolist()})
-        assert r.status_code == 200, r.text
-        got = torch.tensor(r.json(), dtype=torch.float64)
         with torch.no_grad():
             want = m(x)
-        assert want.dtype == torch.float64 and got.shape == want.shape == (n, 29)
-        assert torch.equal(got, want), \
-            f"{n} rows: max abs diff {(got - want).abs().max().item()} in columns " \
-            f"{sorted(set((got != want).nonzero()[:, 1].tolist()))}"
+        assert want.dtype == torch.float64 and want.shape == (n, 29)
+        post_exact(s, x, want, f"{n} rows, columns")
 
 
 def test_activations_after_a_bias_add_write_into_it_and_answer_bit_for_bit(server_factory,
@@ -329,17 +333,11 @@ def test_activations_after_a_bias_add_write_into_it_and_answer_bit_for_bit(serve
     torch.set_num_threads(1)
     for n in (1, 3):
         x = inputs(n, 11)
-        r = s.post("/predictions/mlp", json={"data": x.tolist()})
-        assert r.status_code == 200, r.text
-        got = torch.tensor(r.json(), dtype=torch.float32)
         with torch.no_grad():
             want = torch.cat([act(torch.matmul(x, fc.weight.t().contiguous()) + fc.bias)
                               for act, fc in zip(acts, module.fcs)], dim=1)
-            assert_close(r.json(), m(x).tolist(), f"{n} rows, against the module")
-        assert got.shape == want.shape == (n, 14 * 13)
-        assert torch.equal(got, want), \
-            f"{n} rows: max abs diff {(got - want).abs().max().item()} in activations " \
-            f"{sorted(set((got != want).nonzero()[:, 1].div(13, rounding_mode='floor').tolist()))}"
+            got = post_exact(s, x, want, f"{n} rows, activations", group=13)
+            assert_close(got, m(x).tolist(), f"{n} rows, against the module")
 
 
 def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path):
