@@ -361,13 +361,17 @@ int activation_in_place(torch::jit::Block *b)
     return rewrite_nodes(b, [](torch::jit::Node *node) {
         c10::optional<c10::Symbol> in_place = in_place_activation(node);
         const c10::FunctionSchema *fs = in_place ? node->maybeSchema() : nullptr;
-        if (!fs || node->inputs().empty() || fs->arguments().size() != node->inputs().size() ||
+        /* the functional overload only: sigmoid.out(self, *, out) writes into out */
+        if (!fs || !fs->overload_name().empty() || fs->is_mutable() || node->inputs().empty() ||
+            fs->arguments().size() != node->inputs().size() ||
             node->input(0)->node()->kind() != bias_add_op() ||
             !fresh_for_one(node->input(0), node->owningBlock()))
             return 0;
-        /* a floating bias makes a floating sum (bias_add_ adds in place only without
-         * promotion, and matmul refuses an integer input against a floating weight); an
-         * integer sum would stay integer in sigmoid_ where sigmoid answers in float */
+        /* a floating bias makes a floating sum: bias_add_ adds in place only without
+         * promotion, matmul refuses an integer input against a floating weight, and the
+         * integer product of an empty integer batch, which it lets through, gets add's
+         * promoted sum; an integer sum would stay integer in sigmoid_, where sigmoid
+         * answers in float */
         c10::optional<at::Tensor> bias = constant_tensor(node->input(0)->node()->input(1));
         if (!bias || !at::isFloatingType(bias->scalar_type()))
             return 0;

@@ -346,8 +346,9 @@ def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path
     negative values once per turn; alpha_dropout in eval hands back its input, so a relu on its
     result must not write into a tensor that is still read; PReLU has no in-place form, and the
     module must still be frozen; sigmoid_ of an integer sum would fail where sigmoid answers in
-    float. Found by review: the first three went wrong with torch's
-    FunctionalToInplaceActivation or a bias add rewritten across blocks."""
+    float; sigmoid with out= is not sigmoid_, and the module must still be frozen. Found by
+    review: the first three went wrong with torch's FunctionalToInplaceActivation or a bias add
+    rewritten across blocks, the last failed the freeze (so the module was served as loaded)."""
     import torch
     from torch import nn
 
@@ -356,6 +357,7 @@ def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path
             super().__init__()
             self.fc = nn.Linear(64, 4)
             self.fc2 = nn.Linear(64, 4)
+            self.fc3 = nn.Linear(64, 4)
             self.w = nn.Parameter(torch.randn(64, 4))
             self.b = nn.Parameter(torch.ones(4))
             self.drop = nn.AlphaDropout(0.1)
@@ -375,12 +377,15 @@ def test_nothing_is_written_in_place_that_is_read_again(server_factory, tmp_path
             r = h + torch.relu(self.drop(h))
             # an integer sum: sigmoid answers in float, sigmoid_ would have to stay integer
             ints = torch.sigmoid(torch.matmul(x.long(), self.wi) + self.bi)
-            return torch.cat([out, r, self.act(h), leaky, ints], dim=1)
+            # sigmoid.out writes into its out argument: not the functional overload
+            into = torch.empty(x.shape[0], 4)
+            torch.sigmoid(self.fc3(x), out=into)
+            return torch.cat([out, r, self.act(h), leaky, ints, into], dim=1)
 
     torch.manual_seed(0)
     m = torch.jit.script(Hazards().eval())
     s = serve_module(server_factory, tmp_path, m)
-    wait_frozen(s, 2, 0, 3)  # the two linears' own bias adds and the integer one, no activation
+    wait_frozen(s, 3, 0, 4)  # the three linears' own bias adds and the integer one, no activation
     for n in (1, 3):
         x = inputs(n, 10)
         r = s.post("/predictions/mlp", json={"data": x.tolist()})
