@@ -286,16 +286,24 @@ int rewrite_few_rows(torch::jit::Block *b)
     });
 }
 
+/* Whether p is a product of two tensors (matmul or few_rows_matmul), which allocates its
+ * result. */
+bool is_product(const torch::jit::Node *p)
+{
+    return (p->kind() == torch::jit::aten::matmul || p->kind() == few_rows_op()) &&
+           p->inputs().size() == 2;
+}
+
 /* Whether v is new memory that one node alone reads, made in block b each time that node runs
- * (so not once before a loop that reads it on every turn): a product (matmul or
- * few_rows_matmul, which both allocate their result), or bias_add_'s sum into such a product. */
+ * (so not once before a loop that reads it on every turn): a product, or bias_add_'s sum into
+ * such a product. */
 bool fresh_for_one(torch::jit::Value *v, const torch::jit::Block *b)
 {
     torch::jit::Node *p = v->node();
     if (p->owningBlock() != b || v->uses().size() != 1)
         return false;
-    if (p->kind() == torch::jit::aten::matmul || p->kind() == few_rows_op())
-        return p->inputs().size() == 2;
+    if (is_product(p))
+        return true;
     if (p->kind() == bias_add_op())
         return fresh_for_one(p->input(0), b);
     return false;
@@ -314,8 +322,7 @@ int bias_in_place(torch::jit::Block *b)
             return 0;
         torch::jit::Value *prod = node->input(0);
         torch::jit::Node *p = prod->node();
-        if ((p->kind() != torch::jit::aten::matmul && p->kind() != few_rows_op()) ||
-            !fresh_for_one(prod, node->owningBlock()))
+        if (!is_product(p) || !fresh_for_one(prod, node->owningBlock()))
             return 0;
         c10::optional<at::Tensor> w = constant_tensor(p->input(1));
         c10::optional<at::Tensor> bias = constant_tensor(node->input(1));
