@@ -2,7 +2,7 @@
 # Instructions the frontend or the worker spends per /predictions/MODEL request, under callgrind:
 # the stable figure on a noisy machine (wall-clock ratios drift with the host's load).
 #
-#   scripts/bench/cg_request.sh [BUILD_DIR] [N] [frontend|worker] [http|grpc]
+#   scripts/bench/cg_request.sh [BUILD_DIR] [N] [frontend|worker|bare] [http|grpc]
 #                                    (default build, 2000, frontend, http; needs valgrind)
 #
 # Runs the frontend (or its one worker, through a wrapper that execs it under valgrind) under
@@ -17,7 +17,10 @@
 # an A/B of a setting, e.g. EXTRA_CONFIG="enable_access_log=false". CG_KEEP=DIR keeps both
 # runs' callgrind files as DIR/cg.out.N/2 and DIR/cg.out.3N/2 for callgrind_annotate.
 # With grpc the requests are unary gRPC Predictions calls on one channel (python3-grpcio, the
-# stubs make builds in BUILD_DIR/py) instead of HTTP POSTs.
+# stubs make builds in BUILD_DIR/py) instead of HTTP POSTs. `bare grpc` measures grpc_bench.sh's
+# ceiling the same way: grpc_bare (scripts/bench/grpc_bare.c, built here), the bare gRPC C core
+# server that answers every call with a fixed message, so that the frontend's instructions per
+# call can be set against those of gRPC core alone.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
@@ -26,9 +29,10 @@ N=${2:-2000}
 WHO=${3:-frontend}
 MODEL=${MODEL:-mlp}
 [ -e "$ROOT/model-store/$MODEL.mar" ] || { echo "cg_request: model-store/$MODEL.mar missing: make models" >&2; exit 2; }
-case $WHO in frontend | worker) ;; *) echo "cg_request: frontend or worker, not $WHO" >&2; exit 2 ;; esac
+case $WHO in frontend | worker | bare) ;; *) echo "cg_request: frontend, worker or bare, not $WHO" >&2; exit 2 ;; esac
 PROTO=${4:-http}
 case $PROTO in http | grpc) ;; *) echo "cg_request: http or grpc, not $PROTO" >&2; exit 2 ;; esac
+[ "$WHO:$PROTO" != bare:http ] || { echo "cg_request: bare is a gRPC server: bare grpc" >&2; exit 2; }
 BODY=${BODY:-$ROOT/scripts/models/mlp/sample.json}
 
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -42,17 +46,18 @@ body = open(sys.argv[6], "rb").read()
 model = sys.argv[8]
 if proto == "grpc":
     sys.path.insert(0, stubs)
-    import grpc, inference_pb2 as pb, inference_pb2_grpc as pbg
-    req = pb.PredictionsRequest(model_name=model, input={"data": body})
-    stub = None
-    def one():
-        global stub
-        if stub is None:  # a channel refused while the server starts backs off: start afresh
-            stub = pbg.InferenceAPIsServiceStub(grpc.insecure_channel(f"127.0.0.1:{gport}"))
+    import grpc, inference_pb2 as pb
+    req = pb.PredictionsRequest(model_name=model, input={"data": body}).SerializeToString()
+    method = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"
+    call = None
+    def one():  # the answer's bytes, undecoded: grpc_bare's fixed message is not a real one
+        global call
+        if call is None:  # a channel refused while the server starts backs off: start afresh
+            call = grpc.insecure_channel(f"127.0.0.1:{gport}").unary_unary(method)
         try:
-            return len(stub.Predictions(req, timeout=60).prediction) > 0
+            return len(call(req, timeout=60)) > 0
         except grpc.RpcError:
-            stub = None
+            call = None
             return False
 else:
     import requests
@@ -90,7 +95,10 @@ default_workers_per_model=1
 C
     tr ';' '\n' <<<"${EXTRA_CONFIG:-}" >>"$d/config.properties"
     local bin=$BUILD/bin
-    if [ "$WHO" = worker ]; then
+    if [ "$WHO" = bare ]; then
+        (exec valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$BARE" "127.0.0.1:$g" \
+            100000 >/dev/null 2>"$d/err.log") &
+    elif [ "$WHO" = worker ]; then
         # the frontend spawns the worker found beside its own binary
         bin=$d/bin
         mkdir -p "$bin"
@@ -134,6 +142,14 @@ C
     [ -n "${CG_DEBUG:-}" ] && echo "kept $d" >&2 || rm -rf "$d"
 }
 
+if [ "$WHO" = bare ]; then # built as grpc_bench.sh builds it
+    BARE_DIR=$(mktemp -d)
+    trap 'rm -rf "$BARE_DIR"' EXIT
+    BARE=$BARE_DIR/grpc_bare
+    g++ -O2 -fno-exceptions -fno-rtti -c -o "$BARE_DIR/grpc_absl.o" "$ROOT/frontend/grpc/grpc_absl.cpp"
+    gcc -O2 -o "$BARE" "$ROOT/scripts/bench/grpc_bare.c" "$BARE_DIR/grpc_absl.o" -lgrpc -lgpr \
+        -labsl_synchronization
+fi
 a=$(run $((N / 2)))
 b=$(run $((N * 3 / 2)))
 [ -n "$a" ] && [ -n "$b" ] || exit 1
