@@ -44,8 +44,7 @@ void job_unref(struct job *j)
     for (size_t i = 0; i < j->n_headers; i++)
         free(j->headers[i].key); /* the value shares its allocation */
     for (size_t i = 0; i < j->n_params; i++) {
-        free(j->params[i].name);
-        free(j->params[i].ctype);
+        free(j->params[i].name); /* the content type shares its allocation */
         free(j->params[i].value);
     }
     free(j->headers);
@@ -79,8 +78,13 @@ void job_add_param_owned(struct job *j, const char *name, const char *ctype, cha
         j->params = xrealloc(j->params, j->cap_params * sizeof(*j->params));
     }
     struct job_param *p = &j->params[j->n_params++];
-    p->name = xstrdup(name);
-    p->ctype = xstrdup(ctype ? ctype : "");
+    if (!ctype)
+        ctype = "";
+    size_t nlen = strlen(name), clen = strlen(ctype);
+    p->name = xmalloc(nlen + 1 + clen + 1); /* name and content type in one allocation */
+    memcpy(p->name, name, nlen + 1);
+    p->ctype = p->name + nlen + 1;
+    memcpy(p->ctype, ctype, clen + 1);
     p->value = value;
     p->vlen = vlen;
 }
@@ -94,11 +98,13 @@ const char *job_header(const struct job *j, const char *key)
     return found;
 }
 
-void job_to_otf(const struct job *j, struct otf_request *r, struct otf_kv **hdrs,
-                struct otf_param **prms)
+void job_to_otf(const struct job *j, struct job_otf *o)
 {
-    struct otf_kv *h = xmalloc(sizeof(*h) * (j->n_headers + 1));
-    struct otf_param *p = xmalloc(sizeof(*p) * (j->n_params + 1));
+    struct otf_request *r = &o->r;
+    struct otf_kv *h =
+        j->n_headers <= JOB_OTF_FEW_HEADERS ? o->few_h : xmalloc(sizeof(*h) * j->n_headers);
+    struct otf_param *p =
+        j->n_params <= JOB_OTF_FEW_PARAMS ? o->few_p : xmalloc(sizeof(*p) * j->n_params);
     for (size_t i = 0; i < j->n_headers; i++) {
         h[i].key = otf_s(j->headers[i].key);
         h[i].val = otf_sn(j->headers[i].val, j->headers[i].vlen);
@@ -113,8 +119,14 @@ void job_to_otf(const struct job *j, struct otf_request *r, struct otf_kv **hdrs
     r->n_headers = j->n_headers;
     r->params = p;
     r->n_params = j->n_params;
-    *hdrs = h;
-    *prms = p;
+}
+
+void job_otf_done(struct job_otf *o)
+{
+    if (o->r.headers != o->few_h)
+        free(o->r.headers);
+    if (o->r.params != o->few_p)
+        free(o->r.params);
 }
 
 /* Ends the job on the queue/worker side and drops that side's reference. The caller has already

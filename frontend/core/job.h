@@ -104,10 +104,17 @@ void job_add_param_owned(struct job *j, const char *name, const char *ctype, cha
                          size_t vlen);
 const char *job_header(const struct job *j, const char *key); /* case-insensitive */
 
-/* Builds the OTF request view of the job (pointers into the job; arrays malloc'd into *hdrs and
- * *prms, freed by the caller). */
-void job_to_otf(const struct job *j, struct otf_request *r, struct otf_kv **hdrs,
-                struct otf_param **prms);
+/* The OTF request view of a job (pointers into the job). Its header and parameter arrays are
+ * the few_ ones when the job's fit, which they do for nearly every request, else malloc'd. */
+#define JOB_OTF_FEW_HEADERS 32
+#define JOB_OTF_FEW_PARAMS 8
+struct job_otf {
+    struct otf_request r;
+    struct otf_kv few_h[JOB_OTF_FEW_HEADERS];
+    struct otf_param few_p[JOB_OTF_FEW_PARAMS];
+};
+void job_to_otf(const struct job *j, struct job_otf *o);
+void job_otf_done(struct job_otf *o); /* frees what job_to_otf allocated */
 
 /* Delivery, used by the worker side. Both end the job for good when final. */
 void job_deliver_frame(struct job *j, const struct otf_prediction *p, int final);

@@ -411,6 +411,7 @@ int model_submit(struct model *m, struct job *j)
     return 0;
 }
 
+#define BATCH_FEW 64 /* a batch of up to this many jobs is gathered on the stack */
 void model_dispatch(struct model *m)
 {
     struct batcher_worker bw[64];
@@ -452,13 +453,17 @@ void model_dispatch(struct model *m)
             }
             return;
         }
-        /* batchSize is a client's number (the register API): the batch is not sized on the stack */
-        struct job **batch = xmalloc(sizeof(*batch) * (size_t)plan.count);
+        /* batchSize is a client's number (the register API): a large batch is not sized on the
+         * stack */
+        struct job *few[BATCH_FEW];
+        struct job **batch =
+            plan.count <= BATCH_FEW ? few : xmalloc(sizeof(*batch) * (size_t)plan.count);
         for (int i = 0; i < plan.count; i++) {
             batch[i] = TAILQ_FIRST(&m->queue);
             model_dequeue(m, batch[i]);
         }
         worker_send_batch(ws[plan.worker], batch, plan.count);
-        free(batch);
+        if (batch != few)
+            free(batch);
     }
 }

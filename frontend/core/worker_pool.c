@@ -220,6 +220,7 @@ static void take_metrics(struct worker *w, struct otf_prediction *p, struct job 
  * frame's answers are written. Sending the answering worker's batch at once when it had nothing
  * left to run, so that its compute overlaps our reply writing, measured worse: 0.94x at 1 worker,
  * batchSize 1 (docs/performance.md). */
+#define ANSWERS_FEW 32 /* a frame of up to this many answers needs no allocation to match them */
 static void handle_response(struct worker *w, struct otf_response *r)
 {
     w->steps++;
@@ -228,8 +229,15 @@ static void handle_response(struct worker *w, struct otf_response *r)
         fail_inflight(w, r->code >= 400 ? r->code : 500, "InternalServerException", msg);
         free(msg);
     }
-    struct job **jobs = xcalloc(r->n_preds + 1, sizeof(*jobs));
-    int *finals = xcalloc(r->n_preds + 1, sizeof(*finals));
+    struct job *few_jobs[ANSWERS_FEW];
+    int few_finals[ANSWERS_FEW];
+    int few = r->n_preds <= ANSWERS_FEW;
+    struct job **jobs = few ? few_jobs : xmalloc(r->n_preds * sizeof(*jobs));
+    int *finals = few ? few_finals : xmalloc(r->n_preds * sizeof(*finals));
+    for (size_t i = 0; i < r->n_preds; i++) {
+        jobs[i] = NULL;
+        finals[i] = 0;
+    }
     for (size_t i = 0; i < r->n_preds; i++) {
         struct otf_prediction *p = &r->preds[i];
         struct job *j;
@@ -264,8 +272,10 @@ static void handle_response(struct worker *w, struct otf_response *r)
             job_deliver_frame(jobs[i], &r->preds[i], finals[i]);
         }
     }
-    free(jobs);
-    free(finals);
+    if (!few) {
+        free(jobs);
+        free(finals);
+    }
     if (done_stopping && w->state == WORKER_STOPPING)
         worker_out_close(&w->conn);
 }
@@ -677,13 +687,10 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
     otf_encode_infer_begin(b);
     for (int i = 0; i < n; i++) {
         struct job *j = jobs[i];
-        struct otf_request r;
-        struct otf_kv *h;
-        struct otf_param *p;
-        job_to_otf(j, &r, &h, &p);
-        otf_encode_request(b, &r);
-        free(h);
-        free(p);
+        struct job_otf o;
+        job_to_otf(j, &o);
+        otf_encode_request(b, &o.r);
+        job_otf_done(&o);
         j->state = JOB_RUNNING;
         j->worker = w;
         j->dispatched_us = ts_now_us();

@@ -75,19 +75,56 @@ TEST(ids_and_headers)
     job_add_header(a, "Accept", "text/plain", 10);
     job_add_header(a, "accept", "text/event-stream", 17);
     CHECK_STR(job_header(a, "ACCEPT"), "text/event-stream"); /* the last one wins */
-    struct otf_request r;
-    struct otf_kv *h;
-    struct otf_param *p;
     job_add_param_owned(a, "body", "application/json", xstrdup("{}"), 2);
-    job_to_otf(a, &r, &h, &p);
-    CHECK(otf_str_eq(r.id, a->id));
-    CHECK_EQ_INT(r.n_headers, 3);
-    CHECK_EQ_INT(r.n_params, 1);
-    CHECK(otf_str_eq(r.params[0].value, "{}"));
-    free(h);
-    free(p);
+    job_add_param_owned(b, "data", NULL, xstrdup(""), 0);
+    struct job_otf o;
+    job_to_otf(a, &o);
+    CHECK(otf_str_eq(o.r.id, a->id));
+    CHECK(o.r.headers == o.few_h && o.r.params == o.few_p); /* nothing allocated */
+    CHECK_EQ_INT(o.r.n_headers, 3);
+    CHECK(otf_str_eq(o.r.headers[2].key, "accept"));
+    CHECK(otf_str_eq(o.r.headers[2].val, "text/event-stream"));
+    CHECK_EQ_INT(o.r.n_params, 1);
+    CHECK(otf_str_eq(o.r.params[0].name, "body"));
+    CHECK(otf_str_eq(o.r.params[0].ctype, "application/json"));
+    CHECK(otf_str_eq(o.r.params[0].value, "{}"));
+    job_otf_done(&o);
+    job_to_otf(b, &o);
+    CHECK(otf_str_eq(o.r.params[0].name, "data"));
+    CHECK(otf_str_eq(o.r.params[0].ctype, "")); /* no content type reads as "" */
+    job_otf_done(&o);
     job_unref(a);
     job_unref(b);
+}
+
+/* More headers and parameters than the view's own arrays hold: it allocates, keeps every one in
+ * order, and job_otf_done frees them (LeakSanitizer). */
+TEST(otf_view_of_a_large_job)
+{
+    struct job *j = job_new(NULL, &sink, NULL);
+    char k[32], v[32];
+    for (int i = 0; i < JOB_OTF_FEW_HEADERS + 3; i++) {
+        snprintf(k, sizeof(k), "h%d", i);
+        snprintf(v, sizeof(v), "v%d", i);
+        job_add_header(j, k, v, strlen(v));
+    }
+    for (int i = 0; i < JOB_OTF_FEW_PARAMS + 2; i++) {
+        snprintf(k, sizeof(k), "p%d", i);
+        snprintf(v, sizeof(v), "text/x%d", i);
+        job_add_param_owned(j, k, v, xstrdup(k), strlen(k));
+    }
+    struct job_otf o;
+    job_to_otf(j, &o);
+    CHECK(o.r.headers != o.few_h && o.r.params != o.few_p);
+    CHECK_EQ_INT(o.r.n_headers, JOB_OTF_FEW_HEADERS + 3);
+    CHECK_EQ_INT(o.r.n_params, JOB_OTF_FEW_PARAMS + 2);
+    CHECK(otf_str_eq(o.r.headers[JOB_OTF_FEW_HEADERS + 2].key, "h34"));
+    CHECK(otf_str_eq(o.r.headers[JOB_OTF_FEW_HEADERS + 2].val, "v34"));
+    CHECK(otf_str_eq(o.r.params[JOB_OTF_FEW_PARAMS + 1].name, "p9"));
+    CHECK(otf_str_eq(o.r.params[JOB_OTF_FEW_PARAMS + 1].ctype, "text/x9"));
+    CHECK(otf_str_eq(o.r.params[JOB_OTF_FEW_PARAMS + 1].value, "p9"));
+    job_otf_done(&o);
+    job_unref(j);
 }
 
 TEST(final_frame_ends_the_job_once)
@@ -157,6 +194,7 @@ TEST(pause_reaches_the_owner_only_while_running_and_once_per_change)
 int main(void)
 {
     RUN(ids_and_headers);
+    RUN(otf_view_of_a_large_job);
     RUN(final_frame_ends_the_job_once);
     RUN(failure_ends_the_job_and_tells_the_transport);
     RUN(cancel_withdraws_a_queued_or_running_job_and_never_calls_the_sink);
