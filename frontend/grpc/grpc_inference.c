@@ -298,8 +298,11 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
     }
     struct job *j = job_new(NULL, &grpc_job_sink, c);
     /* proto3 maps: the last entry of a key wins (a message may hold millions of entries) */
-    const char **keys = xmalloc((req->n_input ? req->n_input : 1) * sizeof(*keys));
-    size_t *keep = xmalloc((req->n_input ? req->n_input : 1) * sizeof(*keep));
+    const char *few_keys[PB_REQ_FEW_KEYS];
+    size_t few_keep[PB_REQ_FEW_KEYS];
+    int few = req->n_input <= PB_REQ_FEW_KEYS;
+    const char **keys = few ? few_keys : xmalloc(req->n_input * sizeof(*keys));
+    size_t *keep = few ? few_keep : xmalloc(req->n_input * sizeof(*keep));
     for (size_t i = 0; i < req->n_input; i++)
         keys[i] = req->input[i]->key;
     size_t n_keep = pb_req_last_keys(keys, req->n_input, keep);
@@ -313,8 +316,10 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         val[v->len] = '\0';
         job_add_param_owned(j, key, "", val, v->len);
     }
-    free(keys);
-    free(keep);
+    if (!few) {
+        free(keys);
+        free(keep);
+    }
     /* Sequences (TorchServe's intent, not its ByteString bug): sequence_id, and the input keys
      * ts_request_sequence_start / _end / _cancel set to "true". Within one StreamPredictions2
      * call a message without an id continues the stream's sequence. */
@@ -381,7 +386,12 @@ static void ping_message(struct gcall *g, const uint8_t *data, size_t len)
 
 static void predict_message(struct gcall *g, const uint8_t *data, size_t len, enum ikind kind)
 {
-    PredReq *req = unpack(data, len);
+    /* the request is dropped here, once submit has copied what the job keeps */
+    _Alignas(max_align_t) unsigned char mem[PB_ARENA_BYTES];
+    struct pb_arena arena;
+    pb_arena_init(&arena, mem, sizeof(mem));
+    PredReq *req =
+        org__pytorch__serve__grpc__inference__predictions_request__unpack(&arena.alloc, len, data);
     if (!req) {
         gcall_finish(g, GS_INVALID_ARGUMENT, "Cannot parse the PredictionsRequest");
         return;
@@ -389,7 +399,8 @@ static void predict_message(struct gcall *g, const uint8_t *data, size_t len, en
     struct icall *c = icall_new(g, kind);
     char msg[512];
     int code = submit(c, req, msg, sizeof(msg));
-    org__pytorch__serve__grpc__inference__predictions_request__free_unpacked(req, NULL);
+    if (arena.spilled)
+        org__pytorch__serve__grpc__inference__predictions_request__free_unpacked(req, &arena.alloc);
     if (code == SUBMIT_ANSWERED) {
         send_prediction(c, msg, strlen(msg), 1);
         icall_end(c, GS_OK, NULL);

@@ -123,6 +123,18 @@ size_t pb_req_last_keys(const char *const *keys, size_t n, size_t *keep)
 {
     if (!n)
         return 0;
+    if (n <= PB_REQ_FEW_KEYS) { /* the rule as it reads, with no allocation and no sort */
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            const char *a = keys[i] ? keys[i] : "";
+            size_t j = i + 1;
+            while (j < n && strcmp(a, keys[j] ? keys[j] : ""))
+                j++;
+            if (j == n)
+                keep[m++] = i;
+        }
+        return m;
+    }
     size_t *order = xmalloc(n * sizeof(*order));
     unsigned char *last = xcalloc(n, 1);
     for (size_t i = 0; i < n; i++)
@@ -141,4 +153,36 @@ size_t pb_req_last_keys(const char *const *keys, size_t n, size_t *keep)
     free(order);
     free(last);
     return m;
+}
+
+static void *arena_alloc(void *data, size_t size)
+{
+    struct pb_arena *a = data;
+    const size_t align = _Alignof(max_align_t);
+    size_t at = (a->used + align - 1) & ~(align - 1);
+    if (at <= a->cap && size <= a->cap - at) {
+        a->used = at + size;
+        return a->base + at;
+    }
+    a->spilled++;
+    return malloc(size); /* NULL fails the unpack, as protobuf-c's own allocator does */
+}
+
+static void arena_free(void *data, void *p)
+{
+    struct pb_arena *a = data;
+    uintptr_t at = (uintptr_t)p, lo = (uintptr_t)a->base;
+    if (at < lo || at >= lo + a->cap) /* the buffer's pieces go with the buffer */
+        free(p);
+}
+
+void pb_arena_init(struct pb_arena *a, void *mem, size_t cap)
+{
+    a->alloc.alloc = arena_alloc;
+    a->alloc.free = arena_free;
+    a->alloc.allocator_data = a;
+    a->base = mem;
+    a->used = 0;
+    a->cap = cap;
+    a->spilled = 0;
 }

@@ -1,8 +1,9 @@
 /*
  * pb_req: pure checks and rules on gRPC request messages, before and after protobuf-c reads
- * them: the NUL-byte check on a message's wire bytes, and proto3's "the last entry of a map key
- * wins". No gRPC, no global state: any thread (the services call them on the loop thread), and
- * a fuzz target calls them on arbitrary bytes (tests/fuzz/grpc_pb.c).
+ * them: the NUL-byte check on a message's wire bytes, proto3's "the last entry of a map key
+ * wins", and an allocator that unpacks a small message into its caller's stack. No gRPC, no
+ * global state: any thread (the services call them on the loop thread), and a fuzz target calls
+ * them on arbitrary bytes (tests/fuzz/grpc_pb.c).
  */
 #ifndef TS_PB_REQ_H
 #define TS_PB_REQ_H
@@ -22,7 +23,23 @@ int pb_req_nul_field(const ProtobufCMessageDescriptor *d, const uint8_t *p, size
 
 /* Map entries in wire order with keys keys[0..n) (NULL reads as ""): writes into keep the
  * indices, ascending, of the entries that count, the last one of each key, and returns how many.
- * O(n log n): a request may hold millions of entries. */
+ * O(n log n): a request may hold millions of entries. Up to PB_REQ_FEW_KEYS entries (a request
+ * usually has one, "data" or "body") it allocates nothing. */
+#define PB_REQ_FEW_KEYS 16
 size_t pb_req_last_keys(const char *const *keys, size_t n, size_t *keep);
+
+/* protobuf-c's allocations for a message unpacked and dropped within one function, taken from
+ * the caller's buffer (on its stack) while they fit, from malloc past that (a large input).
+ * Pass &a->alloc to the unpacker. When a->spilled is 0 the whole message lives in the buffer,
+ * and its going out of scope frees it: free_unpacked (with &a->alloc) is needed only when
+ * something spilled. A mid-message failure is freed by protobuf-c itself, as with malloc. */
+#define PB_ARENA_BYTES 4096
+struct pb_arena {
+    ProtobufCAllocator alloc;
+    unsigned char *base;
+    size_t used, cap;
+    size_t spilled; /* allocations that went to malloc */
+};
+void pb_arena_init(struct pb_arena *a, void *mem, size_t cap); /* mem: max_align_t-aligned */
 
 #endif

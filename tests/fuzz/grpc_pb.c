@@ -9,6 +9,11 @@
  *
  * The NUL check must never fire on bytes without a 0 byte, nor on a message protobuf-c packed
  * (its strings are C strings: they cannot hold a NUL).
+ *
+ * Every message is also unpacked with pb_req's stack arena (predict_message's way), into a
+ * buffer of 64 to PB_ARENA_BYTES bytes picked by the first byte, so that the spill to malloc
+ * comes at every point: it must unpack exactly when malloc's unpack does, to the same bytes once
+ * packed, and free_unpacked only when something spilled must leave nothing behind (LSan).
  */
 #include "fuzz_oip.h"
 #include "grpc/oip_pb.h"
@@ -95,7 +100,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (nul)
         FUZZ_CHECK(memchr(p, 0, n) && name[0]);
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, n, p);
+    _Alignas(max_align_t) unsigned char mem[PB_ARENA_BYTES];
+    struct pb_arena arena;
+    pb_arena_init(&arena, mem, (size_t)PB_ARENA_BYTES >> (data[0] / N_TYPES % 7));
+    ProtobufCMessage *am = protobuf_c_message_unpack(d, &arena.alloc, n, p);
     free(p);
+    FUZZ_CHECK(!m == !am);
+    if (am) {
+        size_t asz = protobuf_c_message_get_packed_size(am);
+        FUZZ_CHECK(asz == protobuf_c_message_get_packed_size(m));
+        uint8_t *a1 = xmalloc(asz ? asz : 1), *a2 = xmalloc(asz ? asz : 1);
+        FUZZ_CHECK(protobuf_c_message_pack(am, a1) == asz && protobuf_c_message_pack(m, a2) == asz);
+        FUZZ_CHECK(memcmp(a1, a2, asz) == 0);
+        free(a1);
+        free(a2);
+        if (arena.spilled)
+            protobuf_c_message_free_unpacked(am, &arena.alloc);
+    }
     if (!m)
         return 0;
     /* re-packed, the message holds no NUL in a string (protobuf-c's own round trip is not ours
