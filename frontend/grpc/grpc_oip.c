@@ -27,6 +27,7 @@
 #include "oip_grpc.pb-c.h"
 #include "oip/oip_req.h"
 #include "oip_pb.h"
+#include "pb_req.h"
 #include "core/core.h"
 
 #define SVC "/inference.GRPCInferenceService/"
@@ -342,7 +343,12 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
         st->n++;
     }
     char err[1024];
-    Inference__ModelInferRequest *m = inference__model_infer_request__unpack(NULL, len, data);
+    /* the request is dropped below, once the job holds what it keeps (pb_req.h) */
+    _Alignas(max_align_t) unsigned char mem[PB_ARENA_BYTES];
+    struct pb_arena arena;
+    pb_arena_init(&arena, mem, sizeof(mem));
+    Inference__ModelInferRequest *m =
+        inference__model_infer_request__unpack(&arena.alloc, len, data);
     if (!m) {
         q->id = xstrdup("");
         q->model_name = xstrdup("");
@@ -405,7 +411,8 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
     }
 out:
     oip_pb_req_free(&ps);
-    inference__model_infer_request__free_unpacked(m, NULL);
+    if (arena.spilled)
+        inference__model_infer_request__free_unpacked(m, &arena.alloc);
     return q;
 }
 

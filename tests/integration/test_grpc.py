@@ -136,6 +136,29 @@ def test_unknown_model_and_version(isrv):
     assert e.code() == C.INVALID_ARGUMENT and e.details()
 
 
+@pytest.mark.parametrize("others,pad", [(0, 0), (0, 6000), (30, 0), (30, 6000)])
+def test_last_entry_of_a_key_wins_and_large_requests_answer(isrv, mlp_ref, others, pad):
+    """The input map's last entry of a key counts (proto3's rule), whether the request has a
+    few entries (read in place) or more than 16 (sorted), and a request past the 4 KiB the
+    frontend unpacks on its stack answers like a small one: the message below is three
+    PredictionsRequests back to back, which protobuf reads as one whose "data" entry comes
+    twice, with OTHERS other keys between."""
+    first = ipb.PredictionsRequest(model_name="mlp",
+                                   input={"data": json.dumps({"data": mlp_input(1)}).encode()})
+    between = ipb.PredictionsRequest(input={f"k{i}": b"x" for i in range(others)})
+    last = ipb.PredictionsRequest(
+        input={"data": json.dumps({"data": mlp_input(5)}).encode() + b" " * pad})
+    wire = first.SerializeToString() + between.SerializeToString() + last.SerializeToString()
+    assert len(wire) > 4096 if pad else len(wire) < 4096
+    call = grpc.insecure_channel(f"127.0.0.1:{isrv.ports['grpc']}").unary_unary(
+        "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions",
+        response_deserializer=ipb.PredictionResponse.FromString)
+    got = json.loads(call(wire, timeout=30).prediction)
+    want = mlp_ref(mlp_input(5))
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-5, (got, want)
+    assert max(abs(a - b) for a, b in zip(mlp_ref(mlp_input(1)), want)) > 1e-3  # they differ
+
+
 def test_max_request_size(isrv):
     st = inference_stub(isrv)
     big = ipb.PredictionsRequest(model_name="mlp", input={"data": b"x" * 200000})
