@@ -159,6 +159,8 @@ static void *arena_alloc(void *data, size_t size)
 {
     struct pb_arena *a = data;
     const size_t align = _Alignof(max_align_t);
+    if (size == 0) /* a piece at base + cap would not read as the buffer's in arena_free */
+        size = 1;
     size_t at = (a->used + align - 1) & ~(align - 1);
     if (at <= a->cap && size <= a->cap - at) {
         a->used = at + size;
