@@ -74,6 +74,17 @@ void *xcalloc(size_t n, size_t size)
     return p;
 }
 
+void *few_or_alloc(void *few, size_t cap, size_t n, size_t size)
+{
+    return n <= cap ? few : xcalloc(n, size);
+}
+
+void free_unless_few(void *p, const void *few)
+{
+    if (p != few)
+        free(p);
+}
+
 void *xrealloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);

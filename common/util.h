@@ -48,6 +48,12 @@ char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A per-request array of n elements of size bytes: the caller's own `few` (room for cap of
+ * them, on its stack) when n fits, as it nearly always does, else xcalloc'd. free_unless_few
+ * releases it either way. */
+void *few_or_alloc(void *few, size_t cap, size_t n, size_t size);
+void free_unless_few(void *p, const void *few);
+
 /* Growable byte buffer. data is NUL-terminated after len for convenience. */
 struct buf {
     uint8_t *data;

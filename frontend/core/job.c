@@ -101,10 +101,8 @@ const char *job_header(const struct job *j, const char *key)
 void job_to_otf(const struct job *j, struct job_otf *o)
 {
     struct otf_request *r = &o->r;
-    struct otf_kv *h =
-        j->n_headers <= JOB_OTF_FEW_HEADERS ? o->few_h : xmalloc(sizeof(*h) * j->n_headers);
-    struct otf_param *p =
-        j->n_params <= JOB_OTF_FEW_PARAMS ? o->few_p : xmalloc(sizeof(*p) * j->n_params);
+    struct otf_kv *h = few_or_alloc(o->few_h, JOB_OTF_FEW_HEADERS, j->n_headers, sizeof(*h));
+    struct otf_param *p = few_or_alloc(o->few_p, JOB_OTF_FEW_PARAMS, j->n_params, sizeof(*p));
     for (size_t i = 0; i < j->n_headers; i++) {
         h[i].key = otf_s(j->headers[i].key);
         h[i].val = otf_sn(j->headers[i].val, j->headers[i].vlen);
@@ -123,10 +121,8 @@ void job_to_otf(const struct job *j, struct job_otf *o)
 
 void job_otf_done(struct job_otf *o)
 {
-    if (o->r.headers != o->few_h)
-        free(o->r.headers);
-    if (o->r.params != o->few_p)
-        free(o->r.params);
+    free_unless_few(o->r.headers, o->few_h);
+    free_unless_few(o->r.params, o->few_p);
 }
 
 /* Ends the job on the queue/worker side and drops that side's reference. The caller has already

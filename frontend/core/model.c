@@ -456,14 +456,12 @@ void model_dispatch(struct model *m)
         /* batchSize is a client's number (the register API): a large batch is not sized on the
          * stack */
         struct job *few[BATCH_FEW];
-        struct job **batch =
-            plan.count <= BATCH_FEW ? few : xmalloc(sizeof(*batch) * (size_t)plan.count);
+        struct job **batch = few_or_alloc(few, BATCH_FEW, (size_t)plan.count, sizeof(*batch));
         for (int i = 0; i < plan.count; i++) {
             batch[i] = TAILQ_FIRST(&m->queue);
             model_dequeue(m, batch[i]);
         }
         worker_send_batch(ws[plan.worker], batch, plan.count);
-        if (batch != few)
-            free(batch);
+        free_unless_few(batch, few);
     }
 }

@@ -231,9 +231,8 @@ static void handle_response(struct worker *w, struct otf_response *r)
     }
     struct job *few_jobs[ANSWERS_FEW];
     int few_finals[ANSWERS_FEW];
-    int few = r->n_preds <= ANSWERS_FEW;
-    struct job **jobs = few ? few_jobs : xmalloc(r->n_preds * sizeof(*jobs));
-    int *finals = few ? few_finals : xmalloc(r->n_preds * sizeof(*finals));
+    struct job **jobs = few_or_alloc(few_jobs, ANSWERS_FEW, r->n_preds, sizeof(*jobs));
+    int *finals = few_or_alloc(few_finals, ANSWERS_FEW, r->n_preds, sizeof(*finals));
     for (size_t i = 0; i < r->n_preds; i++) {
         jobs[i] = NULL;
         finals[i] = 0;
@@ -272,10 +271,8 @@ static void handle_response(struct worker *w, struct otf_response *r)
             job_deliver_frame(jobs[i], &r->preds[i], finals[i]);
         }
     }
-    if (!few) {
-        free(jobs);
-        free(finals);
-    }
+    free_unless_few(jobs, few_jobs);
+    free_unless_few(finals, few_finals);
     if (done_stopping && w->state == WORKER_STOPPING)
         worker_out_close(&w->conn);
 }

@@ -300,9 +300,8 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
     /* proto3 maps: the last entry of a key wins (a message may hold millions of entries) */
     const char *few_keys[PB_REQ_FEW_KEYS];
     size_t few_keep[PB_REQ_FEW_KEYS];
-    int few = req->n_input <= PB_REQ_FEW_KEYS;
-    const char **keys = few ? few_keys : xmalloc(req->n_input * sizeof(*keys));
-    size_t *keep = few ? few_keep : xmalloc(req->n_input * sizeof(*keep));
+    const char **keys = few_or_alloc(few_keys, PB_REQ_FEW_KEYS, req->n_input, sizeof(*keys));
+    size_t *keep = few_or_alloc(few_keep, PB_REQ_FEW_KEYS, req->n_input, sizeof(*keep));
     for (size_t i = 0; i < req->n_input; i++)
         keys[i] = req->input[i]->key;
     size_t n_keep = pb_req_last_keys(keys, req->n_input, keep);
@@ -316,10 +315,8 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         val[v->len] = '\0';
         job_add_param_owned(j, key, "", val, v->len);
     }
-    if (!few) {
-        free(keys);
-        free(keep);
-    }
+    free_unless_few(keys, few_keys);
+    free_unless_few(keep, few_keep);
     /* Sequences (TorchServe's intent, not its ByteString bug): sequence_id, and the input keys
      * ts_request_sequence_start / _end / _cancel set to "true". Within one StreamPredictions2
      * call a message without an id continues the stream's sequence. */

@@ -142,13 +142,12 @@ C
     [ -n "${CG_DEBUG:-}" ] && echo "kept $d" >&2 || rm -rf "$d"
 }
 
-if [ "$WHO" = bare ]; then # built as grpc_bench.sh builds it
+if [ "$WHO" = bare ]; then
+    . "$ROOT/scripts/bench/lib.sh"
     BARE_DIR=$(mktemp -d)
     trap 'rm -rf "$BARE_DIR"' EXIT
+    build_grpc_bare "$BARE_DIR"
     BARE=$BARE_DIR/grpc_bare
-    g++ -O2 -fno-exceptions -fno-rtti -c -o "$BARE_DIR/grpc_absl.o" "$ROOT/frontend/grpc/grpc_absl.cpp"
-    gcc -O2 -o "$BARE" "$ROOT/scripts/bench/grpc_bare.c" "$BARE_DIR/grpc_absl.o" -lgrpc -lgpr \
-        -labsl_synchronization
 fi
 a=$(run $((N / 2)))
 b=$(run $((N * 3 / 2)))

@@ -45,10 +45,7 @@ done
 bench_init tsc-grpc
 
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_load" "$ROOT/scripts/bench/grpc_load.c" -lgrpc -lgpr
-g++ -O2 -Wall -Wextra -Werror -fno-exceptions -fno-rtti -c -o "$WORK/grpc_absl.o" \
-    "$ROOT/frontend/grpc/grpc_absl.cpp"
-gcc -O2 -Wall -Wextra -Werror -o "$WORK/grpc_bare" "$ROOT/scripts/bench/grpc_bare.c" \
-    "$WORK/grpc_absl.o" -lgrpc -lgpr -labsl_synchronization
+build_grpc_bare "$WORK"
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # context switches of all of a process's threads, voluntary (it slept) and not

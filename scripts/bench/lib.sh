@@ -14,6 +14,8 @@
 #                                  the ceiling and the latency floor); sets TRIV_PORT and TRIV_PID
 #   knob_lines TEXT [INDENT]       an env knob's ';'-separated lines (EXTRA_CONFIG, HANDLER_YAML),
 #                                  each with its leading spaces replaced by INDENT
+#   build_grpc_bare DIR            builds DIR/grpc_bare (grpc_bare.c, the bare gRPC C core
+#                                  server: grpc_bench.sh's ceiling)
 PY=/usr/bin/python3
 SAMPLE=$ROOT/scripts/models/mlp/sample.json
 
@@ -26,6 +28,13 @@ bench_cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     rm -rf "$WORK"
+}
+
+build_grpc_bare() {
+    g++ -O2 -Wall -Wextra -Werror -fno-exceptions -fno-rtti -c -o "$1/grpc_absl.o" \
+        "$ROOT/frontend/grpc/grpc_absl.cpp"
+    gcc -O2 -Wall -Wextra -Werror -o "$1/grpc_bare" "$ROOT/scripts/bench/grpc_bare.c" \
+        "$1/grpc_absl.o" -lgrpc -lgpr -labsl_synchronization
 }
 
 knob_lines() { [ -z "$1" ] || tr ';' '\n' <<<"$1" | sed "s/^ */${2:-}/"; }
