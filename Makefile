@@ -172,7 +172,7 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/tap.h tests/unit/core_fake.h $(BUILD
                   $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libcore.a $(BUILD)/libcommon.a $(LDFLAGS) \
-	    -levent -lyaml -ljansson -larchive -luuid -llmdb
+	    -levent -lyaml -ljansson -larchive -luuid -llmdb -lprotobuf-c
 
 # test_py_json embeds CPython: the Python handler's JSON fast paths against the json module
 $(BUILD)/tests/test_py_json: tests/unit/test_py_json.c tests/unit/tap.h tests/py_embed.h \
