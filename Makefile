@@ -27,7 +27,7 @@ CFLAGS   := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
             -Icommon -Ibackend -Ifrontend -I$(BUILD)/gen
 # e.g. EXTRA_CFLAGS=-DTS_METRICS_OFF BUILD=build-nometrics: the metrics' A/B baseline
 CFLAGS   += $(EXTRA_CFLAGS)
-CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -Ibackend \
+CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -Ibackend/torch \
             -I/usr/include/torch/csrc/api/include -Wno-unused-parameter
 LDFLAGS  := -pthread -rdynamic
 ifneq ($(SANITIZE),)
@@ -51,7 +51,9 @@ FRONTEND_SRCS := $(filter-out frontend/archiver.c,$(foreach d,$(FRONTEND_DIRS),$
 # C++ only where a library has no C interface (frontend/grpc/grpc_absl.cpp)
 FRONTEND_CXX  := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard frontend/grpc/*.cpp))
 ARCHIVER_SRCS := frontend/archiver.c frontend/mgmt/archive.c
-BACKEND_SRCS  := $(wildcard backend/*.c) $(wildcard backend/handlers/*.c)
+# the worker: its main (wiring), the loop and the handler ABI (worker/), the built-in handlers;
+# torch/ is the C++ shim, below both, and python/ a plugin of its own
+BACKEND_SRCS  := $(wildcard backend/*.c backend/worker/*.c backend/handlers/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -115,11 +117,11 @@ $(BUILD)/bin/torchserve-c: $(call obj,$(FRONTEND_SRCS) $(COMMON_SRCS)) $(FRONTEN
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FRONTEND_LIBS)
 
-$(BUILD)/obj/backend/torch_shim.o: backend/torch_shim.cpp backend/torch_shim.h
+$(BUILD)/obj/backend/torch/torch_shim.o: backend/torch/torch_shim.cpp backend/torch/torch_shim.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-$(BUILD)/bin/torchserve-c-worker: $(call obj,$(BACKEND_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/backend/torch_shim.o
+$(BUILD)/bin/torchserve-c-worker: $(call obj,$(BACKEND_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/backend/torch/torch_shim.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(WORKER_LIBS)
 

@@ -1,23 +1,34 @@
 #!/usr/bin/python3
-"""Checks that dependencies point one way through the tree (DESIGN.md, "Layout"):
+"""Checks that dependencies point one way through the tree (DESIGN.md, "Layout").
+
+The frontend (torchserve-c):
 
     frontend/{main,cli,server,instance}.c  wiring                       (top)
     frontend/http/, frontend/grpc/          transports (peers)
     frontend/mgmt/, frontend/oip/           management, the OIP model (peers)
-    frontend/core/                          the transport-neutral scheduler, itself layered:
-        core.h, config, batcher  <  job  <  worker_pool  <  sequence  <  model
+    frontend/core/                          the transport-neutral scheduler, itself layered
+                                            (CORE_ORDER below: a module uses only earlier groups)
     common/                                 shared by both binaries       (bottom)
 
-backend/ (the worker binary) may use common/ only; nothing uses backend/. The generated
-protobuf headers are the gRPC transport's alone. frontend/archiver.c is the archiver's main and
-may use common/ and mgmt/archive.
+The worker (torchserve-c-worker and its Python plugin):
+
+    backend/main.c                          wiring: arguments, the built-in table   (top)
+    backend/handlers/, backend/python/      the built-in C handlers, the Python plugin (peers)
+    backend/worker/                         the loop, ctx (the handler ABI), state, the loader,
+                                            itself layered (WORKER_ORDER)
+    backend/handler.h, backend/torch/       the handler ABI's declarations; the libtorch shim
+    common/                                 (bottom)
+
+Neither binary's code uses the other's. The generated protobuf headers are the gRPC transport's
+alone. frontend/archiver.c is the archiver's main and may use common/ and mgmt/archive.
 
 Two kinds of edges are checked:
   - every quoted #include, resolved as gcc does with our flags (the including file's directory,
     then -Icommon -Ibackend -Ifrontend -I$BUILD/gen);
-  - the link map: each undefined symbol of an object file of the frontend, resolved to the object
-    that defines it (nm), so that a call without an include is seen too.
-An edge is allowed from a rank to the same rank in the same place, or to a lower rank.
+  - the link map: each undefined symbol of an object file, resolved to the object that defines
+    it (nm), so that a call without an include is seen too.
+An edge is allowed from a rank to the same rank in the same place, or to a lower rank. Every
+module of a layered place must be ranked in its order: an unranked one is an error.
 
     scripts/check_layers.py [BUILD]     exit 1 and one line per edge against the direction
     scripts/check_layers.py --summary   the same, and a table of edges per pair of places
@@ -39,19 +50,41 @@ RANKS = {
     "frontend/http": 3,
     "frontend/grpc": 3,
     "frontend": 4,
-    "backend": 1,
+    "backend/handler.h": 1,
+    "backend/torch": 1,
+    "backend/worker": 2,
+    "backend/handlers": 3,
+    "backend/python": 3,
+    "backend": 4,
     "gen": 0,
 }
-# inside frontend/core, lowest first; a module may use only the ones before it
-CORE_ORDER = [("core", "config", "batcher"), ("job",), ("worker_pool",), ("sequence",), ("model",)]
+# inside a layered place, lowest first; a module (a file's stem) may use only its own group and
+# the ones before it
+ORDERS = {
+    "frontend/core": [
+        ("core", "config", "batcher", "ev_mem", "loop_wait", "metrics", "proc_info",
+         "worker_progress"),
+        ("job", "access_log", "worker_log", "worker_out"),
+        ("worker_pool",),
+        ("sequence",),
+        ("model",),
+    ],
+    "backend/worker": [("state", "handler_loader"), ("ctx", "ctx_state"), ("worker",)],
+}
+FRONTEND = ("frontend/core", "frontend/mgmt", "frontend/oip", "frontend/http", "frontend/grpc",
+            "frontend")
+BACKEND = ("backend/handler.h", "backend/torch", "backend/worker", "backend/handlers",
+           "backend/python", "backend")
 # who may use what beyond the ranks: place -> the places it may never use, whatever their rank
 FORBIDDEN = {
-    "backend": {"frontend/core", "frontend/mgmt", "frontend/oip", "frontend/http",
-                "frontend/grpc", "frontend"},
-    "frontend/mgmt": {"frontend/oip"},
-    "frontend/oip": {"frontend/mgmt"},
-    "frontend/http": {"frontend/grpc"},
-    "frontend/grpc": {"frontend/http"},
+    **{p: set(FRONTEND) for p in BACKEND},
+    **{p: set(BACKEND) for p in FRONTEND},
+    "backend/handlers": set(FRONTEND) | {"backend/python"},
+    "backend/python": set(FRONTEND) | {"backend/handlers"},
+    "frontend/mgmt": set(BACKEND) | {"frontend/oip"},
+    "frontend/oip": set(BACKEND) | {"frontend/mgmt"},
+    "frontend/http": set(BACKEND) | {"frontend/grpc"},
+    "frontend/grpc": set(BACKEND) | {"frontend/http"},
 }
 SPECIAL = {"frontend/archiver.c": {"common", "frontend/mgmt/archive.c", "frontend/mgmt/archive.h"}}
 ONLY_GRPC = "gen"  # generated protobuf code: the gRPC transport's alone
@@ -62,6 +95,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 def place_of(path):
     if path.startswith("gen/") or "/gen/" in path:
         return "gen"
+    if path in RANKS:
+        return path
     parts = path.split("/")
     for n in range(len(parts) - 1, 0, -1):
         p = "/".join(parts[:n])
@@ -70,12 +105,19 @@ def place_of(path):
     return None
 
 
-def core_rank(path):
+def order_rank(place, path):
+    """The group of path's module in its place's order, or None (place not layered)."""
+    if place not in ORDERS:
+        return None
     stem = os.path.splitext(os.path.basename(path))[0]
-    for i, group in enumerate(CORE_ORDER):
+    for i, group in enumerate(ORDERS[place]):
         if stem in group:
             return i
-    return None
+    raise Unranked(path)
+
+
+class Unranked(Exception):
+    pass
 
 
 def verdict(src, dst):
@@ -92,14 +134,13 @@ def verdict(src, dst):
         return "generated protobuf code outside frontend/grpc"
     if pd in FORBIDDEN.get(ps, ()):
         return f"{ps} may not use {pd}"
-    if ps == pd == "frontend/core":
-        a, b = core_rank(src), core_rank(dst)
-        if a is not None and b is not None and b > a:
-            return "upward inside core (" + " < ".join("/".join(g) for g in CORE_ORDER) + ")"
+    if ps == pd and ps in ORDERS:
+        if order_rank(pd, dst) > order_rank(ps, src):
+            return f"upward inside {ps} (" + " < ".join("/".join(g) for g in ORDERS[ps]) + ")"
         return None
     if ps == pd:
         return None
-    if pd == "backend" or RANKS[pd] > RANKS[ps]:
+    if RANKS[pd] > RANKS[ps]:
         return f"{ps} (rank {RANKS[ps]}) may not use {pd} (rank {RANKS[pd]})"
     return None
 
@@ -144,6 +185,8 @@ def link_edges(root, build):
                 src = rel + (".cpp" if os.path.exists(os.path.join(root, rel + ".cpp")) else ".c")
                 if rel.startswith("gen/"):
                     src = rel + ".c"
+                elif not os.path.exists(os.path.join(root, src)):
+                    continue  # left behind by a source that moved or went away
                 objs[src] = nm(os.path.join(d, f))
     where = {}
     for src, (defined, _) in objs.items():
@@ -168,6 +211,14 @@ def check(root, build, summary=False):
     else:
         print(f"layers: no {build}/obj: the link map was not checked (run make first)")
         return 2
+    unranked = sorted({s for s in sources(root) for p in [place_of(s)] if p in ORDERS
+                       and not any(os.path.splitext(os.path.basename(s))[0] in g
+                                   for g in ORDERS[p])})
+    for s in unranked:
+        print(f"{s}: a module of {place_of(s)} that is not ranked in its order "
+              "(scripts/check_layers.py, ORDERS)")
+    if unranked:
+        return 1
     bad = [(s, d, how, why) for s, d, how in edges if (why := verdict(s, d))]
     for s, d, how, why in sorted(set(bad)):
         print(f"{s} -> {d} ({how}): {why}")
@@ -182,7 +233,8 @@ def check(root, build, summary=False):
 
 
 def self_test():
-    """A tree with one upward include and one upward call must fail with both named."""
+    """A tree with an upward include and upward calls (frontend and worker) must fail with each
+    named, and so must a module its place's order does not rank."""
     with tempfile.TemporaryDirectory() as t:
         def w(p, s):
             os.makedirs(os.path.dirname(os.path.join(t, p)), exist_ok=True)
@@ -193,8 +245,11 @@ def self_test():
         w("frontend/core/sequence.c", "void mgmt_z(void);\nvoid s(void) { mgmt_z(); }\n")
         w("frontend/mgmt/management.c", "void mgmt_z(void) {}\n")
         w("common/util.c", "int u;\n")
+        w("backend/worker/worker.c", "void h_z(void);\nvoid wl(void) { h_z(); }\n")
+        w("backend/handlers/x.c", "void h_z(void) {}\n")
         for c in ("frontend/core/job.c", "frontend/core/model.c", "frontend/core/sequence.c",
-                  "frontend/mgmt/management.c", "common/util.c"):
+                  "frontend/mgmt/management.c", "common/util.c", "backend/worker/worker.c",
+                  "backend/handlers/x.c"):
             o = os.path.join(t, "build/obj", c[:-2] + ".o")
             os.makedirs(os.path.dirname(o), exist_ok=True)
             subprocess.run(["gcc", "-c", "-o", o, os.path.join(t, c)], check=True,
@@ -204,7 +259,13 @@ def self_test():
         ok = (out.returncode == 1
               and "frontend/core/job.c -> frontend/core/model.h (include)" in out.stdout
               and "frontend/core/sequence.c -> frontend/mgmt/management.c (calls mgmt_z)"
-              in out.stdout)
+              in out.stdout
+              and "backend/worker/worker.c -> backend/handlers/x.c (calls h_z)" in out.stdout)
+        # a module of a layered place that its order does not rank fails by itself
+        w("frontend/core/newmod.c", "int n;\n")
+        out2 = subprocess.run([sys.executable, os.path.abspath(__file__), "--root", t, "build"],
+                              capture_output=True, text=True)
+        ok = ok and out2.returncode == 1 and "frontend/core/newmod.c: a module" in out2.stdout
         print("layers self-test:", "ok" if ok else "FAILED\n" + out.stdout + out.stderr)
         return 0 if ok else 1
 

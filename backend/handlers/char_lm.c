@@ -32,9 +32,9 @@
 #include <jansson.h>
 
 #include "handler.h"
-#include "handler_loader.h"
+#include "builtins.h"
 #include "log.h"
-#include "torch_shim.h"
+#include "torch/torch_shim.h"
 #include "util.h"
 
 #define DEFAULT_MAX_NEW_TOKENS 64

@@ -14,7 +14,7 @@
 #include <jansson.h>
 
 #include "handler.h"
-#include "handler_loader.h"
+#include "builtins.h"
 #include "util.h"
 
 #define DEFAULT_DELAY_MS 500

@@ -20,8 +20,8 @@
 #include <jansson.h>
 
 #include "handler.h"
-#include "handler_loader.h"
-#include "torch_shim.h"
+#include "builtins.h"
+#include "torch/torch_shim.h"
 #include "util.h"
 
 struct lstm_state {

@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#include "torch_shim.h"
+#include "torch/torch_shim.h"
 
 struct ts_ctx;
 struct oip_model;

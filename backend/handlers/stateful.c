@@ -27,7 +27,7 @@
 #include <jansson.h>
 
 #include "handler.h"
-#include "handler_loader.h"
+#include "builtins.h"
 #include "util.h"
 
 #define DEFAULT_STREAM_STEPS 5

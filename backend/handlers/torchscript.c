@@ -13,12 +13,12 @@
 #include <string.h>
 
 #include "handler.h"
-#include "handler_loader.h"
+#include "builtins.h"
 #include "jnum.h"
 #include "log.h"
 #include "oip.h"
 #include "tjson.h"
-#include "torch_shim.h"
+#include "torch/torch_shim.h"
 #include "util.h"
 
 struct tsc_state {

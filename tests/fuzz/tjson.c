@@ -5,7 +5,7 @@
  * also print (tjson_write_tensor, float32 through jnum_f32) as JSON that reads back to the same
  * numbers. The same bytes are also read as an X-Shape header and a raw float32 body.
  */
-#include "../../backend/tjson.c"
+#include "../../backend/handlers/tjson.c"
 
 #include "fuzz.h"
 

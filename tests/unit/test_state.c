@@ -1,4 +1,4 @@
-#include "../../backend/state.c"
+#include "../../backend/worker/state.c"
 #include "tap.h"
 
 #include <sys/wait.h>

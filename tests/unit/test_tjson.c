@@ -1,5 +1,5 @@
 /* test_tjson: request bodies to tensors and tensors to JSON (backend/tjson.c). */
-#include "../../backend/tjson.c"
+#include "../../backend/handlers/tjson.c"
 
 #include "tap.h"
 

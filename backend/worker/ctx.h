@@ -5,8 +5,8 @@
  *
  * Owns: every request from the moment its 'I' frame is decoded (a deep copy, so the receive
  * buffer can move) until it finishes or is cancelled; the output buffer of response frames.
- * Threading: the worker's single thread only. Socket I/O is worker.c's (worker.h); ctx calls it
- * for ts_flush() and ts_is_cancelled().
+ * Threading: the worker's single thread only. Socket I/O is the loop's (worker.h): ctx reaches it
+ * only through the struct ctx_io it was given, for ts_flush() and ts_is_cancelled().
  */
 #ifndef TS_CTX_H
 #define TS_CTX_H
@@ -86,7 +86,21 @@ struct seq_ev {
     int event;
 };
 
+struct ts_ctx;
+
+/* What ctx needs of the loop in the middle of a handle call (the loop's own functions). */
+struct ctx_io {
+    /* Closes the open response frame and writes every queued frame (blocking, whole). 0, or
+     * -errno when the frontend is gone. */
+    int (*flush)(struct ts_ctx *c);
+    /* Reads what the socket has without blocking and processes the complete frames: cancels
+     * mark requests at once, new requests join the pending queue, sequence events wait for the
+     * end of the step. */
+    void (*poll_input)(struct ts_ctx *c);
+};
+
 struct ts_ctx {
+    const struct ctx_io *io;
     /* model */
     char *model_name;
     char *model_dir;
@@ -109,6 +123,9 @@ struct ts_ctx {
     int out_open;                /* a frame is open in out (code + msg written) */
     const struct wreq **out_ids; /* requests with a prediction in the open frame */
     size_t n_out_ids, out_ids_cap;
+    /* one record per prediction in out, for ctx_fail_uncommitted: a byte (1: it streamed), the
+     * request id, a NUL; emptied when out is written */
+    struct buf unsent;
     struct counter *counters;
     size_t n_counters;
     /* sequence events, delivered after the current step */
@@ -131,7 +148,7 @@ struct ts_ctx {
     int state_failed;          /* opening it failed: every ts_state_* call fails */
 };
 
-void ctx_init(struct ts_ctx *c, int fd, size_t max_field);
+void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *io);
 void ctx_destroy(struct ts_ctx *c);
 
 /* The request at idx of the current handle call, or NULL (a handler bug: logged). For ctx.c and
@@ -150,15 +167,18 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
 void ctx_queue_final(struct ts_ctx *c, struct wreq *r);
 /* Closes the open frame, if any; the bytes stay in c->out for the caller to write. */
 void ctx_close_frame(struct ts_ctx *c);
+/* After c->out was written (or dropped): empties it and its record of predictions. */
+void ctx_out_sent(struct ts_ctx *c);
 
 /* ctx_state.c: the state API's side of a step. */
 
 /* Commits the state writes of the step; called before any response frame is written. A
  * failure means an acknowledged state might not be on disk: the caller must not send frames. */
 int ctx_state_commit(struct ts_ctx *c);
-/* After a failed commit (rc, e.g. a full disk): every prediction in the unsent frames becomes a
- * 507 naming the failure (a stream ends with it), held requests answered so are dropped, and the
- * state cache forgets what was not stored, so that later requests read what is on disk. */
+/* After a failed commit (rc, e.g. a full disk): the unsent frames are replaced by one 507 naming
+ * the failure for each request that had a prediction in them (a stream ends with it), held
+ * requests answered so are dropped, and the state cache forgets what was not stored, so that
+ * later requests read what is on disk. */
 void ctx_fail_uncommitted(struct ts_ctx *c, int rc);
 /* A sequence ended (any 'S' event): drops its state from the LRU and LMDB, committed at once. */
 void ctx_state_drop(struct ts_ctx *c, const char *seq_id);

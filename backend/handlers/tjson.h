@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "torch_shim.h"
+#include "torch/torch_shim.h"
 #include "util.h"
 
 struct tjson_input {

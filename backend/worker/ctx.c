@@ -4,8 +4,8 @@
  *
  * Requests are deep copies with NUL-terminated strings, so handlers can treat bodies as C
  * strings and the receive buffer can be compacted under them. Responses are encoded into
- * c->out as soon as they are known; a frame is closed and written by worker_flush(). A frame
- * never carries two predictions for the same request: a second one (a partial followed by the
+ * c->out as soon as they are known; a frame is closed and written by the loop's flush (ctx_io). A
+ * frame never carries two predictions for the same request: a second one (a partial followed by the
  * final, or two partials in one call) starts a new frame, so a frontend can match predictions to
  * jobs by id within a frame and still see them in order.
  */
@@ -22,17 +22,18 @@
 
 #include "jnum.h"
 #include "log.h"
-#include "worker.h"
 
 #define CTX_METRICS_MAX 8192 /* bytes of metric records one request holds until it answers */
 
-void ctx_init(struct ts_ctx *c, int fd, size_t max_field)
+void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *io)
 {
     memset(c, 0, sizeof(*c));
+    c->io = io;
     c->fd = fd;
     c->max_field = max_field;
     c->batch_size = 1;
     buf_init(&c->out);
+    buf_init(&c->unsent);
     buf_init(&c->rx);
 }
 
@@ -67,6 +68,7 @@ void ctx_destroy(struct ts_ctx *c)
         free(c->seq[i].seq_id);
     free(c->seq);
     buf_free(&c->out);
+    buf_free(&c->unsent);
     buf_free(&c->rx);
     memset(c, 0, sizeof(*c));
 }
@@ -205,6 +207,12 @@ void ctx_close_frame(struct ts_ctx *c)
     c->n_out_ids = 0;
 }
 
+void ctx_out_sent(struct ts_ctx *c)
+{
+    buf_reset(&c->out);
+    buf_reset(&c->unsent);
+}
+
 static void open_frame_for(struct ts_ctx *c, const struct wreq *r)
 {
     for (size_t i = 0; c->out_open && i < c->n_out_ids; i++)
@@ -275,6 +283,8 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
         .body = otf_sn(body ? body : "", len),
     };
     otf_encode_prediction(&c->out, &p);
+    buf_put_u8(&c->unsent, stream_next != NULL);
+    buf_put(&c->unsent, r->id, strlen(r->id) + 1);
     buf_reset(&r->metrics);
     r->has_step = 0;
     if (kv != kv_stack) {
@@ -470,7 +480,7 @@ int ts_is_cancelled(struct ts_ctx *ctx, size_t idx)
     /* a read() per call would cost a syscall per request per step; a cancel seen within a
      * millisecond is soon enough */
     if (!r->cancelled && ts_now_us() - ctx->last_read_us >= 1000)
-        worker_poll_input(ctx);
+        ctx->io->poll_input(ctx);
     return r->cancelled;
 }
 
@@ -563,7 +573,7 @@ int ts_send_intermediate_response(struct ts_ctx *ctx, size_t idx, const void *da
 
 int ts_flush(struct ts_ctx *ctx)
 {
-    return worker_flush(ctx);
+    return ctx->io->flush(ctx);
 }
 
 void ts_continue(struct ts_ctx *ctx, size_t idx, int64_t delay_us)

@@ -29,92 +29,17 @@
 #include <unistd.h>
 
 #include "busy_poll.h"
+#include "ctx.h"
 #include "handler_loader.h"
 #include "log.h"
 #include "manifest.h"
-/* LeakSanitizer in the ASan build: a Python worker embeds CPython, which is never finalised;
- * every ts_* call a Python handler makes ends in code a C handler exercises too */
-#include "python/lsan_python.h"
-#include "torch_shim.h"
 
-#define WORKER_FD 3
-#define DEFAULT_MAX_REQUEST_SIZE 6553500L
 /* how many answers, and for how long, a step's answers may wait for the next step's (one write
  * and one read for both): see hold_answers */
 #define HOLD_ANSWERS 8
 #define HOLD_US 200
 #define HOLD_BYTES 65536
 #define READ_CHUNK 65536
-
-/* exit codes the frontend acts on */
-#define EXIT_FATAL 2 /* bad model / handler: do not respawn */
-
-struct options {
-    int threads;
-    long max_request_size;
-    const char *state_dir;
-    const char *log_level;
-    long busy_poll_us;
-};
-
-static void usage(void)
-{
-    fprintf(stderr, "usage: torchserve-c-worker [--threads N] [--max-request-size BYTES] "
-                    "[--state-dir DIR] [--log-level debug|info|warn|error] [--busy-poll-us US]\n"
-                    "The frontend's socket must be on fd 3.\n");
-}
-
-static int parse_args(int argc, char **argv, struct options *o)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = NULL;
-        const char *eq = strchr(a, '=');
-        size_t klen = eq ? (size_t)(eq - a) : strlen(a);
-        if (eq)
-            v = eq + 1;
-        else if (i + 1 < argc)
-            v = argv[i + 1];
-#define OPT(name) (klen == strlen(name) && !strncmp(a, name, klen))
-        if (OPT("--help") || OPT("-h")) {
-            usage();
-            exit(0);
-        }
-        if (!v) {
-            fprintf(stderr, "torchserve-c-worker: %s needs a value\n", a);
-            return -1;
-        }
-        long n;
-        if (OPT("--threads")) {
-            if (ts_parse_long(v, 0, 1024, &n))
-                goto bad;
-            o->threads = (int)n;
-        } else if (OPT("--max-request-size")) {
-            if (ts_parse_long(v, 1, 0x7fffffffL, &n))
-                goto bad;
-            o->max_request_size = n;
-        } else if (OPT("--busy-poll-us")) {
-            if (ts_parse_long(v, 0, 10000, &n))
-                goto bad;
-            o->busy_poll_us = n;
-        } else if (OPT("--state-dir")) {
-            o->state_dir = v;
-        } else if (OPT("--log-level")) {
-            o->log_level = v;
-        } else {
-            fprintf(stderr, "torchserve-c-worker: unknown option %s\n", a);
-            return -1;
-        }
-#undef OPT
-        if (!eq)
-            i++;
-        continue;
-    bad:
-        fprintf(stderr, "torchserve-c-worker: bad value for %.*s: %s\n", (int)klen, a, v);
-        return -1;
-    }
-    return 0;
-}
 
 /* ---------------------------------------------------------------- socket */
 
@@ -137,7 +62,7 @@ static void write_all(struct ts_ctx *c, const uint8_t *p, size_t len)
     }
 }
 
-int worker_flush(struct ts_ctx *c)
+static int worker_flush(struct ts_ctx *c)
 {
     c->held_since_us = 0;
     c->n_held = 0;
@@ -149,7 +74,7 @@ int worker_flush(struct ts_ctx *c)
         ctx_fail_uncommitted(c, rc);
     if (c->out.len)
         write_all(c, c->out.data, c->out.len);
-    buf_reset(&c->out);
+    ctx_out_sent(c);
     return c->eof ? -EPIPE : 0;
 }
 
@@ -194,7 +119,7 @@ static void load_fail(struct ts_ctx *c, const char *msg)
     LOG_ERROR("load failed: %s", msg);
     send_status_frame(c, 500, msg);
     ctx_destroy(c);
-    exit(EXIT_FATAL);
+    exit(WORKER_EXIT_FATAL);
 }
 
 /* ---------------------------------------------------------------- load */
@@ -420,7 +345,7 @@ static void drain_rx(struct ts_ctx *c)
 
 /* Reads what the socket holds. A short read means it held no more at that moment: what comes
  * later is seen by the next ppoll() or the next read, so no read is spent on EAGAIN then. */
-void worker_poll_input(struct ts_ctx *c)
+static void worker_poll_input(struct ts_ctx *c)
 {
     int got = 0;
     c->last_read_us = ts_now_us();
@@ -662,40 +587,23 @@ static void serve(struct ts_ctx *c)
     }
 }
 
-int main(int argc, char **argv)
+int worker_run(const struct worker_opts *o)
 {
-    struct options o = {.threads = 0, .max_request_size = DEFAULT_MAX_REQUEST_SIZE};
-    log_init('W', stderr);
-    if (parse_args(argc, argv, &o)) {
-        usage();
-        return EXIT_FATAL;
-    }
-    if (o.log_level)
-        log_set_level_name(o.log_level);
-    signal(SIGPIPE, SIG_IGN);
-
-    int fl = fcntl(WORKER_FD, F_GETFL);
+    int fl = fcntl(o->fd, F_GETFL);
     if (fl < 0) {
-        LOG_ERROR("fd %d is not open: start the worker from the frontend", WORKER_FD);
-        return EXIT_FATAL;
+        LOG_ERROR("fd %d is not open: start the worker from the frontend", o->fd);
+        return WORKER_EXIT_FATAL;
     }
-    fcntl(WORKER_FD, F_SETFL, fl | O_NONBLOCK);
-    fcntl(WORKER_FD, F_SETFD, FD_CLOEXEC);
+    fcntl(o->fd, F_SETFL, fl | O_NONBLOCK);
+    fcntl(o->fd, F_SETFD, FD_CLOEXEC);
 
-    char *err = NULL;
-    if (tsh_init(o.threads, &err)) {
-        LOG_WARN("libtorch thread setup: %s", err);
-        free(err);
-    }
-
-    busy_poll_init(&bp, o.busy_poll_us);
+    static const struct ctx_io io = {.flush = worker_flush, .poll_input = worker_poll_input};
+    busy_poll_init(&bp, o->busy_poll_us);
     struct ts_ctx c;
-    ctx_init(&c, WORKER_FD, (size_t)o.max_request_size);
+    ctx_init(&c, o->fd, o->max_request_size, &io);
     c.progress = progress_map();
-    if (o.state_dir)
-        c.state_dir = xstrdup(o.state_dir);
-    LOG_INFO("worker started (threads %d, max request size %ld, busy poll %ld us)", o.threads,
-             o.max_request_size, o.busy_poll_us);
+    if (o->state_dir)
+        c.state_dir = xstrdup(o->state_dir);
     serve(&c);
     int code = c.eof == 2 ? 1 : 0;
     ctx_destroy(&c);

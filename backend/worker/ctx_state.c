@@ -159,38 +159,62 @@ int ctx_state_commit(struct ts_ctx *c)
 /* A request answered with the failure gets nothing more: one in the current handle call (a
  * ts_flush mid-call) sees ts_is_cancelled, one held for a later step is freed at that step
  * without an answer (a paused one is stepped again for that). */
-static void drop_answered(struct ts_ctx *c, struct otf_str id)
+static void drop_answered(struct ts_ctx *c, const char *id)
 {
     for (size_t i = 0; i < c->ncur; i++)
-        if (otf_str_eq(id, c->cur[i]->id))
+        if (!strcmp(id, c->cur[i]->id))
             c->cur[i]->cancelled = 1;
     for (struct wreq *r = c->held_head; r; r = r->next)
-        if (otf_str_eq(id, r->id)) {
+        if (!strcmp(id, r->id)) {
             r->cancelled = 1;
             r->paused = 0;
         }
 }
 
+/* The record of the prediction at off in c->unsent (ctx.h): its id, and whether it streamed. */
+static const char *unsent_at(const struct ts_ctx *c, size_t off, int *streamed)
+{
+    *streamed = c->unsent.data[off] != 0;
+    return (const char *)c->unsent.data + off + 1;
+}
+
 void ctx_fail_uncommitted(struct ts_ctx *c, int rc)
 {
-    struct buf old = c->out;
-    buf_init(&c->out);
     char msg[256];
     snprintf(msg, sizeof(msg), "could not store the sequence state: %s", state_strerror(rc));
     char *body = ctx_error_json(507, msg);
     struct otf_kv last = {.key = otf_s(OTF_STREAM_NEXT), .val = otf_s("false")};
-    size_t off = 0;
-    long n;
-    struct otf_response resp;
-    while (off < old.len &&
-           (n = otf_decode_response(old.data + off, old.len - off, old.len, &resp)) > 0) {
-        off += (size_t)n;
-        otf_encode_response_begin(&c->out, 200, otf_s(CTX_PREDICTION_MSG));
-        for (size_t i = 0; i < resp.n_preds; i++) {
-            const struct otf_prediction *p = &resp.preds[i];
-            int streamed = otf_find_kv(p->headers, p->n_headers, OTF_STREAM_NEXT) != NULL;
+    buf_reset(&c->out);
+    c->out_open = 0;
+    c->n_out_ids = 0;
+    if (!c->unsent.len) {
+        free(body);
+        state_forget_cache(c->state);
+        return;
+    }
+    /* one 507 per request, in one frame: it streamed if any of its predictions did */
+    otf_encode_response_begin(&c->out, 200, otf_s(CTX_PREDICTION_MSG));
+    for (size_t off = 0; off < c->unsent.len;) {
+        int streamed;
+        const char *id = unsent_at(c, off, &streamed);
+        size_t next = off + 2 + strlen(id);
+        int seen = 0;
+        for (size_t o = 0; o < off && !seen;) {
+            int s;
+            const char *earlier = unsent_at(c, o, &s);
+            seen = !strcmp(earlier, id);
+            o += 2 + strlen(earlier);
+        }
+        for (size_t o = next; o < c->unsent.len && !seen;) {
+            int s;
+            const char *later = unsent_at(c, o, &s);
+            if (!strcmp(later, id))
+                streamed |= s;
+            o += 2 + strlen(later);
+        }
+        if (!seen) {
             struct otf_prediction e = {
-                .id = p->id,
+                .id = otf_s(id),
                 .ctype = otf_s("application/json"),
                 .status = 507,
                 .phrase = otf_s(""),
@@ -199,13 +223,13 @@ void ctx_fail_uncommitted(struct ts_ctx *c, int rc)
                 .body = otf_s(body),
             };
             otf_encode_prediction(&c->out, &e);
-            drop_answered(c, p->id);
+            drop_answered(c, id);
         }
-        otf_encode_list_end(&c->out);
-        otf_response_free(&resp);
+        off = next;
     }
+    otf_encode_list_end(&c->out);
+    buf_reset(&c->unsent);
     free(body);
-    buf_free(&old);
     state_forget_cache(c->state);
 }
 

@@ -17,20 +17,14 @@
 
 #include "util.h"
 
-struct builtin {
-    const char *name;
-    ts_handler_get_fn *get;
-};
+static const struct handler_builtin *builtins;
+static size_t n_builtins;
 
-static const struct builtin builtins[] = {
-    {"torchscript", ts_handler_torchscript},
-    {"TorchScriptHandler", ts_handler_torchscript},
-    {"", ts_handler_torchscript},
-    {"identity_text", ts_handler_identity_text},
-    {"char_lm", ts_handler_char_lm},
-    {"stateful", ts_handler_stateful},
-    {"lstm_stateful", ts_handler_lstm_stateful},
-};
+void handler_loader_builtins(const struct handler_builtin *table, size_t n)
+{
+    builtins = table;
+    n_builtins = n;
+}
 
 static int has_suffix(const char *s, size_t n, const char *suf)
 {
@@ -152,7 +146,7 @@ const struct ts_handler *handler_loader_find(const char *spec, const char *runti
 {
     if (!spec)
         spec = "";
-    for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
+    for (size_t i = 0; i < n_builtins; i++)
         if (!strcmp(spec, builtins[i].name))
             return check_abi(builtins[i].get(), spec, err, errlen);
     const char *colon = strchr(spec, ':');
@@ -161,11 +155,17 @@ const struct ts_handler *handler_loader_find(const char *spec, const char *runti
         return load_library(spec, model_dir, err, errlen);
     if (is_python(spec, liblen, runtime))
         return load_python(spec, continuous, err, errlen);
+    /* the names without their aliases (an alias follows its handler in the table) */
+    char names[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < n_builtins && used < sizeof(names); i++)
+        if (*builtins[i].name && (i == 0 || builtins[i].get != builtins[i - 1].get))
+            used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
+                                     builtins[i].name);
     snprintf(err, errlen,
-             "unknown handler \"%s\" (built-in: torchscript, identity_text, char_lm, stateful, "
-             "lstm_stateful; or "
-             "libfoo.so[:symbol] in the model archive; or a Python handler: handler.py[:function], "
-             "a TorchServe built-in name, or runtime python in MANIFEST.json)",
-             spec);
+             "unknown handler \"%s\" (built-in: %s; or libfoo.so[:symbol] in the model archive; "
+             "or a Python handler: handler.py[:function], a TorchServe built-in name, or runtime "
+             "python in MANIFEST.json)",
+             spec, names);
     return NULL;
 }

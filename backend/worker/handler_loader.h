@@ -1,7 +1,8 @@
 /*
  * handler_loader: resolves a MANIFEST handler string to a `struct ts_handler`.
  *
- * A built-in name ("torchscript", alias "TorchScriptHandler" and "", "identity_text"), or a
+ * A built-in name (the table handler_loader_builtins() was given: "torchscript", alias
+ * "TorchScriptHandler" and "", "identity_text", ...), or a
  * shared library from the model directory, "libfoo.so" (symbol ts_handler_v1) or
  * "libfoo.so:symbol", whose symbol returns the handler; its abi_version must match; or a Python
  * handler (below).
@@ -21,11 +22,14 @@
 const struct ts_handler *handler_loader_find(const char *spec, const char *runtime, int continuous,
                                              const char *model_dir, char *err, size_t errlen);
 
-/* Built-in handlers (backend/handlers/). */
-const struct ts_handler *ts_handler_torchscript(void);
-const struct ts_handler *ts_handler_identity_text(void);
-const struct ts_handler *ts_handler_char_lm(void);
-const struct ts_handler *ts_handler_stateful(void);
-const struct ts_handler *ts_handler_lstm_stateful(void);
+/* A built-in handler's name and constructor. */
+struct handler_builtin {
+    const char *name;
+    ts_handler_get_fn *get;
+};
+
+/* The built-in handlers, by name (the worker's main gives backend/handlers/' table; the table
+ * is borrowed for the life of the process). Before the first handler_loader_find(). */
+void handler_loader_builtins(const struct handler_builtin *table, size_t n);
 
 #endif

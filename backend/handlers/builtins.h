@@ -1,0 +1,17 @@
+/*
+ * builtins: the C handlers compiled into torchserve-c-worker (this directory). The worker's
+ * main registers them with the handler loader by name (backend/main.c); each is a
+ * ts_handler_get_fn (handler.h).
+ */
+#ifndef TS_BUILTINS_H
+#define TS_BUILTINS_H
+
+#include "handler.h"
+
+const struct ts_handler *ts_handler_torchscript(void);
+const struct ts_handler *ts_handler_identity_text(void);
+const struct ts_handler *ts_handler_char_lm(void);
+const struct ts_handler *ts_handler_stateful(void);
+const struct ts_handler *ts_handler_lstm_stateful(void);
+
+#endif

@@ -1,0 +1,128 @@
+/*
+ * torchserve-c-worker's main: the command line, libtorch's threads, the table of built-in
+ * handlers, and the step loop (worker/worker.h). Only wiring lives here: the one file that sees
+ * the worker, the built-in handlers and the Python plugin's leak settings at once.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers/builtins.h"
+#include "log.h"
+/* LeakSanitizer in the ASan build: a Python worker embeds CPython, which is never finalised;
+ * every ts_* call a Python handler makes ends in code a C handler exercises too */
+#include "python/lsan_python.h"
+#include "torch/torch_shim.h"
+#include "util.h"
+#include "worker/handler_loader.h"
+#include "worker/worker.h"
+
+#define WORKER_FD 3
+#define DEFAULT_MAX_REQUEST_SIZE 6553500L
+
+struct options {
+    int threads;
+    long max_request_size;
+    const char *state_dir;
+    const char *log_level;
+    long busy_poll_us;
+};
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: torchserve-c-worker [--threads N] [--max-request-size BYTES] "
+                    "[--state-dir DIR] [--log-level debug|info|warn|error] [--busy-poll-us US]\n"
+                    "The frontend's socket must be on fd 3.\n");
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+        const char *eq = strchr(a, '=');
+        size_t klen = eq ? (size_t)(eq - a) : strlen(a);
+        if (eq)
+            v = eq + 1;
+        else if (i + 1 < argc)
+            v = argv[i + 1];
+#define OPT(name) (klen == strlen(name) && !strncmp(a, name, klen))
+        if (OPT("--help") || OPT("-h")) {
+            usage();
+            exit(0);
+        }
+        if (!v) {
+            fprintf(stderr, "torchserve-c-worker: %s needs a value\n", a);
+            return -1;
+        }
+        long n;
+        if (OPT("--threads")) {
+            if (ts_parse_long(v, 0, 1024, &n))
+                goto bad;
+            o->threads = (int)n;
+        } else if (OPT("--max-request-size")) {
+            if (ts_parse_long(v, 1, 0x7fffffffL, &n))
+                goto bad;
+            o->max_request_size = n;
+        } else if (OPT("--busy-poll-us")) {
+            if (ts_parse_long(v, 0, 10000, &n))
+                goto bad;
+            o->busy_poll_us = n;
+        } else if (OPT("--state-dir")) {
+            o->state_dir = v;
+        } else if (OPT("--log-level")) {
+            o->log_level = v;
+        } else {
+            fprintf(stderr, "torchserve-c-worker: unknown option %s\n", a);
+            return -1;
+        }
+#undef OPT
+        if (!eq)
+            i++;
+        continue;
+    bad:
+        fprintf(stderr, "torchserve-c-worker: bad value for %.*s: %s\n", (int)klen, a, v);
+        return -1;
+    }
+    return 0;
+}
+
+static const struct handler_builtin builtins[] = {
+    {"torchscript", ts_handler_torchscript},
+    {"TorchScriptHandler", ts_handler_torchscript},
+    {"", ts_handler_torchscript},
+    {"identity_text", ts_handler_identity_text},
+    {"char_lm", ts_handler_char_lm},
+    {"stateful", ts_handler_stateful},
+    {"lstm_stateful", ts_handler_lstm_stateful},
+};
+
+int main(int argc, char **argv)
+{
+    struct options o = {.threads = 0, .max_request_size = DEFAULT_MAX_REQUEST_SIZE};
+    log_init('W', stderr);
+    if (parse_args(argc, argv, &o)) {
+        usage();
+        return WORKER_EXIT_FATAL;
+    }
+    if (o.log_level)
+        log_set_level_name(o.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    char *err = NULL;
+    if (tsh_init(o.threads, &err)) {
+        LOG_WARN("libtorch thread setup: %s", err);
+        free(err);
+    }
+    handler_loader_builtins(builtins, sizeof(builtins) / sizeof(builtins[0]));
+    LOG_INFO("worker started (threads %d, max request size %ld, busy poll %ld us)", o.threads,
+             o.max_request_size, o.busy_poll_us);
+    struct worker_opts wo = {
+        .fd = WORKER_FD,
+        .max_request_size = (size_t)o.max_request_size,
+        .state_dir = o.state_dir,
+        .busy_poll_us = o.busy_poll_us,
+    };
+    return worker_run(&wo);
+}
