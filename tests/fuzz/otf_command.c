@@ -1,8 +1,8 @@
 /*
  * otf_command: frontend -> worker frames (common/otf.c otf_decode_command), as the worker reads
- * them from its socket (backend/worker/worker.c). A decoded frame must lie inside the bytes consumed,
- * encode back to exactly those bytes, and every shorter prefix of it must ask for more bytes.
- * The same bytes with a 16-byte field limit must give the same frame or a clean refusal.
+ * them from its socket (backend/worker/worker.c). A decoded frame must lie inside the bytes
+ * consumed, encode back to exactly those bytes, and every shorter prefix of it must ask for more
+ * bytes. The same bytes with a 16-byte field limit must give the same frame or a clean refusal.
  */
 #include "fuzz.h"
 #include "otf.h"
