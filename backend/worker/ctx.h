@@ -145,7 +145,8 @@ struct ts_ctx {
     size_t max_field;
     char *state_dir;
     struct state_store *state; /* opened at the first ts_state_* call */
-    int state_failed;          /* opening it failed: every ts_state_* call fails */
+    int64_t state_failed_us;   /* when opening it last failed (a full disk, say): until
+                                  STATE_RETRY_US later every ts_state_* call fails at once */
 };
 
 void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *io);

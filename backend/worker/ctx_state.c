@@ -16,11 +16,16 @@
 
 #include "log.h"
 
+/* How long a store that could not be opened is not tried again: a full disk makes each try cost
+ * a few system calls and a log line, and the disk may have room again a moment later. */
+#define STATE_RETRY_US 1000000
+
 /* The store, opened at first use from model-config.yaml's handler.cache.capacity,
- * handler.state_sync and handler.state_map_size_mb; NULL if it cannot be opened (logged once). */
+ * handler.state_sync and handler.state_map_size_mb; NULL if it cannot be opened (logged, and
+ * tried again at most once per STATE_RETRY_US). */
 static struct state_store *store(struct ts_ctx *c)
 {
-    if (c->state || c->state_failed)
+    if (c->state || (c->state_failed_us && ts_now_us() - c->state_failed_us < STATE_RETRY_US))
         return c->state;
     long cap = ts_config_get_long(c, "handler.cache.capacity", STATE_DEFAULT_CAPACITY);
     long map_mb = ts_config_get_long(c, "handler.state_map_size_mb", STATE_DEFAULT_MAP_SIZE >> 20);
@@ -41,7 +46,7 @@ static struct state_store *store(struct ts_ctx *c)
                  "worker");
     if (state_open(&c->state, c->state_dir, &o, err, sizeof(err))) {
         LOG_ERROR("%s", err);
-        c->state_failed = 1;
+        c->state_failed_us = ts_now_us();
         return NULL;
     }
     LOG_INFO("state store %s: LRU capacity %zu, map %zu MiB, %s",

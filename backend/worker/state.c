@@ -14,7 +14,12 @@
  *  - a worker killed while it held the write lock leaves a robust mutex that the next writer
  *    recovers; its reader slot is reclaimed by mdb_reader_check at open;
  *  - MDB_NOSYNC writes still go through write() into the page cache, so they survive the death
- *    of the process (what a respawn needs); only a machine crash can lose the last commits.
+ *    of the process (what a respawn needs); only a machine crash can lose the last commits;
+ *  - the lock file is written through a shared map, after an ftruncate that allocates nothing:
+ *    on a full disk the first store into a page without a block is a SIGBUS, at open (the
+ *    header) or later (a reader slot further in). lock_file_backed() gives every page of it a
+ *    block before LMDB maps it, so a full disk is an error at open instead (ENOSPC). Data pages
+ *    are written with pwrite (no MDB_WRITEMAP), which fails cleanly.
  */
 #include "state.h"
 
@@ -201,6 +206,30 @@ static int mkdirs(const char *dir)
     return rc;
 }
 
+/* LMDB's lock file is its reader table: 126 readers of 64 bytes plus a header make 8 KiB
+ * (LMDB 0.9). A table that ever grew past the reserve would be backed up to its size. */
+#define LOCK_RESERVE 8192
+
+/* Gives every page LMDB may map of <dir>/lock.mdb a block, without changing its size (LMDB reads
+ * its reader count from the size, and every process of the model must agree on it): the blocks
+ * beyond the end are those an ftruncate up to the table's size then covers. A file system that
+ * cannot preallocate (EOPNOTSUPP) is left to LMDB as before. */
+static int lock_file_backed(const char *dir)
+{
+    char *path = xasprintf("%s/lock.mdb", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    free(path);
+    if (fd < 0)
+        return -errno;
+    struct stat sb;
+    int rc = fstat(fd, &sb) ? errno : 0;
+    off_t len = !rc && sb.st_size > LOCK_RESERVE ? sb.st_size : LOCK_RESERVE;
+    if (!rc && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, len))
+        rc = errno == EOPNOTSUPP ? 0 : errno;
+    close(fd);
+    return -rc;
+}
+
 int state_open(struct state_store **out, const char *dir, const struct state_opts *o, char *err,
                size_t errlen)
 {
@@ -220,6 +249,9 @@ int state_open(struct state_store **out, const char *dir, const struct state_opt
     const char *what = "mkdir";
     MDB_txn *txn = NULL;
     if (rc)
+        goto fail;
+    what = "the lock file";
+    if ((rc = lock_file_backed(dir)))
         goto fail;
     what = "mdb_env_create";
     if ((rc = mdb_err(mdb_env_create(&st->env))))

@@ -322,3 +322,50 @@ def test_full_disk_for_state(server_factory, tiny_state_dir):
                       headers={"ts_request_sequence_id": sid}, timeout=30)
     r = requests.post(s.url("/predictions/stateful"), data="1", timeout=30)
     assert r.status_code == 200, r.text
+
+
+@pytest.fixture
+def small_state_dir(tmp_path):
+    d = tmp_path / "state"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)]).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield str(d)
+    subprocess.run(["umount", "-l", str(d)])
+
+
+def test_disk_full_when_the_state_store_opens(server_factory, small_state_dir):
+    """The disk is full when the worker first opens its state store: LMDB's lock file is
+    written through a shared map, and a page without a block was a SIGBUS that killed the
+    worker at every respawn. Now the sequences whose state cannot be stored get 507, the worker
+    lives (no respawn), and once the disk has room again the store opens and new sequences
+    work on the same worker."""
+    s = server_factory(models=["stateful"], config={"state_dir": small_state_dir},
+                       yaml={"stateful": {"minWorkers": 1, "maxWorkers": 1,
+                                          "maxNumSequence": 1000,
+                                          "continuousBatching": False}})
+    s.wait_ready("stateful")
+    pids = s.worker_pids()
+    assert len(pids) == 1
+    filler = os.path.join(small_state_dir, "filler")
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k"], capture_output=True)
+    sess = requests.Session()
+    for i in range(5):
+        r = sess.post(s.url("/predictions/stateful"), data=str(i),
+                      headers={"ts_request_sequence_id": f"full-{i}"}, timeout=30)
+        assert r.status_code == 507, r.text
+        assert "state" in r.json()["message"], r.text
+    assert s.worker_pids() == pids, "the worker died:\n" + s.log()[-3000:]
+    assert "signal 7" not in s.log(), s.log()[-3000:]
+    assert "No space left on device" in s.log(), s.log()[-3000:]
+    os.unlink(filler)
+    deadline = time.time() + 10
+    while True:  # the store is tried again at most once a second
+        r = sess.post(s.url("/predictions/stateful"), data="5",
+                      headers={"ts_request_sequence_id": f"after-{time.time()}"}, timeout=30)
+        if r.status_code == 200 or time.time() > deadline:
+            break
+        assert r.status_code == 507, r.text
+        time.sleep(0.2)
+    assert r.status_code == 200, r.text
+    assert s.worker_pids() == pids
