@@ -169,6 +169,19 @@ void otf_encode_seq_event(struct buf *b, struct otf_str seq_id, int32_t event)
     buf_put_i32(b, -1);
 }
 
+void otf_encode_input(struct buf *b, struct otf_str id, struct otf_str ctype, struct otf_str body)
+{
+    buf_put_u8(b, OTF_CMD_INPUT);
+    otf_put_str(b, id);
+    otf_put_str(b, ctype);
+    otf_put_str(b, body);
+}
+
+void otf_encode_input_end(struct buf *b, const struct otf_str *ids, size_t n)
+{
+    encode_ids(b, OTF_CMD_INPUT_END, ids, n);
+}
+
 void otf_encode_response_begin(struct buf *b, int32_t code, struct otf_str msg)
 {
     buf_put_i32(b, code);
@@ -390,9 +403,15 @@ static int decode_command(struct rd *r, struct otf_command *c)
             TRY(decode_params(r, q));
         }
     }
+    case OTF_CMD_INPUT:
+        TRY(rd_str(r, &c->input_id));
+        TRY(rd_str(r, &c->input_ctype));
+        TRY(rd_str(r, &c->input_body));
+        return 0;
     case OTF_CMD_CANCEL:
     case OTF_CMD_PAUSE:
-    case OTF_CMD_RESUME: {
+    case OTF_CMD_RESUME:
+    case OTF_CMD_INPUT_END: {
         size_t cap = 0;
         for (;;) {
             int32_t idlen;

@@ -10,6 +10,9 @@
  *     'P' { req_id }* -1, 'R' { req_id }* -1       pause / resume a held request (ours: its
  *                                                  client reads slower than it streams)
  *     'S' seq_id event(int32) -1                                     sequence event (ours)
+ *     'D' req_id ctype body                 one more input message for a running request whose
+ *                                           client streams its input (ours; see OTF_INPUT_STREAM)
+ *     'E' { req_id }* -1                    those requests' clients will send no more input (ours)
  *   worker -> frontend (no command byte)
  *     code msg { req_id ctype status phrase n_headers {k v}*n body }* -1
  *   The load reply is the same shape with no predictions.
@@ -33,9 +36,19 @@
 #define OTF_CMD_PAUSE 'P'
 #define OTF_CMD_RESUME 'R'
 #define OTF_CMD_SEQ_EVENT 'S'
+#define OTF_CMD_INPUT 'D'
+#define OTF_CMD_INPUT_END 'E'
 
 /* Header that marks streaming frames, as TorchServe defines it. */
 #define OTF_STREAM_NEXT "ts_stream_next"
+
+/* Streamed input (ours): a request whose client sends several messages (gRPC ModelStreamInfer to
+ * a model that reads a stream of requests, as an MLServer runtime's predict_stream does) carries
+ * this header with the value "true" in its 'I' frame. Its first message is its body; each later
+ * one follows as a 'D' frame for its id, in the order the client sent them, and an 'E' frame
+ * says that the client sent its last. The worker hands them to the handler (ts_input_next);
+ * frames for a request it no longer holds are dropped. */
+#define OTF_INPUT_STREAM "ts_input_stream"
 
 /* Metadata a worker sends with a prediction, in two headers of ours (TorchServe's Python worker
  * prints its metrics on stdout instead). Both are binary; the frontend takes them out of the
@@ -139,10 +152,11 @@ struct otf_command {
     struct otf_load load;     /* 'L' */
     struct otf_request *reqs; /* 'I' */
     size_t n_reqs;
-    struct otf_str *ids; /* 'C', 'P', 'R' */
+    struct otf_str *ids; /* 'C', 'P', 'R', 'E' */
     size_t n_ids;
     struct otf_str seq_id; /* 'S' */
     int32_t seq_event;
+    struct otf_str input_id, input_ctype, input_body; /* 'D' */
 };
 
 static inline struct otf_str otf_s(const char *s)
@@ -178,6 +192,10 @@ void otf_encode_cancel(struct buf *b, const struct otf_str *ids, size_t n);
 /* 'P' (paused = 1) or 'R' (paused = 0) for the requests ids. */
 void otf_encode_pause(struct buf *b, const struct otf_str *ids, size_t n, int paused);
 void otf_encode_seq_event(struct buf *b, struct otf_str seq_id, int32_t event);
+/* 'D': one more input message (body, of content type ctype) for the running request id. */
+void otf_encode_input(struct buf *b, struct otf_str id, struct otf_str ctype, struct otf_str body);
+/* 'E': the clients of the requests ids will send no more input. */
+void otf_encode_input_end(struct buf *b, const struct otf_str *ids, size_t n);
 void otf_encode_response_begin(struct buf *b, int32_t code, struct otf_str msg);
 void otf_encode_prediction(struct buf *b, const struct otf_prediction *p);
 

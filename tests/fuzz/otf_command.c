@@ -38,6 +38,12 @@ static void encode(struct buf *b, const struct otf_command *c)
     case OTF_CMD_SEQ_EVENT:
         otf_encode_seq_event(b, c->seq_id, c->seq_event);
         break;
+    case OTF_CMD_INPUT:
+        otf_encode_input(b, c->input_id, c->input_ctype, c->input_body);
+        break;
+    case OTF_CMD_INPUT_END:
+        otf_encode_input_end(b, c->ids, c->n_ids);
+        break;
     default:
         FUZZ_CHECK(!"decoded an unknown command");
     }
@@ -67,6 +73,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     in_frame(c.load.handler, data, n);
     in_frame(c.load.envelope, data, n);
     in_frame(c.seq_id, data, n);
+    in_frame(c.input_id, data, n);
+    in_frame(c.input_ctype, data, n);
+    in_frame(c.input_body, data, n);
     for (size_t i = 0; i < c.n_ids; i++)
         in_frame(c.ids[i], data, n);
     for (size_t i = 0; i < c.n_reqs; i++) {

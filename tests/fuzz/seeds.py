@@ -64,6 +64,8 @@ def otf_seeds():
     put("otf_command", "pause", b"P" + s("req-1") + i32(-1))
     put("otf_command", "resume", b"R" + s("req-1") + i32(-1))
     put("otf_command", "seq_event", otf.encode_seq_event("ts-seq-1", 2))
+    put("otf_command", "input", otf.encode_input("req-1", "application/x-ts-oip", b"OIP1\0\0\0\0"))
+    put("otf_command", "input_end", otf.encode_input_end(["req-1", "req-2"]))
     put("otf_response", "load_ok", i32(200) + s("loaded") + i32(-1))
     put("otf_response", "batch", i32(200) + s("Prediction success")
         + prediction("req-1", "[0.1, 0.2]") + prediction("req-2", "oops", 507, phrase="bad") + i32(-1))

@@ -46,6 +46,14 @@ def encode_cancel(ids):
     return b"C" + b"".join(_str(i) for i in ids) + _i32(-1)
 
 
+def encode_input(req_id, ctype, body):
+    return b"D" + _str(req_id) + _str(ctype) + _str(body)
+
+
+def encode_input_end(ids):
+    return b"E" + b"".join(_str(i) for i in ids) + _i32(-1)
+
+
 def encode_seq_event(seq_id, event):
     return b"S" + _str(seq_id) + _i32(event) + _i32(-1)
 

@@ -147,6 +147,35 @@ TEST(cancel_and_seq_event_round_trip)
     buf_free(&b);
 }
 
+TEST(input_and_input_end_round_trip)
+{
+    struct buf b;
+    buf_init(&b);
+    otf_encode_input(&b, otf_s("req-7"), otf_s("application/x-ts-oip"), otf_sn("a\0b", 3));
+    struct otf_command c;
+    CHECK_EQ_INT(otf_decode_command(b.data, b.len, MAXF, &c), (long)b.len);
+    CHECK_EQ_INT(c.cmd, 'D');
+    CHECK(str_is(c.input_id, "req-7"));
+    CHECK(str_is(c.input_ctype, "application/x-ts-oip"));
+    CHECK_EQ_INT(c.input_body.len, 3);
+    CHECK(!memcmp(c.input_body.p, "a\0b", 3));
+    otf_command_free(&c);
+    check_prefixes(&b, 1);
+    /* a body over the field limit is refused, not truncated */
+    CHECK_EQ_INT(otf_decode_command(b.data, b.len, 2, &c), TS_E_TOO_LARGE);
+
+    buf_reset(&b);
+    struct otf_str ids[] = {otf_s("req-7"), otf_s("req-8")};
+    otf_encode_input_end(&b, ids, 2);
+    CHECK_EQ_INT(otf_decode_command(b.data, b.len, MAXF, &c), (long)b.len);
+    CHECK_EQ_INT(c.cmd, 'E');
+    CHECK_EQ_INT(c.n_ids, 2);
+    CHECK(str_is(c.ids[1], "req-8"));
+    otf_command_free(&c);
+    check_prefixes(&b, 1);
+    buf_free(&b);
+}
+
 static void encode_response(struct buf *b)
 {
     struct otf_kv h[] = {{otf_s(OTF_STREAM_NEXT), otf_s("true")}, {otf_s("x"), otf_s("1")}};
@@ -363,6 +392,7 @@ int main(void)
     RUN(load_round_trip);
     RUN(infer_round_trip);
     RUN(cancel_and_seq_event_round_trip);
+    RUN(input_and_input_end_round_trip);
     RUN(response_round_trip);
     RUN(back_to_back_frames);
     RUN(too_large);
