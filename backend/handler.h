@@ -111,6 +111,25 @@ int ts_flush(struct ts_ctx *ctx);
 /* TS_HANDLER_CONTINUOUS only: keep the request and pass it to handle again after delay_us. */
 void ts_continue(struct ts_ctx *ctx, size_t idx, int64_t delay_us);
 
+/* ---- streamed input (our extension) ----
+ * A request whose client streams its input (gRPC ModelStreamInfer to a model that reads a stream
+ * of requests, as an MLServer runtime's predict_stream does) has the header ts_input_stream: true;
+ * its first message is its body, and later messages arrive while it runs (continuous handlers
+ * only: the request must be kept with ts_continue() to receive them). ts_input_next() takes the
+ * next one: 1 with *body, *len and *ctype set (valid until the next ts_input_next() for the
+ * request or its end), 0 when none has arrived yet, -1 when the client will send no more (at
+ * once for a request that does not stream its input). A held request is due at once when a
+ * message or the end of its input arrives, whatever its ts_continue() delay. */
+int ts_input_next(struct ts_ctx *ctx, size_t idx, const void **body, size_t *len,
+                  const char **ctype);
+
+/* ---- waking held requests (our extension) ----
+ * For a continuous handler whose work goes on outside handle(), in threads or an event loop:
+ * while it holds requests (ts_continue), the worker also waits for fd to become readable, and
+ * then every held request is due at once, whatever its delay. The handler owns fd and drains it
+ * in handle() (an fd that stays readable makes every wait end at once). -1 stops it. */
+void ts_set_wake_fd(struct ts_ctx *ctx, int fd);
+
 /* ---- per-sequence state (LRU + LMDB write-through; see the stateful issue) ---- */
 const void *ts_state_get(struct ts_ctx *ctx, size_t idx, size_t *len);
 int ts_state_put(struct ts_ctx *ctx, size_t idx, const void *data, size_t len);

@@ -69,7 +69,7 @@ ORDERS = {
         ("sequence",),
         ("model",),
     ],
-    "backend/worker": [("state", "handler_loader"), ("ctx", "ctx_state"), ("worker",)],
+    "backend/worker": [("state", "handler_loader"), ("ctx", "ctx_state", "ctx_input"), ("worker",)],
 }
 FRONTEND = ("frontend/core", "frontend/mgmt", "frontend/oip", "frontend/http", "frontend/grpc",
             "frontend")

@@ -32,6 +32,7 @@ void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *i
     c->fd = fd;
     c->max_field = max_field;
     c->batch_size = 1;
+    c->wake_fd = -1;
     buf_init(&c->out);
     buf_init(&c->unsent);
     buf_init(&c->rx);
@@ -126,6 +127,7 @@ struct wreq *wreq_from_otf(const struct otf_request *q)
     r->is_new = 1;
     buf_init(&r->metrics);
     r->read_us = ts_now_us();
+    ctx_input_init(r);
     return r;
 }
 
@@ -150,6 +152,7 @@ void wreq_free(struct wreq *r)
     free_kvs(r->rheaders, r->n_rheaders);
     free(r->state_copy);
     buf_free(&r->metrics);
+    ctx_input_free(r);
     free(r); /* with its arrays and strings */
 }
 

@@ -32,6 +32,14 @@ struct wparam {
     size_t len;
 };
 
+/* A message of a request's streamed input ('D' frame), waiting for ts_input_next. */
+struct winput {
+    struct winput *next;
+    char *ctype; /* ctype and body in one allocation with the struct */
+    char *body;
+    size_t len;
+};
+
 /* One request held by the worker: the struct, its header and parameter arrays and their strings
  * are one allocation (wreq_from_otf); the response fields are separate. */
 struct wreq {
@@ -69,6 +77,11 @@ struct wreq {
     /* state API: the copy ts_state_get handed out; fresh: a start request dropped old state */
     void *state_copy;
     int state_fresh;
+    /* streamed input (ctx_input.c): messages not yet taken, the one last taken, and whether
+     * the client may send more (the OTF_INPUT_STREAM header) */
+    struct winput *in_head, *in_tail, *in_taken;
+    int input_open;
+    int input_arrived; /* a message or the end came during the current handle call */
 };
 
 #define CTX_COUNTER_PREFIX "x-ts-worker-"
@@ -147,6 +160,7 @@ struct ts_ctx {
     struct state_store *state; /* opened at the first ts_state_* call */
     int64_t state_failed_us;   /* when opening it last failed (a full disk, say): until
                                   STATE_RETRY_US later every ts_state_* call fails at once */
+    int wake_fd;               /* ts_set_wake_fd, -1 for none */
 };
 
 void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *io);
@@ -183,6 +197,17 @@ int ctx_state_commit(struct ts_ctx *c);
 void ctx_fail_uncommitted(struct ts_ctx *c, int rc);
 /* A sequence ended (any 'S' event): drops its state from the LRU and LMDB, committed at once. */
 void ctx_state_drop(struct ts_ctx *c, const char *seq_id);
+
+/* ctx_input.c: streamed input. */
+
+/* r's streamed input is open when its 'I' frame carried OTF_INPUT_STREAM: true. */
+void ctx_input_init(struct wreq *r);
+/* A 'D' frame: appends a copy of the message to r's input. */
+void ctx_input_add(struct wreq *r, struct otf_str ctype, struct otf_str body);
+/* An 'E' frame: r's client sends no more. */
+void ctx_input_end(struct wreq *r);
+/* Frees what r's input holds (wreq_free). */
+void ctx_input_free(struct wreq *r);
 
 /* Adds a metric record to r's next prediction (kind 'c', 'g' or 'h'; see otf.h). */
 void ctx_metric(struct wreq *r, char kind, const char *name, const char *unit, double value);

@@ -153,6 +153,10 @@ const struct ts_handler *handler_loader_find(const char *spec, const char *runti
     size_t liblen = colon ? (size_t)(colon - spec) : strlen(spec);
     if (has_suffix(spec, liblen, ".so") || memmem(spec, liblen, ".so.", 4))
         return load_library(spec, model_dir, err, errlen);
+    /* the model contracts of other servers that the Python plugin serves (the frontend names
+     * them from the model's files): their requests run concurrently, held across steps */
+    if (!strcmp(spec, "mlserver") || !strcmp(spec, "inferless"))
+        return load_python(spec, 1, err, errlen);
     if (is_python(spec, liblen, runtime))
         return load_python(spec, continuous, err, errlen);
     /* the names without their aliases (an alias follows its handler in the table) */

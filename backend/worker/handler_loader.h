@@ -18,7 +18,9 @@
 /* The handler, or NULL with err set ("unknown handler ..."). A Python model (runtime "python"
  * in the manifest, a spec "x.py[:function]", or a TorchServe built-in name such as
  * "image_classifier") is served by the Python plugin <worker dir>/../lib/libts_python.so, in
- * its continuous variant when the model has continuousBatching. */
+ * its continuous variant when the model has continuousBatching. "mlserver" (an MLServer runtime:
+ * model-settings.json) and "inferless" (an Inferless app.py) are served by the same plugin, always
+ * continuous. */
 const struct ts_handler *handler_loader_find(const char *spec, const char *runtime, int continuous,
                                              const char *model_dir, char *err, size_t errlen);
 

@@ -5,7 +5,9 @@
  * 'L' (load); we answer 200 "loaded model <name>" (+ " continuous=1" for continuous handlers)
  * or 500 <reason> and exit(2), which the frontend reads as "fatal, do not respawn". After that:
  * 'I' adds requests, 'C' cancels them, 'P'/'R' pause and resume held ones (the frontend's buffer
- * for a slow client is full), 'S' delivers a sequence event; EOF means exit(0).
+ * for a slow client is full), 'S' delivers a sequence event, 'D'/'E' bring a request's streamed
+ * input (ctx_input.c); EOF means exit(0). Besides the socket, the loop waits on the handler's
+ * wake-up descriptor (ts_set_wake_fd) while it holds requests.
  *
  * The loop is single-threaded. Each step takes the held (continuing) requests whose wake-up time
  * has passed, then new ones, at most batch_size, makes one handle() call, and writes the step's
@@ -261,6 +263,39 @@ static void pause_one(struct ts_ctx *c, const char *id, int paused)
         }
 }
 
+/* The request with this id, wherever the worker holds it; NULL if it holds none. */
+static struct wreq *find_req(struct ts_ctx *c, const char *id)
+{
+    struct wreq *lists[] = {c->held_head, c->pending_head};
+    for (size_t l = 0; l < 2; l++)
+        for (struct wreq *r = lists[l]; r; r = r->next)
+            if (!strcmp(r->id, id))
+                return r;
+    for (size_t i = 0; i < c->ncur; i++)
+        if (!strcmp(c->cur[i]->id, id))
+            return c->cur[i];
+    return NULL;
+}
+
+/* A message, or the end, of a request's streamed input (ctx_input.c): a held request is due at
+ * once to take it. */
+static void input_one(struct ts_ctx *c, struct otf_str sid, const struct otf_command *cmd)
+{
+    char *id = otf_strdup(sid);
+    struct wreq *r = find_req(c, id);
+    if (!r)
+        LOG_REQ(LOG_LEVEL_DEBUG, id, "input for a request the worker does not hold: dropped");
+    else if (cmd->cmd == OTF_CMD_INPUT)
+        ctx_input_add(r, cmd->input_ctype, cmd->input_body);
+    else
+        ctx_input_end(r);
+    if (r) {
+        r->wake_us = 0;
+        r->input_arrived = 1;
+    }
+    free(id);
+}
+
 static void process_command(struct ts_ctx *c, const struct otf_command *cmd)
 {
     switch (cmd->cmd) {
@@ -298,6 +333,13 @@ static void process_command(struct ts_ctx *c, const struct otf_command *cmd)
             pause_one(c, id, cmd->cmd == OTF_CMD_PAUSE);
             free(id);
         }
+        return;
+    case OTF_CMD_INPUT:
+        input_one(c, cmd->input_id, cmd);
+        return;
+    case OTF_CMD_INPUT_END:
+        for (size_t i = 0; i < cmd->n_ids; i++)
+            input_one(c, cmd->ids[i], cmd);
         return;
     case OTF_CMD_SEQ_EVENT:
         if (c->n_seq == c->seq_cap) {
@@ -467,8 +509,10 @@ static void run_step(struct ts_ctx *c)
     }
     if (!c->ncur)
         return;
-    for (size_t i = 0; i < c->ncur; i++)
+    for (size_t i = 0; i < c->ncur; i++) {
         c->cur[i]->continued = 0;
+        c->cur[i]->input_arrived = 0;
+    }
 
     /* PredictionTime: from the oldest new request's arrival (a held one: the step's start) */
     int64_t since = now;
@@ -495,7 +539,8 @@ static void run_step(struct ts_ctx *c)
             wreq_free(r);
         } else if (r->continued) {
             r->is_new = 0;
-            r->wake_us = t1 + r->delay_us;
+            /* input that came while it ran is for its next step, now */
+            r->wake_us = r->input_arrived ? t1 : t1 + r->delay_us;
             list_append(&c->held_head, &c->held_tail, r);
         } else {
             ctx_queue_final(c, r);
@@ -535,24 +580,52 @@ static int pending_below(const struct ts_ctx *c, int n)
 
 static struct busy_poll bp, no_bp; /* --busy-poll-us; and none, until the model is loaded */
 
+/* What a wait watches: the frontend's socket, and the handler's wake-up descriptor while it
+ * holds requests (ts_set_wake_fd). */
+struct wait_fds {
+    struct pollfd pfd[2];
+    nfds_t n;
+};
+
 static int look_input(void *arg)
 {
     static const struct timespec zero = {0, 0};
-    return ppoll(arg, 1, &zero, NULL);
+    struct wait_fds *w = arg;
+    return ppoll(w->pfd, w->n, &zero, NULL);
 }
 
 static int block_input(void *arg, int64_t left_us)
 {
     struct timespec ts = {.tv_sec = left_us / 1000000, .tv_nsec = (left_us % 1000000) * 1000};
-    return ppoll(arg, 1, left_us < 0 ? NULL : &ts, NULL);
+    struct wait_fds *w = arg;
+    return ppoll(w->pfd, w->n, left_us < 0 ? NULL : &ts, NULL);
+}
+
+/* A held request that a wake-up would make due (paused ones wait for their resume). */
+static int holds_wakeable(const struct ts_ctx *c)
+{
+    for (const struct wreq *r = c->held_head; r; r = r->next)
+        if (!r->paused)
+            return 1;
+    return 0;
 }
 
 /* Waits until the frontend's socket is readable or wait_us (< 0: no limit) from now; ppoll's
- * result. A loaded worker looks without sleeping first (busy_poll.h). */
+ * result. A loaded worker looks without sleeping first (busy_poll.h). When the handler's wake-up
+ * descriptor is readable, every held request is due now. */
 static int wait_input(struct ts_ctx *c, int64_t now, int64_t wait_us)
 {
-    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-    return busy_poll_wait(c->loaded ? &bp : &no_bp, now, wait_us, look_input, block_input, &pfd);
+    struct wait_fds w = {.pfd = {{.fd = c->fd, .events = POLLIN}}, .n = 1};
+    if (c->wake_fd >= 0 && holds_wakeable(c))
+        w.pfd[w.n++] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
+    int n = busy_poll_wait(c->loaded ? &bp : &no_bp, now, wait_us, look_input, block_input, &w);
+    if (n > 0 && w.n > 1 && (w.pfd[1].revents & (POLLIN | POLLERR | POLLHUP))) {
+        for (struct wreq *r = c->held_head; r; r = r->next)
+            r->wake_us = 0;
+        if (!(w.pfd[0].revents & (POLLIN | POLLERR | POLLHUP)))
+            n = 0; /* nothing to read on the socket */
+    }
+    return n;
 }
 
 /* With a step due now, the loop reads the socket at once instead of asking ppoll() first: one
