@@ -75,7 +75,7 @@ PY_EMBED_LDFLAGS = $(shell $(PYTHON_CONFIG) --embed --ldflags)
 PY_SRCS       := $(wildcard backend/python/*.c)
 PY_PLUGIN     := $(BUILD)/lib/libts_python.so
 PY_PKG        := $(patsubst backend/python/%,$(BUILD)/lib/python/%,\
-                   $(shell find backend/python/ts -name '*.py' 2>/dev/null))
+                   $(shell find backend/python/ts backend/python/mlserver backend/python/tsc_runtimes -name '*.py' 2>/dev/null))
 
 .PHONY: all deps models run test test-unit test-integration test-smoke bench clean format \
         format-check pystubs check-layers fuzz fuzz-build fuzz-run

@@ -13,7 +13,7 @@
  * RTLD_LOCAL). torch in Python and the worker's libtorch are the same shared library, so the
  * worker's intra-op thread setting (--threads) holds for the handler too. The interpreter is
  * never finalised: the worker exits after destroy, and finalising with torch loaded only adds
- * shutdown work and risk.
+ * shutdown work and risk. The GIL is released between calls (py_handler.h).
  */
 #include "py_handler.h"
 
@@ -27,6 +27,7 @@ struct ts_ctx *pyh_ctx;
 size_t pyh_n;
 
 static PyObject *step_fn;
+static PyThreadState *main_ts; /* the worker thread's state while it does not hold the GIL */
 
 /* "Type: message" of the pending exception (just the message for ImportError, whose text we
  * write ourselves), cleared. */
@@ -58,8 +59,9 @@ static int start_interpreter(struct ts_ctx *ctx)
         ts_set_load_error(ctx, "python: cannot make libpython3.11 global: %s", dlerror());
         return -1;
     }
-    if (PyImport_AppendInittab("_ts_worker", pyh_module_init) < 0) {
-        ts_set_load_error(ctx, "python: cannot register the _ts_worker module");
+    if (PyImport_AppendInittab("_ts_worker", pyh_module_init) < 0 ||
+        PyImport_AppendInittab("_ts_stream", pyh_stream_module_init) < 0) {
+        ts_set_load_error(ctx, "python: cannot register the _ts_worker modules");
         return -1;
     }
     PyConfig cfg;
@@ -143,6 +145,7 @@ static int py_init_common(struct ts_ctx *ctx, void **state, int continuous)
         return -1;
     }
     Py_DECREF(r);
+    main_ts = PyEval_SaveThread();
     return 0;
 }
 
@@ -161,6 +164,7 @@ static void py_handle(void *state, struct ts_ctx *ctx, size_t n)
     (void)state;
     pyh_ctx = ctx;
     pyh_n = n;
+    PyEval_RestoreThread(main_ts);
     PyObject *r = PyObject_CallFunction(step_fn, "n", (Py_ssize_t)n);
     if (!r) {
         /* ts._service answers handler errors itself; this is a fault of ours */
@@ -172,11 +176,27 @@ static void py_handle(void *state, struct ts_ctx *ctx, size_t n)
     }
     Py_XDECREF(r);
     pyh_n = 0;
+    main_ts = PyEval_SaveThread();
 }
 
 static void py_destroy(void *state)
 {
     (void)state;
+    if (main_ts) {
+        PyEval_RestoreThread(main_ts);
+        main_ts = NULL;
+    }
+    /* the service's own unload (an MLServer runtime's unload(), an Inferless finalize()) */
+    PyObject *mod = PyImport_ImportModule("ts._service");
+    PyObject *r = mod ? PyObject_CallMethod(mod, "destroy", NULL) : NULL;
+    if (!r) {
+        char err[1024];
+        exception_text(err, sizeof(err));
+        if (pyh_ctx)
+            ts_log(pyh_ctx, 2, "python: unloading the model: %s", err);
+    }
+    Py_XDECREF(r);
+    Py_XDECREF(mod);
     Py_CLEAR(step_fn);
 }
 

@@ -4,8 +4,11 @@
  * The plugin embeds CPython in the worker that serves a Python model and runs TorchServe's
  * handler contract (our `ts` package, backend/python/ts/). py_handler.c is the `struct
  * ts_handler`; py_module.c is the C module `_ts_worker` through which the Python side reads the
- * requests of the current call and answers them. Worker thread only; the GIL is held for the life
- * of the process (the worker is single-threaded, so there is nobody to release it to).
+ * requests of the current call and answers them; py_stream.c is `_ts_stream`, the calls of
+ * handlers that keep requests across steps in an event loop (backend/python/tsc_runtimes/).
+ * Worker thread only. The worker's thread holds the GIL during init and each handle call and
+ * releases it in between, so that threads a handler starts (an Inferless app's generate thread,
+ * an executor) run while the worker waits for its next step.
  */
 #ifndef TS_PY_HANDLER_H
 #define TS_PY_HANDLER_H
@@ -19,8 +22,9 @@
 extern struct ts_ctx *pyh_ctx;
 extern size_t pyh_n;
 
-/* PyImport_AppendInittab entry of _ts_worker. */
+/* PyImport_AppendInittab entries of _ts_worker and _ts_stream. */
 PyObject *pyh_module_init(void);
+PyObject *pyh_stream_module_init(void);
 
 /* The handler getters the worker's handler_loader looks up (handler.h's ts_handler_get_fn). */
 const struct ts_handler *ts_python_handler(void);

@@ -36,6 +36,8 @@ BUILTIN_HANDLERS = (
     "vision_handler",
 )
 MISSING_MODULE_HINT = "add it as a Debian python3-* package; pip install is not available"
+# handler specs the frontend gives models of other servers' contracts (mgmt/model_kind.c)
+RUNTIMES = ("mlserver", "inferless")
 
 logger = logging.getLogger("ts.worker")
 
@@ -297,7 +299,13 @@ def load(spec, model_name, model_dir, batch_size, continuous):
     if model_dir not in sys.path:
         sys.path.insert(1, model_dir)
     try:
-        _service = Service(spec, model_name, model_dir, batch_size, bool(continuous))
+        if spec in RUNTIMES:
+            # another server's model contract (an MLServer runtime, an Inferless app.py)
+            from tsc_runtimes import load_runtime
+
+            _service = load_runtime(spec, model_name, model_dir, batch_size)
+        else:
+            _service = Service(spec, model_name, model_dir, batch_size, bool(continuous))
     except Exception:
         logger.error("loading handler %s failed:\n%s", spec, traceback.format_exc())
         raise
@@ -309,6 +317,12 @@ def step(n):
     """One handle call of the worker; load() rebinds it to the service's own step (py_handler.c
     looks it up after load), one Python call less per step."""
     _service.step(n)
+
+
+def destroy():
+    """The worker is exiting: a runtime's own unload (py_handler.c calls this)."""
+    if _service is not None and hasattr(_service, "destroy"):
+        _service.destroy()
 
 
 def metric_records():
