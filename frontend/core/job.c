@@ -50,6 +50,11 @@ void job_unref(struct job *j)
     free(j->headers);
     free(j->params);
     free(j->seq_id);
+    struct job_input *in;
+    while ((in = job_input_take(j))) {
+        free(in->body);
+        free(in);
+    }
     free(j);
 }
 
@@ -87,6 +92,58 @@ void job_add_param_owned(struct job *j, const char *name, const char *ctype, cha
     memcpy(p->ctype, ctype, clen + 1);
     p->value = value;
     p->vlen = vlen;
+}
+
+void job_open_input(struct job *j)
+{
+    j->input_stream = j->input_open = 1;
+    job_add_header(j, OTF_INPUT_STREAM, "true", 4);
+}
+
+static void input_ready(struct job *j)
+{
+    if (j->state == JOB_RUNNING && j->owner && j->owner->input)
+        j->owner->input(j);
+}
+
+void job_feed(struct job *j, const char *ctype, char *body, size_t len)
+{
+    if (!j->input_open || j->state == JOB_DONE) {
+        free(body);
+        return;
+    }
+    size_t clen = strlen(ctype);
+    struct job_input *in = xmalloc(sizeof(*in) + clen + 1);
+    in->next = NULL;
+    in->ctype = (char *)(in + 1);
+    memcpy(in->ctype, ctype, clen + 1);
+    in->body = body;
+    in->len = len;
+    if (j->in_tail)
+        j->in_tail->next = in;
+    else
+        j->in_head = in;
+    j->in_tail = in;
+    input_ready(j);
+}
+
+void job_feed_end(struct job *j)
+{
+    if (!j->input_open)
+        return;
+    j->input_open = 0;
+    input_ready(j);
+}
+
+struct job_input *job_input_take(struct job *j)
+{
+    struct job_input *in = j->in_head;
+    if (in) {
+        j->in_head = in->next;
+        if (!j->in_head)
+            j->in_tail = NULL;
+    }
+    return in;
 }
 
 const char *job_header(const struct job *j, const char *key)

@@ -37,6 +37,8 @@ struct job_owner {
     void (*ended)(struct job *j, int was_running);
     /* The running job's client reads slower than it streams (paused = 1), or caught up. */
     void (*pause)(struct job *j, int paused);
+    /* The running job has streamed input to send its worker (job_feed, job_feed_end). */
+    void (*input)(struct job *j);
 };
 
 struct job_sink {
@@ -59,6 +61,14 @@ struct job_param {
     char *ctype;
     char *value;
     size_t vlen;
+};
+
+/* A later message of a streamed input, not yet sent to the worker. */
+struct job_input {
+    struct job_input *next;
+    char *ctype; /* shares the struct's allocation */
+    char *body;  /* owned */
+    size_t len;
 };
 
 struct job {
@@ -86,6 +96,11 @@ struct job {
     struct seq *seq;       /* its sequence while queued or running (sequence.c) */
     int seq_end;           /* the request ends its sequence */
     char *seq_id;          /* echoed to the client in ts_request_sequence_id */
+    /* streamed input (job_open_input): messages waiting for the worker, and the end */
+    struct job_input *in_head, *in_tail;
+    int input_stream;      /* job_open_input was called */
+    int input_open;        /* the client may send more messages */
+    int input_end_sent;    /* the worker was told that the input ended */
     TAILQ_ENTRY(job) link; /* model queue or worker in-flight list */
 };
 
@@ -103,6 +118,18 @@ void job_add_header(struct job *j, const char *key, const char *val, size_t vlen
 void job_add_param_owned(struct job *j, const char *name, const char *ctype, char *value,
                          size_t vlen);
 const char *job_header(const struct job *j, const char *key); /* case-insensitive */
+
+/* Streamed input (otf.h, OTF_INPUT_STREAM): the job's client sends more messages after this
+ * one, as a gRPC stream to a model that reads a stream of requests does. Before submission. */
+void job_open_input(struct job *j);
+/* One more message (takes body, malloc'd): it reaches the job's worker in order, at once when
+ * the job runs, else right after its dispatch. Dropped once the job ended. */
+void job_feed(struct job *j, const char *ctype, char *body, size_t len);
+/* The client sends no more messages. */
+void job_feed_end(struct job *j);
+/* Takes the next message waiting for the worker (the caller frees it with free() after body),
+ * NULL when none. */
+struct job_input *job_input_take(struct job *j);
 
 /* The OTF request view of a job (pointers into the job). Its header and parameter arrays are
  * the few_ ones when the job's fit, which they do for nearly every request, else malloc'd. */

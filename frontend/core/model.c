@@ -91,11 +91,17 @@ static void job_paused(struct job *j, int paused)
     worker_pause_job(j->worker, j, paused);
 }
 
+static void job_input(struct job *j)
+{
+    worker_send_input(j->worker, j);
+}
+
 static const struct job_owner model_job_owner = {
     .withdraw = job_withdraw,
     .frame = job_frame,
     .ended = job_ended,
     .pause = job_paused,
+    .input = job_input,
 };
 
 static void group_ready(struct worker_group *g, struct worker *w)

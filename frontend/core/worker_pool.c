@@ -697,6 +697,10 @@ void worker_send_batch(struct worker *w, struct job **jobs, int n)
     }
     otf_encode_list_end(b);
     worker_out_batch_end(&w->conn, n);
+    /* streamed input that came while a job was queued follows its batch */
+    for (int i = 0; i < n; i++)
+        if (jobs[i]->input_stream)
+            worker_send_input(w, jobs[i]);
     w->group->n_batches++;
     hist_observe(&w->group->batch_sizes, hist_size_bounds, n);
     if ((uint64_t)n > w->group->max_batch_seen)
@@ -732,6 +736,24 @@ void worker_pause_job(struct worker *w, struct job *j, int paused)
         evtimer_del(w->timer);
     else if (!paused && w->group)
         arm_timer(w, (int64_t)w->group->response_timeout_s * 1000);
+}
+
+void worker_send_input(struct worker *w, struct job *j)
+{
+    struct job_input *in;
+    buf_reset(&w->out);
+    while ((in = job_input_take(j))) {
+        otf_encode_input(&w->out, otf_s(j->id), otf_s(in->ctype), otf_sn(in->body, in->len));
+        free(in->body);
+        free(in);
+    }
+    if (!j->input_open && !j->input_end_sent) {
+        struct otf_str id = otf_s(j->id);
+        otf_encode_input_end(&w->out, &id, 1);
+        j->input_end_sent = 1;
+    }
+    if (w->out.len)
+        worker_out_now(&w->conn, w->out.data, w->out.len);
 }
 
 void worker_cancel_job(struct worker *w, struct job *j)

@@ -124,6 +124,9 @@ void worker_send_seq_event(struct worker *w, const char *seq_id, int event);
  * holds it out of its steps meanwhile. A worker whose running jobs are all paused is not
  * expected to answer, so responseTimeout does not run then. */
 void worker_pause_job(struct worker *w, struct job *j, int paused);
+/* A running job's streamed input: sends the messages it holds ('D' frames) and, once its
+ * client sent its last, the end ('E'). */
+void worker_send_input(struct worker *w, struct job *j);
 /* A running job's client went away: tell the worker, free the slot. */
 void worker_cancel_job(struct worker *w, struct job *j);
 /* Number of workers in the group that are alive (starting, ready or respawning). */

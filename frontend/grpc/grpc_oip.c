@@ -14,6 +14,10 @@
  * is answered in band (Triton: ModelStreamInferResponse.error_message) and the stream stays open
  * until the client half-closes and every request is answered. With oip_stream_response=mlserver
  * the responses are plain ModelInferResponse (MLServer's form) and an error ends the call.
+ * A model that reads a stream of requests (an MLServer runtime, oip_req_reads_stream) gets the
+ * whole call as one job, as MLServer hands it to one predict_stream: the first message starts
+ * it, each later one is fed to it (job_feed: 'D' frames to its worker), the client's half-close
+ * ends its input, and the call ends when that job does.
  * Loop thread only (grpc_server.h runs every callback there).
  */
 #include <jansson.h>
@@ -32,6 +36,7 @@
 
 #define SVC "/inference.GRPCInferenceService/"
 #define MAX_INFLIGHT 64 /* requests of one stream in flight before reading pauses */
+#define MAX_FED 4096    /* later messages one call may feed its job (they wait in its worker) */
 
 struct gevent {
     int status; /* >= 400 with msg: an error */
@@ -64,8 +69,11 @@ struct gstream {
     int half_closed;
     int held;
     int mlserver;
-    int over;   /* the call was finished (mlserver error) */
-    int paused; /* the client does not read: jobs run paused (gcall_set_backlog_cb) */
+    int over;          /* the call was finished (mlserver error) */
+    int paused;        /* the client does not read: jobs run paused (gcall_set_backlog_cb) */
+    struct greq *feed; /* the request that takes the call's later messages, while it runs */
+    int fed_done;      /* it ended: so does the call, once answered */
+    size_t n_fed;
 };
 
 /* ModelStreamInfer: every running request of the stream pauses with it */
@@ -312,6 +320,10 @@ static void stream_advance(struct gstream *st)
         }
         if (!q->done)
             break;
+        if (q == st->feed) {
+            st->feed = NULL;
+            st->fed_done = 1;
+        }
         TAILQ_REMOVE(&st->reqs, q, link);
         st->n--;
         greq_free(q);
@@ -322,7 +334,7 @@ static void stream_advance(struct gstream *st)
     }
     if (st->over) {
         stream_free(st);
-    } else if (st->half_closed && TAILQ_EMPTY(&st->reqs)) {
+    } else if ((st->half_closed || st->fed_done) && TAILQ_EMPTY(&st->reqs)) {
         gcall_finish(st->call, GS_OK, NULL);
         free(st);
     }
@@ -383,6 +395,7 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
         req_error(q, 400, err);
         goto out;
     }
+    ps.r.stream = st != NULL;
     q->empty_final = json_is_true(json_object_get(ps.params, "triton_enable_empty_final_response"));
     struct job *j = job_new(q->id, &grpc_oip_sink, q);
     q->job = j;
@@ -391,10 +404,14 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
         req_error(q, 400, err);
         goto out;
     }
+    if (st && oip_req_reads_stream(mod))
+        job_open_input(j);
     struct submit_error e;
     rc = model_submit_request(mod, j, &e);
     if (rc == 0 && st && st->paused)
         job_pause(j, 1);
+    if (rc == 0 && j->input_stream)
+        st->feed = q;
     if (rc == 1) { /* a sequence cancel, carried out by the frontend: an empty answer */
         struct oip_pb_resp rs;
         oip_pb_resp_init(&rs, q->model_name, q->model_version, q->id);
@@ -437,9 +454,57 @@ static void model_infer_cancel(struct gcall *c)
     greq_free(q);
 }
 
+/* The call ends with code and msg: its feed job is cancelled (a bad later message, too many). */
+static void stream_abort(struct gstream *st, int code, const char *msg)
+{
+    gcall_finish(st->call, code, msg);
+    st->over = 1;
+    stream_advance(st);
+}
+
+/* A later message of a call whose job reads a stream: checked as a request is, then fed. */
+static void feed_message(struct gstream *st, const uint8_t *data, size_t len)
+{
+    char err[1024];
+    if (++st->n_fed > MAX_FED) {
+        snprintf(err, sizeof(err),
+                 "ModelStreamInfer: a call to a model that reads a stream of requests takes at "
+                 "most %d messages",
+                 MAX_FED + 1);
+        stream_abort(st, GS_RESOURCE_EXHAUSTED, err);
+        return;
+    }
+    _Alignas(max_align_t) unsigned char mem[PB_ARENA_BYTES];
+    struct pb_arena arena;
+    pb_arena_init(&arena, mem, sizeof(mem));
+    Inference__ModelInferRequest *m =
+        inference__model_infer_request__unpack(&arena.alloc, len, data);
+    if (!m) {
+        snprintf(err, sizeof(err), "message %zu: cannot parse ModelInferRequest", st->n_fed + 1);
+        stream_abort(st, GS_INVALID_ARGUMENT, err);
+        return;
+    }
+    struct oip_pb_req ps;
+    memset(&ps, 0, sizeof(ps));
+    buf_init(&ps.raw);
+    char perr[900];
+    if (oip_pb_parse(m, &ps, perr, sizeof(perr)) ||
+        oip_req_feed(&ps.r, st->feed->job, perr, sizeof(perr))) {
+        snprintf(err, sizeof(err), "message %zu: %s", st->n_fed + 1, perr);
+        stream_abort(st, GS_INVALID_ARGUMENT, err);
+    }
+    oip_pb_req_free(&ps);
+    if (arena.spilled)
+        inference__model_infer_request__free_unpacked(m, &arena.alloc);
+}
+
 static void stream_message(struct gcall *c, const uint8_t *data, size_t len)
 {
     struct gstream *st = gcall_user(c);
+    if (st && st->feed) {
+        feed_message(st, data, len);
+        return;
+    }
     if (!st) {
         st = xcalloc(1, sizeof(*st));
         st->call = c;
@@ -465,6 +530,8 @@ static void stream_half_close(struct gcall *c)
         return;
     }
     st->half_closed = 1;
+    if (st->feed && st->feed->job)
+        job_feed_end(st->feed->job);
     stream_advance(st);
 }
 

@@ -372,6 +372,7 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
             job_add_header(j, h->key, h->value, strlen(h->value));
     }
     int text = 0;
+    ps.r.stream = stream;
     if (oip_req_to_job(m, &ps.r, j, &text, err, sizeof(err))) {
         http_call_free(c);
         send_error(req, rid, 400, "%s", err);

@@ -153,6 +153,14 @@ static int data_to_raw(struct buf *b, int dtype, json_t *v, size_t *count, size_
     return 0;
 }
 
+/* obj[key], with null taken as absent: pydantic clients (MLServer's, whose example sends
+ * `request.dict()`) write every unset optional field as null. */
+static json_t *opt_get(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
 static int parse_input(struct oip_json_req *ps, json_t *in, size_t i, const uint8_t **bin,
                        const uint8_t *bin_end, char *err, size_t errlen)
 {
@@ -165,7 +173,7 @@ static int parse_input(struct oip_json_req *ps, json_t *in, size_t i, const uint
     }
     json_t *name = json_object_get(in, "name"), *dt = json_object_get(in, "datatype");
     json_t *shape = json_object_get(in, "shape"), *data = json_object_get(in, "data");
-    json_t *prm = json_object_get(in, "parameters");
+    json_t *prm = opt_get(in, "parameters");
     if (!json_is_string(name)) {
         snprintf(err, errlen, "inputs[%zu].name: expected a string", i);
         return -1;
@@ -277,7 +285,7 @@ static int parse_outputs(struct oip_json_req *ps, json_t *outs, char *err, size_
             return -1;
         }
         r->outputs[r->n_outputs++] = json_string_value(n);
-        if (json_is_true(json_object_get(json_object_get(o, "parameters"), "binary_data"))) {
+        if (json_is_true(json_object_get(opt_get(o, "parameters"), "binary_data"))) {
             if (!ps->binary_out)
                 ps->binary_out = json_array();
             json_array_append(ps->binary_out, n);
@@ -295,13 +303,13 @@ static int parse_request(struct oip_json_req *ps, json_t *root, int generate_rou
         snprintf(err, errlen, "request body: expected a JSON object");
         return -1;
     }
-    json_t *id = json_object_get(root, "id");
+    json_t *id = opt_get(root, "id");
     if (id && !json_is_string(id)) {
         snprintf(err, errlen, "id: expected a string");
         return -1;
     }
     r->id = id ? json_string_value(id) : NULL;
-    json_t *prm = json_object_get(root, "parameters");
+    json_t *prm = opt_get(root, "parameters");
     if (prm && !json_is_object(prm)) {
         snprintf(err, errlen, "parameters: expected an object");
         return -1;
@@ -347,7 +355,7 @@ static int parse_request(struct oip_json_req *ps, json_t *root, int generate_rou
         return -1;
     }
     oip_req_point_inputs(r, &ps->raw, ps->off, ps->from_raw);
-    return parse_outputs(ps, json_object_get(root, "outputs"), err, errlen);
+    return parse_outputs(ps, opt_get(root, "outputs"), err, errlen);
 }
 
 /* ---------------------------------------------------------------- fast path

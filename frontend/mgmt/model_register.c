@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "archive.h"
+#include "model_kind.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "log.h"
@@ -158,6 +159,15 @@ static int resolve_url(const char *url, char **path, char *err, size_t errlen)
     return 0;
 }
 
+static int dir_has_file(const char *dir, const char *name)
+{
+    char *p = xasprintf("%s/%s", dir, name);
+    struct stat st;
+    int ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    free(p);
+    return ok;
+}
+
 /* Archive base name without .mar / .tar.gz / .tgz / .zip */
 static char *name_from_path(const char *path)
 {
@@ -243,6 +253,7 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
         return rc;
 
     struct model *m = model_new();
+    struct model_kind_info kind = {0};
     m->url = xstrdup(r->url);
     m->loaded_at_startup = r->loaded_at_startup;
 
@@ -301,6 +312,19 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
         snprintf(err, errlen, "%s: %s", r->url, merr);
         goto fail;
     }
+    /* an MLServer or Inferless folder, when neither the archive nor the request names a
+     * handler; its model-config.yaml, if it has one, sets its workers and batchSize */
+    if (!*m->manifest.handler && !(r->handler && *r->handler)) {
+        if ((rc = model_kind_detect(m->dir, &kind, merr, sizeof(merr)))) {
+            snprintf(err, errlen, "%s: %s", r->url, merr);
+            goto fail;
+        }
+        if (kind.kind != MODEL_KIND_NONE && !*m->manifest.config_file &&
+            dir_has_file(m->dir, "model-config.yaml")) {
+            free(m->manifest.config_file);
+            m->manifest.config_file = xstrdup("model-config.yaml");
+        }
+    }
     model_config_defaults(&m->mc);
     if (m->manifest.config_file && *m->manifest.config_file) {
         char *yp = xasprintf("%s/%s", m->dir, m->manifest.config_file);
@@ -314,10 +338,15 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
         }
     }
 
+    if (kind.kind != MODEL_KIND_NONE && m->mc.batch_size <= 0)
+        m->mc.batch_size = model_kind_default_batch(kind.kind);
+
     if (r->name && *r->name)
         m->name = xstrdup(r->name);
     else if (m->manifest.model_name && *m->manifest.model_name)
         m->name = xstrdup(m->manifest.model_name);
+    else if (kind.name && *kind.name)
+        m->name = xstrdup(kind.name);
     else
         m->name = name_from_path(path);
     if (ts_check_model_name(m->name, err, errlen)) {
@@ -327,16 +356,22 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
     /* the version names the worker's state directory: a manifest's "1/../../x" must not */
     m->version =
         xstrdup(m->manifest.model_version && *m->manifest.model_version ? m->manifest.model_version
+                : kind.version && *kind.version                         ? kind.version
                                                                         : "1.0");
     if (ts_check_model_version(m->version, err, errlen)) {
         rc = TS_E_BAD_INPUT;
         goto fail;
     }
-    m->handler = xstrdup(r->handler && *r->handler ? r->handler : m->manifest.handler);
+    m->handler = xstrdup(r->handler && *r->handler      ? r->handler
+                         : *m->manifest.handler         ? m->manifest.handler
+                         : kind.kind != MODEL_KIND_NONE ? model_kind_handler(kind.kind)
+                                                        : "");
+    model_kind_free(&kind);
     free(path);
     *out = m;
     return 0;
 fail:
+    model_kind_free(&kind);
     free(path);
     discard(m);
     return rc;

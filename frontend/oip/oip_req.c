@@ -29,11 +29,19 @@ static int is_torchscript_handler(const struct model *m)
     return !*h || !strcmp(h, "torchscript") || !strcmp(h, "TorchScriptHandler");
 }
 
+static int is_runtime_handler(const struct model *m)
+{
+    const char *h = m->handler ? m->handler : "";
+    return !strcmp(h, "mlserver") || !strcmp(h, "inferless");
+}
+
 const char *oip_req_platform(const struct model *m)
 {
     static char buf[128];
     if (is_torchscript_handler(m) || !strcmp(m->handler, "char_lm"))
         return "pytorch_torchscript";
+    if (is_runtime_handler(m))
+        return m->handler; /* an MLServer runtime's own platform is in its metadata */
     snprintf(buf, sizeof(buf), "torchserve-c_%s", m->handler);
     return buf;
 }
@@ -172,10 +180,25 @@ static void put_json(struct buf *b, json_t *v)
     free(s);
 }
 
-/* The payload header is written by hand: building it with jansson cost more than the tensors. */
-static void tensor_body(const struct oip_request *r, struct job *j)
+int oip_req_runtime(const struct model *m)
 {
-    size_t raw = 0;
+    return is_runtime_handler(m);
+}
+
+int oip_req_reads_stream(const struct model *m)
+{
+    return m->handler && !strcmp(m->handler, "mlserver");
+}
+
+/* The payload of r (the job's body, or a message fed to it). The header is written by hand:
+ * building it with jansson cost more than the tensors. runtime: a model of another server's
+ * contract, which also learns whether the call streams and gets the generate shape's text as
+ * the BYTES input "text_input". */
+static void tensor_payload(const struct oip_request *r, int runtime, struct buf *b)
+{
+    uint8_t len4[4];
+    int gen = runtime && r->generate;
+    size_t raw = gen ? 4 + r->text_len : 0;
     for (size_t i = 0; i < r->n_inputs; i++)
         raw += r->inputs[i].nbytes;
     struct buf h;
@@ -191,10 +214,18 @@ static void tensor_body(const struct oip_request *r, struct job *j)
         put_json(&h, r->parameters);
         buf_puts(&h, ",");
     }
+    if (runtime && r->stream)
+        buf_puts(&h, "\"stream\":true,");
+    if (gen)
+        buf_puts(&h, "\"generate\":true,");
     buf_puts(&h, "\"inputs\":[");
+    if (gen) {
+        int64_t one = 1;
+        oip_wire_put_desc(&h, 1, "text_input", OIP_BYTES, &one, 1, 4 + r->text_len);
+    }
     for (size_t i = 0; i < r->n_inputs; i++) {
         const struct oip_tensor *t = &r->inputs[i];
-        oip_wire_put_desc(&h, i == 0, t->name, t->dtype, t->shape, t->ndim, t->nbytes);
+        oip_wire_put_desc(&h, i == 0 && !gen, t->name, t->dtype, t->shape, t->ndim, t->nbytes);
         if (t->parameters) { /* reopen the object for its parameters */
             h.len--;
             buf_puts(&h, ",\"parameters\":");
@@ -213,14 +244,50 @@ static void tensor_body(const struct oip_request *r, struct job *j)
         buf_puts(&h, "]");
     }
     buf_puts(&h, "}");
-    struct buf b;
-    buf_init(&b);
-    buf_reserve(&b, 8 + h.len + raw);
-    oip_wire_put_header(&b, (const char *)h.data, h.len);
+    buf_init(b);
+    buf_reserve(b, 8 + h.len + raw);
+    oip_wire_put_header(b, (const char *)h.data, h.len);
     buf_free(&h);
+    if (gen) {
+        uint32_t n = (uint32_t)r->text_len;
+        for (int k = 0; k < 4; k++)
+            len4[k] = (uint8_t)(n >> (8 * k));
+        buf_put(b, len4, 4);
+        buf_put(b, r->text_input ? r->text_input : "", r->text_len);
+    }
     for (size_t i = 0; i < r->n_inputs; i++)
-        buf_put(&b, r->inputs[i].data, r->inputs[i].nbytes);
+        buf_put(b, r->inputs[i].data, r->inputs[i].nbytes);
+}
+
+static void tensor_body(const struct oip_request *r, int runtime, struct job *j)
+{
+    struct buf b;
+    tensor_payload(r, runtime, &b);
     job_add_param_owned(j, "body", OIP_WIRE_CTYPE, (char *)b.data, b.len);
+}
+
+int oip_req_feed(const struct oip_request *r, struct job *j, char *err, size_t errlen)
+{
+    if (r->parameters && !json_is_object(r->parameters)) {
+        snprintf(err, errlen, "parameters: expected an object");
+        return -1;
+    }
+    if (check_parameters(r->parameters, err, errlen))
+        return -1;
+    if (!r->n_inputs) {
+        snprintf(err, errlen, "inputs: at least one input is required");
+        return -1;
+    }
+    struct buf b;
+    tensor_payload(r, 1, &b);
+    if (b.len > (size_t)srv->cfg.max_request_size) {
+        snprintf(err, errlen, "the message is %zu bytes, over max_request_size (%ld bytes)", b.len,
+                 srv->cfg.max_request_size);
+        buf_free(&b);
+        return -1;
+    }
+    job_feed(j, OIP_WIRE_CTYPE, (char *)b.data, b.len);
+    return 0;
 }
 
 int oip_req_to_job(struct model *m, const struct oip_request *r, struct job *j, int *text,
@@ -232,10 +299,10 @@ int oip_req_to_job(struct model *m, const struct oip_request *r, struct job *j, 
     }
     if (check_parameters(r->parameters, err, errlen))
         return -1;
-    int has_bytes = 0;
+    int has_bytes = 0, runtime = is_runtime_handler(m);
     for (size_t i = 0; i < r->n_inputs; i++)
         has_bytes |= r->inputs[i].dtype == OIP_BYTES;
-    *text = r->generate || has_bytes;
+    *text = !runtime && (r->generate || has_bytes);
     if (!r->generate && !r->n_inputs) {
         snprintf(err, errlen, "inputs: at least one input is required");
         return -1;
@@ -252,7 +319,7 @@ int oip_req_to_job(struct model *m, const struct oip_request *r, struct job *j, 
             return -1;
         text_body(r, s, n, j);
     } else {
-        tensor_body(r, j);
+        tensor_body(r, runtime, j);
     }
     if (r->parameters)
         add_sequence_headers(j, r->parameters);
@@ -363,6 +430,55 @@ static json_t *yaml_tensors(const struct yflat *y, const char *key)
     return arr;
 }
 
+/* A model-settings.json tensor list as metadata: {name, datatype, shape} of each well-formed
+ * entry (the worker reports a malformed file when it loads). */
+static json_t *settings_tensors(json_t *arr)
+{
+    json_t *out = json_array(), *t;
+    size_t i;
+    json_array_foreach(arr, i, t)
+    {
+        json_t *name = json_object_get(t, "name"), *dt = json_object_get(t, "datatype");
+        json_t *shape = json_object_get(t, "shape");
+        if (!json_is_string(name) || !json_is_string(dt) || !json_is_array(shape))
+            continue;
+        json_array_append_new(
+            out, json_pack("{s:O, s:O, s:O}", "name", name, "datatype", dt, "shape", shape));
+    }
+    return out;
+}
+
+/* An MLServer runtime's metadata, as MLServer answers it: platform, versions, inputs and
+ * outputs from its model-settings.json. An Inferless app's come from its worker (REST). */
+static void runtime_metadata(const struct model *m, json_t *o, json_t **ins, json_t **outs)
+{
+    if (!oip_req_reads_stream(m))
+        return;
+    char *path = xasprintf("%s/model-settings.json", m->dir);
+    json_t *st = json_load_file(path, 0, NULL);
+    free(path);
+    json_t *v = json_object_get(st, "platform");
+    if (json_is_string(v) && json_string_length(v))
+        json_object_set(o, "platform", v);
+    v = json_object_get(st, "versions");
+    if (json_is_array(v) && json_array_size(v)) {
+        json_t *vers = json_array(), *e;
+        size_t i;
+        json_array_foreach(v, i, e) if (json_is_string(e)) json_array_append(vers, e);
+        json_object_set_new(o, "versions", vers);
+    }
+    static const char *keys[] = {"inputs", "outputs"};
+    json_t **dst[] = {ins, outs};
+    for (int k = 0; k < 2; k++) {
+        v = json_object_get(st, keys[k]);
+        if (json_is_array(v) && json_array_size(v)) {
+            json_decref(*dst[k]);
+            *dst[k] = settings_tensors(v);
+        }
+    }
+    json_decref(st);
+}
+
 json_t *oip_req_metadata(struct model *m)
 {
     json_t *o = json_object();
@@ -386,7 +502,9 @@ json_t *oip_req_metadata(struct model *m)
         yflat_free(&y);
         free(path);
     }
-    if (!is_torchscript_handler(m)) {
+    if (is_runtime_handler(m)) {
+        runtime_metadata(m, o, &ins, &outs);
+    } else if (!is_torchscript_handler(m)) {
         if (!ins || !json_array_size(ins)) {
             json_decref(ins);
             ins =
@@ -405,7 +523,8 @@ json_t *oip_req_metadata(struct model *m)
 
 int oip_req_metadata_from_worker(const struct model *m, json_t *md)
 {
-    return is_torchscript_handler(m) && !json_array_size(json_object_get(md, "inputs"));
+    return (is_torchscript_handler(m) || (is_runtime_handler(m) && !oip_req_reads_stream(m))) &&
+           !json_array_size(json_object_get(md, "inputs"));
 }
 
 void oip_req_metadata_job(struct job *j)

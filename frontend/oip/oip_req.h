@@ -13,6 +13,12 @@
  *    where T is text_input or the first element of the first BYTES input, and N is the
  *    parameter max_tokens (OIP generate) or max_new_tokens. The handler's chunks (text) come
  *    back as a BYTES output "output" of shape [1], or as text_output for generate.
+ * Models of other servers' contracts (an MLServer runtime, an Inferless app: handler "mlserver"
+ * or "inferless", mgmt/model_kind.h) always get tensors, BYTES ones too, and two more header
+ * keys: "stream": true on infer_stream / generate_stream / ModelStreamInfer (the runtime then
+ * streams: predict_stream, an Inferless stream), and "generate": true for the generate shape,
+ * whose text is then the one BYTES input "text_input" (the runtime maps it to its prompt input
+ * and answers text, which becomes text_output).
  *
  * Loop thread only.
  */
@@ -37,6 +43,7 @@ struct oip_request {
     const char *outputs[OIP_MAX_TENSORS]; /* requested outputs, none = all */
     size_t n_outputs;
     int generate;           /* the generate shape: text_input + parameters */
+    int stream;             /* the call streams its answer (set by the transport) */
     const char *text_input; /* generate only */
     size_t text_len;
 };
@@ -57,6 +64,15 @@ void oip_req_point_inputs(struct oip_request *r, const struct buf *raw, const si
  * naming the field (HTTP 400 / INVALID_ARGUMENT). */
 int oip_req_to_job(struct model *m, const struct oip_request *r, struct job *j, int *text,
                    char *err, size_t errlen);
+
+/* The model serves another server's contract (handler "mlserver" or "inferless"). */
+int oip_req_runtime(const struct model *m);
+/* The model reads a stream of requests in one call (an MLServer runtime's predict_stream): a
+ * gRPC ModelStreamInfer call is then one job, and its later messages are fed to it. */
+int oip_req_reads_stream(const struct model *m);
+/* One later message of such a call: checked as a request is, then fed to j (job_feed). 0, or
+ * -1 with err naming the field. */
+int oip_req_feed(const struct oip_request *r, struct job *j, char *err, size_t errlen);
 
 /* A worker frame read as OIP. */
 struct oip_result {
