@@ -20,6 +20,8 @@ clang libclang-rt-14-dev zlib1g-dev"
 # the built-in Python vision handlers (image_classifier, ...), the resnet18 example and its tests;
 # python3-lru-dict: the LRU that TorchServe's stateful handlers import (from lru import LRU)
 PKGS="$PKGS python3-torchvision python3-pil python3-lru-dict"
+# python3-numpy: the worker's MLServer runtimes and Inferless apps (tsc_runtimes, mlserver.codecs)
+PKGS="$PKGS python3-numpy"
 # valgrind: scripts/bench/cg_request.sh (callgrind) and the test that a frontend run under a tool
 # keeps its scratch directory (tests/integration/test_core.py)
 PKGS="$PKGS valgrind"
