@@ -8,9 +8,11 @@
  *
  * A continuous handler keeps state per request across steps, but the worker drops a held request
  * that is cancelled without another handle call. track(i) makes the worker note the request's
- * id when it frees the request, whatever the reason (ts_set_user's free function: it runs on the
- * worker's thread, maybe without the GIL, so it only links the id into a C list); gone() hands
- * the ids over, and the handler forgets those requests.
+ * id when it frees the request before the handler answered it (ts_set_user's free function, on
+ * the worker's thread; untrack(i) once answered); gone() hands the ids over, and the handler
+ * forgets those requests. Between steps (the GIL is free: a cancel read while the worker
+ * waits) the function given to on_gone() is called at once, with the GIL, so that the request's
+ * work stops now rather than at the next step, which may never come.
  */
 #include "py_handler.h"
 
@@ -19,16 +21,32 @@
 
 struct gone_id {
     struct gone_id *next;
+    int answered; /* untrack(): freed as finished, not gone */
     char id[];
 };
 
 static struct gone_id *gone_head;
+static PyObject *gone_cb; /* on_gone() */
 
 static void note_gone(void *user)
 {
     struct gone_id *g = user;
+    if (g->answered) {
+        free(g);
+        return;
+    }
     g->next = gone_head;
     gone_head = g;
+    if (!gone_cb || PyGILState_Check())
+        return; /* inside a step: the handler reads gone() at its next one */
+    PyGILState_STATE st = PyGILState_Ensure();
+    PyObject *r = PyObject_CallNoArgs(gone_cb);
+    if (!r) {
+        PyErr_Print();
+        PyErr_Clear();
+    }
+    Py_XDECREF(r);
+    PyGILState_Release(st);
 }
 
 static int check_idx(Py_ssize_t i)
@@ -88,8 +106,34 @@ static PyObject *s_track(PyObject *self, PyObject *arg)
     if (!g)
         return PyErr_NoMemory();
     g->next = NULL;
+    g->answered = 0;
     memcpy(g->id, id, n + 1);
     ts_set_user(pyh_ctx, (size_t)i, g, note_gone);
+    Py_RETURN_NONE;
+}
+
+/* untrack(i): request i is answered; its end is not news. */
+static PyObject *s_untrack(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if ((i == -1 && PyErr_Occurred()) || check_idx(i))
+        return NULL;
+    struct gone_id *g = ts_get_user(pyh_ctx, (size_t)i);
+    if (g)
+        g->answered = 1;
+    Py_RETURN_NONE;
+}
+
+/* on_gone(f): f() is called when a tracked request is dropped between steps. */
+static PyObject *s_on_gone(PyObject *self, PyObject *f)
+{
+    (void)self;
+    if (f != Py_None && !PyCallable_Check(f)) {
+        PyErr_SetString(PyExc_TypeError, "on_gone takes a callable or None");
+        return NULL;
+    }
+    Py_XSETREF(gone_cb, f == Py_None ? NULL : Py_NewRef(f));
     Py_RETURN_NONE;
 }
 
@@ -120,7 +164,9 @@ static PyMethodDef methods[] = {
     {"input_next", s_input_next, METH_O, "next message of request i's streamed input"},
     {"set_wake_fd", s_set_wake_fd, METH_O, "held requests are due when fd is readable"},
     {"track", s_track, METH_O, "list request i's id in gone() once the worker frees it"},
+    {"untrack", s_untrack, METH_O, "request i is answered"},
     {"gone", s_gone, METH_NOARGS, "ids of tracked requests freed since the last call"},
+    {"on_gone", s_on_gone, METH_O, "call f() when a tracked request is dropped between steps"},
     {NULL, NULL, 0, NULL},
 };
 

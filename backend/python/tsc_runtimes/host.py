@@ -108,6 +108,7 @@ class Host:
         asyncio.set_event_loop(self.loop)
         self.reqs = {}
         _ts_stream.set_wake_fd(self.selector.fileno())
+        _ts_stream.on_gone(self._reap)
 
     def run(self, coro):
         """Runs a coroutine to its end (loading)."""
@@ -115,11 +116,23 @@ class Host:
 
     # ---- one step
 
-    def step(self, n):
+    def _forget_gone(self):
         for rid in _ts_stream.gone():
             req = self.reqs.pop(rid, None)
             if req is not None:
                 self._forget(req)
+
+    def _reap(self):
+        """A held request was dropped between steps (its client went away): its task is
+        cancelled now, and the loop runs so that the cancellation reaches its code."""
+        try:
+            self._forget_gone()
+            self._run_loop()
+        except Exception:  # pylint: disable=broad-except
+            logger.error("stopping a cancelled request:\n%s", traceback.format_exc())
+
+    def step(self, n):
+        self._forget_gone()
         stepped = []
         for i, (rid, _is_new, headers, params) in enumerate(_ts_worker.batch()):
             req = self.reqs.get(rid)
@@ -129,6 +142,7 @@ class Host:
                     continue
             if _ts_worker.is_cancelled(i):
                 self.reqs.pop(rid, None)
+                _ts_stream.untrack(i)
                 self._forget(req)
                 continue
             self._take_input(i, req)
@@ -210,6 +224,7 @@ class Host:
             body, ctype = req.outputs.popleft()
             if not _ts_worker.intermediate(i, body, 200, "", {"content-type": ctype}):
                 self.reqs.pop(req.id, None)
+                _ts_stream.untrack(i)
                 self._forget(req)  # the client went away
                 return
             req.sent += 1
@@ -218,6 +233,7 @@ class Host:
             _ts_worker.cont(i, delay_us)
             return
         self.reqs.pop(req.id, None)
+        _ts_stream.untrack(i)
         if req.error is not None:
             _ts_worker.error(i, req.error[0], req.error[1])
         elif req.final is not None:
@@ -227,6 +243,7 @@ class Host:
             _ts_worker.respond(i, b"", 200, "", {"content-type": "text/plain"})
 
     def destroy(self):
+        _ts_stream.on_gone(None)
         for req in list(self.reqs.values()):
             self._forget(req)
         destroy = getattr(self.app, "destroy", None)
