@@ -51,6 +51,29 @@ class InferlessPythonModel:
         stream_output_handler.finalise_streamed_output()
 '''
 
+ENDLESS_APP = '''
+import os
+import time
+
+
+class InferlessPythonModel:
+    def initialize(self):
+        pass
+
+    def infer(self, inputs, stream_output_handler):
+        i = 0
+        try:
+            while True:
+                stream_output_handler.send_streamed_output({"OUT": str(i)})
+                i += 1
+                time.sleep(0.01)
+        except Exception as e:
+            here = os.path.dirname(os.path.abspath(__file__))
+            with open(os.path.join(here, "stopped"), "w") as f:
+                f.write(type(e).__name__)
+            raise
+'''
+
 STREAM_SCHEMA = '''
 INPUT_SCHEMA = {
     "TEXT": {"datatype": "STRING", "required": True, "shape": [1], "example": ["a b"]},
@@ -111,7 +134,8 @@ def srv():
     app_folder(store, "nofinal", NO_FINALISE_APP, STREAM_SCHEMA)
     app_folder(store, "drift", DRIFT_APP, STREAM_SCHEMA)
     app_folder(store, "plain", PLAIN_APP, PLAIN_SCHEMA)
-    names = ["chat", "chat-gated", "nofinal", "drift", "plain"]
+    app_folder(store, "endless", ENDLESS_APP, STREAM_SCHEMA)
+    names = ["chat", "chat-gated", "nofinal", "drift", "plain", "endless"]
     s = start_server(tmp, models=names, store=store, extra_args=["--enable-model-api"])
     try:
         wait_models(s, names)
@@ -144,6 +168,25 @@ def test_example_app_streams_over_sse(srv):
     md = srv.get("/v2/models/chat").json()
     assert md["inputs"] == [{"name": "TEXT", "datatype": "BYTES", "shape": [1]}]
     assert md["platform"] == "inferless"
+
+
+@pytest.mark.smoke
+def test_example_app_alone(server_factory, tmp_path):
+    """The example app in a server of its own (the sanitizer run's smoke test): SSE and gRPC."""
+    store = str(tmp_path / "store")
+    os.makedirs(store)
+    app_folder(store, "chat")
+    srv = server_factory(store=store, models=["chat"])
+    wait_models(srv, ["chat"])
+    status, events = stream(srv, "chat", [string("TEXT", "one two")])
+    assert status == 200
+    assert [d["outputs"][0]["data"][0] for _, d in events] == ["two", " one"]
+    ch = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}")
+    q = pb.ModelInferRequest(model_name="chat")
+    q.inputs.add(name="TEXT", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"a b")
+    answers = list(pbg.GRPCInferenceServiceStub(ch).ModelStreamInfer(iter([q]), timeout=30))
+    assert [a.infer_response.outputs[0].contents.bytes_contents[0] for a in answers] == \
+        [b"b", b" a"]
 
 
 def test_each_event_as_produced(srv):
@@ -247,6 +290,24 @@ def test_unfinalised_stream_ends_with_a_warning(srv):
     while "infer returned without finalise_streamed_output()" not in srv.log():
         assert time.time() < deadline, srv.log()[-2000:]
         time.sleep(0.05)
+
+
+def test_client_disconnect_stops_the_stream(srv):
+    """send_streamed_output raises RequestCancelled in infer's thread once the client went
+    away, so an app's streamer loop ends."""
+    r = requests.post(srv.url("/v2/models/endless/infer_stream"),
+                      json={"inputs": [string("TEXT", "x")]}, stream=True, timeout=30)
+    events = sse(r)
+    assert [next(events)[1]["outputs"][0]["data"][0] for _ in range(3)] == ["0", "1", "2"]
+    r.close()
+    flag = os.path.join(srv.store, "endless", "stopped")
+    deadline = time.time() + 20
+    while not os.path.exists(flag):
+        assert time.time() < deadline, "\n".join(
+            x for x in srv.log().splitlines() if "loaded" not in x and "spawned" not in x)[-6000:]
+        time.sleep(0.05)
+    with open(flag) as f:
+        assert f.read() == "RequestCancelled"
 
 
 def test_generate_stream_text_input(srv):

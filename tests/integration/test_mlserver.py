@@ -19,6 +19,7 @@ import os
 import queue
 import shutil
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -198,6 +199,9 @@ def test_register_over_management_api(server_factory, tmp_path):
     add_runtime(store, "not-json", {}, [])
     with open(os.path.join(store, "not-json", "model-settings.json"), "w") as f:
         f.write('{"name": "x",\n "implementation": }\n')
+    # an archive of the folder, as `tar czf NAME.tar.gz NAME` makes it
+    with tarfile.open(os.path.join(store, "packed.tar.gz"), "w:gz") as t:
+        t.add(os.path.join(store, "runtime-dir"), arcname="packed")
     srv = server_factory(store=store, extra_args=["--enable-model-api"])
     r = srv.post("/models?url=runtime-dir&initial_workers=1&synchronous=true", api="management",
                  timeout=120)
@@ -216,6 +220,12 @@ def test_register_over_management_api(server_factory, tmp_path):
     assert "No module named 'probe_models'" in r.text
     r = srv.post("/models?url=not-json&initial_workers=1&synchronous=true", api="management")
     assert r.status_code == 400 and "model-settings.json:2:" in r.text, r.text
+
+    r = srv.post("/models?url=packed.tar.gz&model_name=packed&initial_workers=1&synchronous=true",
+                 api="management", timeout=120)
+    assert r.status_code == 200, r.text
+    r = srv.post("/v2/models/packed/infer", json={"inputs": [text_input("prompt", "tgz")]})
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == ["TGZ"], r.text
 
     assert srv.delete("/models/named-by-settings/2.5").status_code == 200
     assert srv.get("/v2/models/named-by-settings").status_code == 404
@@ -347,6 +357,7 @@ def test_grpc_stream_to_stream_one_predict_stream(srv):
     assert {tag.split()[0] for _, tag in second} != calls  # a new call, a new predict_stream
 
 
+@pytest.mark.smoke
 def test_grpc_stream_to_stream_triton_form(server_factory, tmp_path):
     """The same over Triton's answer type (the server's default)."""
     store = str(tmp_path / "store")

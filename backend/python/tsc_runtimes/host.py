@@ -149,8 +149,11 @@ class Host:
             stepped.append((i, req))
         self._run_loop()
         delay_us = self._next_delay_us()
+        dropped = False
         for i, req in stepped:
-            self._deliver(i, req, delay_us)
+            dropped |= not self._deliver(i, req, delay_us)
+        if dropped:  # a client left while its answers went out: its cancellation runs now
+            self._run_loop()
 
     def _start(self, i, rid, headers, params):
         if params and params[0][1] == META_CTYPE:  # the frontend asks for the model's tensors
@@ -220,18 +223,19 @@ class Host:
         return max(0, int(min(wait, IDLE_WAKE_S) * 1e6))
 
     def _deliver(self, i, req, delay_us):
+        """Sends request i's outputs and its end; False when its client was found gone."""
         while req.outputs:
             body, ctype = req.outputs.popleft()
             if not _ts_worker.intermediate(i, body, 200, "", {"content-type": ctype}):
                 self.reqs.pop(req.id, None)
                 _ts_stream.untrack(i)
                 self._forget(req)  # the client went away
-                return
+                return False
             req.sent += 1
         req.space.set()
         if not req.done:
             _ts_worker.cont(i, delay_us)
-            return
+            return True
         self.reqs.pop(req.id, None)
         _ts_stream.untrack(i)
         if req.error is not None:
@@ -241,6 +245,7 @@ class Host:
             _ts_worker.respond(i, body, 200, "", {"content-type": ctype})
         else:  # the end of a stream: an empty last frame adds no message
             _ts_worker.respond(i, b"", 200, "", {"content-type": "text/plain"})
+        return True
 
     def destroy(self):
         _ts_stream.on_gone(None)

@@ -9,7 +9,8 @@ infer() runs in a thread of its own (it blocks, as Inferless apps do: the exampl
 TextIteratorStreamer fed by a generate thread), so the worker keeps serving meanwhile.
   - IS_STREAMING_OUTPUT = True: each stream_output_handler.send_streamed_output(dict) is one
     partial result (one SSE event, one gRPC message), each with the first one's keys and
-    datatypes; finalise_streamed_output() ends the stream. A stream infer() leaves without
+    datatypes (it raises RequestCancelled once the client went away); finalise_streamed_output()
+    ends the stream. A stream infer() leaves without
     finalising is ended when infer returns, with a warning in the log.
   - otherwise infer(inputs) returns the dict of the one answer.
 A dict becomes OIP outputs: str -> BYTES [1], bool -> BOOL [1], int -> INT64 [1], float -> FP64
@@ -157,6 +158,11 @@ def outputs_of(d, where):
     return outs, schema
 
 
+class RequestCancelled(Exception):
+    """Raised in infer's thread by send_streamed_output once the client went away (as
+    TorchServe's send_intermediate_predict_response raises its RequestCancelled)."""
+
+
 class StreamOutputHandler:
     """The stream_output_handler infer() gets: called from infer()'s thread."""
 
@@ -181,10 +187,7 @@ class StreamOutputHandler:
                 500, f"{where}: every event has the first one's schema "
                 f"{self._app.describe(self._schema)}; this one has {self._app.describe(schema)}"
             )
-        body = payload.encode_response(outs)
-        loop = self._app.host.loop
-        fut = asyncio.run_coroutine_threadsafe(self._req.put_output(body, payload.CTYPE), loop)
-        fut.result()  # waits while the request holds MAX_QUEUED unsent events
+        self._app.put(self._req, payload.encode_response(outs), payload.CTYPE)
 
     def finalise_streamed_output(self):
         if not self.finalised:
@@ -305,14 +308,23 @@ class InferlessApp:
             logger.warning("request %s: infer returned without finalise_streamed_output(); "
                            "the stream is ended", req.id)
 
+    def put(self, req, body, ctype):
+        """One event from infer's thread: queued on the loop, waiting while the request holds
+        MAX_QUEUED unsent ones. RequestCancelled once its client went away, so that the app's
+        streamer loop ends instead of generating for nobody."""
+        if req.gone:
+            raise RequestCancelled(f"request {req.id}: the client went away")
+        fut = asyncio.run_coroutine_threadsafe(req.put_output(body, ctype), self.host.loop)
+        fut.result()
+        if req.gone:
+            raise RequestCancelled(f"request {req.id}: the client went away")
+
     def _as_text(self, handler, req):
         """send_streamed_output for a generate request: each event's string as text."""
 
         def send(output):
             outs, _ = outputs_of(output, "send_streamed_output")
-            body, ctype = self._text(outs)
-            fut = asyncio.run_coroutine_threadsafe(req.put_output(body, ctype), self.host.loop)
-            fut.result()
+            self.put(req, *self._text(outs))
 
         return send
 
