@@ -8,7 +8,6 @@ unfinalised is ended with a warning. The streaming app is Inferless' own example
 (tests/integration/runtimes/inferless_stream/app.py: the same class, thread and streamer loop,
 with a stand-in model that produces tokens from a thread). Clients: requests and grpcio.
 """
-import json
 import os
 import shutil
 import sys

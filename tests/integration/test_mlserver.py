@@ -23,6 +23,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import zipfile
 
 import pytest
 import requests
@@ -202,6 +203,10 @@ def test_register_over_management_api(server_factory, tmp_path):
     # an archive of the folder, as `tar czf NAME.tar.gz NAME` makes it
     with tarfile.open(os.path.join(store, "packed.tar.gz"), "w:gz") as t:
         t.add(os.path.join(store, "runtime-dir"), arcname="packed")
+    # and a .mar (zip) holding the folder's files, without a MANIFEST.json
+    with zipfile.ZipFile(os.path.join(store, "zipped.mar"), "w") as z:
+        for f in os.listdir(os.path.join(store, "runtime-dir")):
+            z.write(os.path.join(store, "runtime-dir", f), f)
     srv = server_factory(store=store, extra_args=["--enable-model-api"])
     r = srv.post("/models?url=runtime-dir&initial_workers=1&synchronous=true", api="management",
                  timeout=120)
@@ -226,6 +231,11 @@ def test_register_over_management_api(server_factory, tmp_path):
     assert r.status_code == 200, r.text
     r = srv.post("/v2/models/packed/infer", json={"inputs": [text_input("prompt", "tgz")]})
     assert r.status_code == 200 and r.json()["outputs"][0]["data"] == ["TGZ"], r.text
+    r = srv.post("/models?url=zipped.mar&model_name=zipped&initial_workers=1&synchronous=true",
+                 api="management", timeout=120)
+    assert r.status_code == 200, r.text
+    r = srv.post("/v2/models/zipped/infer", json={"inputs": [text_input("prompt", "mar")]})
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == ["MAR"], r.text
 
     assert srv.delete("/models/named-by-settings/2.5").status_code == 200
     assert srv.get("/v2/models/named-by-settings").status_code == 404
