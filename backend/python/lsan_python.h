@@ -8,8 +8,9 @@
  * are not reported; the executable's own still are. So are none of the extension modules'
  * whose objects live as long as the interpreter and whose stacks LSan cannot unwind back into
  * libpython (no frame pointers): numpy's core (the MLServer and Inferless runtimes' tensors)
- * and libcrypto, which only Python's _ssl / _hashlib (imported by asyncio) load into a worker. The "Suppressions used" summary would be a
- * report file of its own for CI (.ci/run), so it is not printed.
+ * and libcrypto, which only Python's _ssl / _hashlib (imported by asyncio) load into a worker. The
+ * "Suppressions used" summary would be a report file of its own for CI (.ci/run), so it is not
+ * printed.
  */
 #ifndef TS_LSAN_PYTHON_H
 #define TS_LSAN_PYTHON_H
