@@ -26,6 +26,7 @@
 #include <strings.h>
 
 #include "mgmt/auth.h"
+#include "http_guard.h"
 #include "http_server.h"
 #include "log.h"
 #include "mgmt/management.h"
@@ -304,14 +305,16 @@ static json_t *op_doc(const char *summary, const char *params_csv)
     return o;
 }
 
-void http_api_description(struct evhttp_request *req, const char *rid, int management)
+void http_api_description(struct evhttp_request *req, const char *rid, int scope)
 {
+    int management = scope == AUTH_MANAGEMENT, metrics = scope == HTTP_NO_TOKEN;
     json_t *doc = json_object();
     json_object_set_new(doc, "openapi", json_string("3.0.1"));
     json_t *info = json_object();
-    json_object_set_new(
-        info, "title",
-        json_string(management ? "TorchServe-c Management APIs" : "TorchServe-c Inference APIs"));
+    json_object_set_new(info, "title",
+                        json_string(management ? "TorchServe-c Management APIs"
+                                    : metrics  ? "TorchServe-c Metrics APIs"
+                                               : "TorchServe-c Inference APIs"));
     json_object_set_new(info, "version", json_string("0.1.0"));
     json_object_set_new(doc, "info", info);
     json_t *paths = json_object();
@@ -351,6 +354,11 @@ void http_api_description(struct evhttp_request *req, const char *rid, int manag
         p = json_object();
         json_object_set_new(p, "get", op_doc("Rotate a key (needs the API key)", "type"));
         json_object_set_new(paths, "/token", p);
+    } else if (metrics) {
+        p = json_object();
+        json_object_set_new(p, "get",
+                            op_doc("The metrics in Prometheus text format 0.0.4", "name[]"));
+        json_object_set_new(paths, "/metrics", p);
     } else {
         p = json_object();
         json_object_set_new(p, "get", op_doc("Health", NULL));
@@ -456,7 +464,7 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
         if (model_find(name, version, &m))
             http_send_error(req, rid, 404, "ModelNotFoundException", "Model not found: %s", name);
         else
-            http_api_description(req, rid, 1);
+            http_api_description(req, rid, AUTH_MANAGEMENT);
         break;
     }
     default:

@@ -24,6 +24,7 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "core/sequence.h"
+#include "http_guard.h"
 #include "http_server.h"
 #include "log.h"
 #include "rlog.h"
@@ -390,9 +391,12 @@ void http_metrics_log_stop(void)
 void http_metrics_handle(struct evhttp_request *req)
 {
     char rid[40];
-    http_request_id(req, rid);
     struct http_path p;
-    http_path_parse(req, &p);
+    /* OPTIONS / and /api-description answer the port's API description, as on the others */
+    if (http_api_begin(req, rid, &p, HTTP_NO_TOKEN)) {
+        http_path_free(&p);
+        return;
+    }
     if (p.n != 1 || strcmp(p.seg[0], "metrics")) {
         http_path_free(&p);
         http_send_error(req, rid, 404, "ResourceNotFoundException",

@@ -126,6 +126,8 @@ static int token_scope(const struct http_path *p, int scope)
 
 static int token_ok(struct evhttp_request *req, const struct http_path *p, int scope)
 {
+    if (scope == HTTP_NO_TOKEN)
+        return 1;
     return auth_check((enum auth_scope)token_scope(p, scope),
                       evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization")) ==
            0;
@@ -147,7 +149,7 @@ int http_api_begin(struct evhttp_request *req, char rid[40], struct http_path *p
     http_request_id(req, rid);
     http_path_parse(req, p);
     if (is_api_description(req, p)) {
-        http_api_description(req, rid, scope == AUTH_MANAGEMENT);
+        http_api_description(req, rid, scope);
         return 1;
     }
     if (!token_ok(req, p, scope)) {

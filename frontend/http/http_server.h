@@ -26,8 +26,8 @@ void http_path_parse(struct evhttp_request *req, struct http_path *p);
 void http_path_free(struct http_path *p);
 /* What every API handler starts with: the request id and path, then, as TorchServe, the API
  * description (OPTIONS / or /api-description, no token) or the key check for scope (an enum
- * auth_scope; /token on the management API takes the API key). 1 when req has been answered
- * here; either way p is parsed and freed by the caller. */
+ * auth_scope, or HTTP_NO_TOKEN on the metrics port; /token on the management API takes the API
+ * key). 1 when req has been answered here; either way p is parsed and freed by the caller. */
 int http_api_begin(struct evhttp_request *req, char rid[40], struct http_path *p, int scope);
 /* 1 when req, on a listener of scope (an enum auth_scope), would be refused for its token: the
  * check http_api_begin makes, without answering. Needs only the request line and headers. */
@@ -62,7 +62,8 @@ void http_metrics_handle(struct evhttp_request *req);
  * the last values. 0, or -1 after logging why. */
 int http_metrics_log_start(void);
 void http_metrics_log_stop(void);
-/* OPTIONS / and GET /api-description: an OpenAPI document of the port's API (no token). */
-void http_api_description(struct evhttp_request *req, const char *rid, int management);
+/* OPTIONS / and GET /api-description: an OpenAPI document of the API of the port whose scope is
+ * given (AUTH_INFERENCE, AUTH_MANAGEMENT, or HTTP_NO_TOKEN for the metrics port); no token. */
+void http_api_description(struct evhttp_request *req, const char *rid, int scope);
 
 #endif
