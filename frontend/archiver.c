@@ -44,8 +44,10 @@ static void usage(FILE *out)
         "                           libfoo.so[:symbol], or a Python file handler.py[:function]\n"
         "                           (or handler[:function] when handler.py exists); a .so given\n"
         "                           as a path and a .py are copied into the archive\n"
-        "  --requirements-file F    requirements.txt (copied in, recorded as requirementsFile;\n"
-        "                           the server does not install it)\n"
+        "  --requirements-file, -r F\n"
+        "                           requirements.txt (copied in, recorded as requirementsFile;\n"
+        "                           installed into the model's own virtual environment when the\n"
+        "                           server runs with install_py_dep_per_model=true)\n"
         "  --extra-files A,B,...    more files to copy in; a directory's contents are copied\n"
         "                           recursively into the archive root, as torch-model-archiver\n"
         "                           does\n"
@@ -53,8 +55,9 @@ static void usage(FILE *out)
         "  --runtime R              c or python (python3 is taken as python); default python\n"
         "                           for a .py or TorchServe built-in handler, else c\n"
         "  --export-path DIR        where the archive is written (default .)\n"
-        "  --archive-format FMT     default (NAME.mar, zip), tgz (NAME.tar.gz) or\n"
-        "                           no-archive (directory DIR/NAME/)\n"
+        "  --archive-format FMT     default (NAME.mar, zip), zip-store (NAME.mar, zip without\n"
+        "                           compression), tgz (NAME.tar.gz) or no-archive (directory\n"
+        "                           DIR/NAME/)\n"
         "  -f, --force              overwrite an existing archive\n"
         "  -h, --help               this help\n",
         prog);
@@ -283,7 +286,6 @@ int main(int argc, char **argv)
         O_FORMAT,
         O_RUNTIME,
         O_MODEL_FILE,
-        O_REQUIREMENTS,
     };
     static const struct option opts[] = {
         {"model-name", required_argument, NULL, O_NAME},
@@ -296,13 +298,13 @@ int main(int argc, char **argv)
         {"archive-format", required_argument, NULL, O_FORMAT},
         {"runtime", required_argument, NULL, O_RUNTIME},
         {"model-file", required_argument, NULL, O_MODEL_FILE},
-        {"requirements-file", required_argument, NULL, O_REQUIREMENTS},
+        {"requirements-file", required_argument, NULL, 'r'},
         {"force", no_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int c;
-    while ((c = getopt_long(argc, argv, "v:c:fh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "v:c:r:fh", opts, NULL)) != -1) {
         switch (c) {
         case O_NAME:
             model_name = optarg;
@@ -334,7 +336,7 @@ int main(int argc, char **argv)
         case O_MODEL_FILE:
             model_file = optarg;
             break;
-        case O_REQUIREMENTS:
+        case 'r':
             requirements = optarg;
             break;
         case 'f':
@@ -376,11 +378,16 @@ int main(int argc, char **argv)
     } else if (!strcmp(format, "tgz")) {
         fmt = ARCHIVE_FMT_TGZ;
         suffix = ".tar.gz";
+    } else if (!strcmp(format, "zip-store")) {
+        fmt = ARCHIVE_FMT_ZIP_STORE;
+        suffix = ".mar";
     } else if (!strcmp(format, "no-archive")) {
         fmt = ARCHIVE_FMT_DIR;
         suffix = "";
     } else {
-        return fail("unknown --archive-format '%s' (expected default, tgz or no-archive)", format);
+        return fail(
+            "unknown --archive-format '%s' (expected default, zip-store, tgz or no-archive)",
+            format);
     }
 
     struct stat st;

@@ -762,9 +762,12 @@ int archive_create(const char *src_dir, const char *out_path, enum archive_forma
     /* written next to the target and renamed, so a reader never sees half an archive */
     char *tmp = xasprintf("%s.tmp.%ld", out_path, (long)getpid());
     struct archive *a = archive_write_new();
-    if (fmt == ARCHIVE_FMT_ZIP) {
+    if (fmt == ARCHIVE_FMT_ZIP || fmt == ARCHIVE_FMT_ZIP_STORE) {
         archive_write_set_format_zip(a);
-        archive_write_zip_set_compression_deflate(a);
+        if (fmt == ARCHIVE_FMT_ZIP)
+            archive_write_zip_set_compression_deflate(a);
+        else
+            archive_write_zip_set_compression_store(a);
     } else {
         archive_write_set_format_pax_restricted(a);
         archive_write_add_filter_gzip(a);

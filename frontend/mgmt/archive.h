@@ -17,7 +17,9 @@ struct archive_limits {
     size_t max_entries;       /* default 10000 */
 };
 
-enum archive_format { ARCHIVE_FMT_ZIP, ARCHIVE_FMT_TGZ, ARCHIVE_FMT_DIR };
+/* ARCHIVE_FMT_ZIP_STORE (zip without compression, torch-model-archiver's zip-store) is only
+ * written: reading, it is a zip like any other. */
+enum archive_format { ARCHIVE_FMT_ZIP, ARCHIVE_FMT_TGZ, ARCHIVE_FMT_DIR, ARCHIVE_FMT_ZIP_STORE };
 
 void archive_default_limits(struct archive_limits *l);
 /* Detects the format of src by name/content: directory, zip (.mar/.zip) or gzip tar. */
@@ -34,8 +36,9 @@ int archive_extract(const char *src, const char *dest_dir, const struct archive_
  * NAME/); then dir/NAME. Always a malloc'd path. */
 char *archive_model_root(const char *dir);
 /* Packs every file under src_dir (recursively, relative paths, name order) into out_path as zip
- * (deflate) or tgz, written to a temporary name and renamed into place. ARCHIVE_FMT_DIR copies the
- * tree to the directory out_path instead. 0, -errno or TS_E_BAD_ARCHIVE with err set. */
+ * (deflate; stored for ARCHIVE_FMT_ZIP_STORE) or tgz, written to a temporary name and renamed into
+ * place. ARCHIVE_FMT_DIR copies the tree to the directory out_path instead. 0, -errno or
+ * TS_E_BAD_ARCHIVE with err set. */
 int archive_create(const char *src_dir, const char *out_path, enum archive_format fmt, char *err,
                    size_t errlen);
 
