@@ -134,7 +134,8 @@ static void load_startup_models(const struct server_opts *o)
         snapshot_apply(srv->cfg.snapshot_json, 0);
     if (srv->cfg.models_json)
         snapshot_apply(srv->cfg.models_json, 1);
-    if (o->n_models > 0) {
+    /* as TorchServe: TS_LOAD_MODELS (enable_envvars_config) wins over --models */
+    if (o->n_models > 0 && !config_from_env(&srv->cfg, "load_models")) {
         for (int i = 0; i < o->n_models; i++) {
             if (!strcasecmp(o->models[i], "all"))
                 load_all();
@@ -286,11 +287,15 @@ int server_main(const struct server_opts *o)
         return 1;
     if (o->ncs)
         snapshot_disable();
-    if (o->disable_token_auth)
+    /* the command line overrides the file; a TS_* variable (enable_envvars_config) overrides
+     * both, as in TorchServe */
+    if (o->disable_token_auth && !config_from_env(&srv->cfg, "disable_token_authorization"))
         srv->cfg.disable_token_authorization = 1;
-    if (o->enable_model_api)
+    if (o->enable_model_api && !config_from_env(&srv->cfg, "enable_model_api"))
         srv->cfg.enable_model_api = 1;
-    const char *store = o->model_store ? o->model_store : srv->cfg.model_store;
+    const char *store = o->model_store && !config_from_env(&srv->cfg, "model_store")
+                            ? o->model_store
+                            : srv->cfg.model_store;
     if (!store) {
         fprintf(stderr, "torchserve-c: --model-store is required (or model_store in "
                         "config.properties)\n");

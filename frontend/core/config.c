@@ -93,6 +93,9 @@ static const struct key keys[] = {
     {"disable_token_authorization", K_BOOL, F(disable_token_authorization), 0, 0},
     {"token_expiration_min", K_POS_DOUBLE, F(token_expiration_min), 0, 0},
     {"allowed_urls", K_STR, F(allowed_urls), 0, 0},
+    /* TorchServe's: TS_* environment variables override the file (and the command line) */
+    {"enable_envvars_config", K_BOOL, F(enable_envvars_config), 0, 0},
+    {"use_env_allowed_urls", K_BOOL, F(use_env_allowed_urls), 0, 0},
     {"enable_metrics_api", K_BOOL, F(enable_metrics_api), 0, 0},
     {"metrics_mode", K_METRICS, F(metrics_mode), 0, 0},
     /* TorchServe's system-metrics period; here: how often metrics_mode=log writes them */
@@ -143,7 +146,6 @@ static const struct {
     {"service_envelope", REFUSE, "", "requests use TorchServe's default format only"},
     {"decode_input_request", WARN, NULL, "Python handlers always get JSON parsed, text decoded"},
     {"limit_max_image_pixels", WARN, NULL, "the image handlers keep PIL's own pixel limit"},
-    {"enable_envvars_config", REFUSE, "false", "TS_* environment variables are not read"},
     {"cpu_launcher_enable", WARN, NULL, "workers use worker_threads intra-op threads each"},
     {"cpu_launcher_args", WARN, NULL, "workers use worker_threads intra-op threads each"},
     {"ipex_enable", WARN, NULL, "Intel Extension for PyTorch is not used"},
@@ -161,7 +163,6 @@ static const struct {
      "private_key_file (PEM)"},
     {"keystore_pass", REFUSE, "", "Java keystores are not read"},
     {"keystore_type", REFUSE, "", "Java keystores are not read"},
-    {"use_env_allowed_urls", REFUSE, "false", "allowed_urls is read from config.properties only"},
     {"ts_open_inference_protocol", WARN, NULL, "OIP is always served on /v2 and gRPC"},
     {"debug", WARN, NULL, "use --foreground and the log levels instead"},
     {"python", WARN, NULL, "Python handlers are not supported"},
@@ -402,19 +403,24 @@ static const char *closest_key(const char *s)
 static int not_ours(const char *path, const struct prop *p, config_warn_fn *warn, void *warn_arg,
                     char *err, size_t errlen)
 {
+    char where[512];
+    if (p->line > 0)
+        snprintf(where, sizeof where, "%s:%d", path, p->line);
+    else
+        snprintf(where, sizeof where, "%s", path);
     for (size_t j = 0; j < sizeof unsupported / sizeof unsupported[0]; j++) {
         if (strcmp(unsupported[j].name, p->key))
             continue;
         const char *off = unsupported[j].off;
         int asks_nothing = off && !strcasecmp(p->value, off);
         if (unsupported[j].what == REFUSE && !asks_nothing) {
-            snprintf(err, errlen, "%s:%d: %s is not supported by torchserve-c: %s", path, p->line,
-                     p->key, unsupported[j].why);
+            snprintf(err, errlen, "%s: %s is not supported by torchserve-c: %s", where, p->key,
+                     unsupported[j].why);
             return TS_E_BAD_CONFIG;
         }
         if (!asks_nothing && warn) {
-            char *msg = xasprintf("%s:%d: %s has no effect in torchserve-c: %s", path, p->line,
-                                  p->key, unsupported[j].why);
+            char *msg = xasprintf("%s: %s has no effect in torchserve-c: %s", where, p->key,
+                                  unsupported[j].why);
             warn(msg, warn_arg);
             free(msg);
         }
@@ -422,12 +428,121 @@ static int not_ours(const char *path, const struct prop *p, config_warn_fn *warn
     }
     if (warn) {
         const char *near = closest_key(p->key);
-        char *msg = near ? xasprintf("%s:%d: unknown key '%s' (ignored; did you mean '%s'?)", path,
-                                     p->line, p->key, near)
-                         : xasprintf("%s:%d: unknown key '%s' (ignored)", path, p->line, p->key);
+        char *msg = near ? xasprintf("%s: unknown key '%s' (ignored; did you mean '%s'?)", where,
+                                     p->key, near)
+                         : xasprintf("%s: unknown key '%s' (ignored)", where, p->key);
         warn(msg, warn_arg);
         free(msg);
     }
+    return 0;
+}
+
+/* One key = value, from the file (line > 0) or the environment (env names the variable). */
+static int apply_prop(const char *path, const struct prop *p, const char *env, struct config *c,
+                      config_warn_fn *warn, void *warn_arg, char *err, size_t errlen)
+{
+    const struct key *k = NULL;
+    for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
+        if (!strcmp(keys[j].name, p->key)) {
+            k = &keys[j];
+            break;
+        }
+    if (!k) {
+        if (!env)
+            return not_ours(path, p, warn, warn_arg, err, errlen);
+        char *where = xasprintf("environment %s", env);
+        int rc = not_ours(where, p, warn, warn_arg, err, errlen); /* p->line is 0 */
+        free(where);
+        return rc;
+    }
+    char why[256];
+    const char *reason = apply(c, k, p->value, why, sizeof why);
+    if (!reason && k->off == F(models_json))
+        c->models_line = p->line;
+    if (!reason && k->off == F(snapshot_json))
+        c->snapshot_line = p->line;
+    if (reason) {
+        if (env)
+            snprintf(err, errlen, "environment %s: %s: %s, got '%s'", env, p->key, reason,
+                     p->value);
+        else
+            snprintf(err, errlen, "%s:%d: %s: %s, got '%s'", path, p->line, p->key, reason,
+                     p->value);
+        return TS_E_BAD_CONFIG;
+    }
+    return 0;
+}
+
+/* TorchServe's variable for a key: TS_ and the key in upper case, except these few, whose
+ * names TorchServe's ConfigManager spells otherwise. */
+static const struct {
+    const char *key, *env;
+} env_names[] = {
+    {"token_expiration_min", "TS_TOKEN_EXPIRATION_TIME_MIN"},
+    {"ts_header_key_sequence_id", "TS_HEADER_KEY_SEQUENCE_ID"},
+    {"ts_header_key_sequence_start", "TS_HEADER_KEY_SEQUENCE_START"},
+    {"ts_header_key_sequence_end", "TS_HEADER_KEY_SEQUENCE_END"},
+    {"ts_open_inference_protocol", "TS_OPEN_INFERENCE_PROTOCOL"},
+};
+
+static void env_name(const char *key, char *out, size_t n)
+{
+    for (size_t i = 0; i < sizeof env_names / sizeof env_names[0]; i++)
+        if (!strcmp(env_names[i].key, key)) {
+            snprintf(out, n, "%s", env_names[i].env);
+            return;
+        }
+    size_t k = (size_t)snprintf(out, n, "TS_");
+    for (; *key && k + 1 < n; key++)
+        out[k++] = (char)(*key >= 'a' && *key <= 'z' ? *key - 'a' + 'A' : *key);
+    out[k] = '\0';
+}
+
+/* Keys that are never read from the environment: the switch itself, as TorchServe; the model
+ * lists that hold JSON (TorchServe has no variable for them); allowed_urls unless
+ * use_env_allowed_urls=true (a variable must not widen what may be downloaded). */
+static int env_allowed(const struct config *c, const char *key)
+{
+    if (!strcmp(key, "enable_envvars_config") || !strcmp(key, "use_env_allowed_urls") ||
+        !strcmp(key, "models") || !strcmp(key, "model_snapshot"))
+        return 0;
+    return strcmp(key, "allowed_urls") || c->use_env_allowed_urls;
+}
+
+static void note_env_key(struct config *c, const char *key)
+{
+    c->env_keys = xrealloc(c->env_keys, (c->n_env_keys + 1) * sizeof(*c->env_keys));
+    c->env_keys[c->n_env_keys++] = xstrdup(key);
+}
+
+/* enable_envvars_config=true: every key TS_<KEY> names in the environment overrides the file. */
+static int apply_env(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg,
+                     char *err, size_t errlen)
+{
+    size_t nk = sizeof keys / sizeof keys[0], nu = sizeof unsupported / sizeof unsupported[0];
+    for (size_t i = 0; i < nk + nu; i++) {
+        const char *key = i < nk ? keys[i].name : unsupported[i - nk].name;
+        if (!env_allowed(c, key))
+            continue;
+        char var[96];
+        env_name(key, var, sizeof var);
+        const char *v = getenv(var);
+        if (!v)
+            continue;
+        struct prop p = {(char *)key, (char *)v, 0};
+        int rc = apply_prop(path, &p, var, c, warn, warn_arg, err, errlen);
+        if (rc)
+            return rc;
+        note_env_key(c, key);
+    }
+    return 0;
+}
+
+int config_from_env(const struct config *c, const char *key)
+{
+    for (size_t i = 0; i < c->n_env_keys; i++)
+        if (!strcmp(c->env_keys[i], key))
+            return 1;
     return 0;
 }
 
@@ -442,31 +557,18 @@ int config_load(const char *path, struct config *c, config_warn_fn *warn, void *
             return rc;
         return TS_E_BAD_CONFIG;
     }
-    for (size_t i = 0; i < ps.n && !rc; i++) {
-        const struct prop *p = &ps.p[i];
-        const struct key *k = NULL;
-        for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
-            if (!strcmp(keys[j].name, p->key)) {
-                k = &keys[j];
-                break;
-            }
-        if (!k) {
-            rc = not_ours(path, p, warn, warn_arg, err, errlen);
-            continue;
-        }
-        char why[256];
-        const char *reason = apply(c, k, p->value, why, sizeof why);
-        if (!reason && k->off == F(models_json))
-            c->models_line = p->line;
-        if (!reason && k->off == F(snapshot_json))
-            c->snapshot_line = p->line;
-        if (reason) {
-            snprintf(err, errlen, "%s:%d: %s: %s, got '%s'", path, p->line, p->key, reason,
-                     p->value);
-            rc = TS_E_BAD_CONFIG;
-        }
-    }
+    for (size_t i = 0; i < ps.n && !rc; i++)
+        rc = apply_prop(path, &ps.p[i], NULL, c, warn, warn_arg, err, errlen);
     props_free(&ps);
+    if (!rc && c->enable_envvars_config)
+        rc = apply_env(path, c, warn, warn_arg, err, errlen);
+    else if (!rc && c->use_env_allowed_urls && warn) {
+        char *msg = xasprintf("%s: use_env_allowed_urls has no effect without "
+                              "enable_envvars_config=true (TS_ALLOWED_URLS is not read)",
+                              path);
+        warn(msg, warn_arg);
+        free(msg);
+    }
     return rc;
 }
 
@@ -498,5 +600,8 @@ void config_free(struct config *c)
     free(c->state_dir);
     free(c->log_location);
     free(c->oip_stream_response);
+    for (size_t i = 0; i < c->n_env_keys; i++)
+        free(c->env_keys[i]);
+    free(c->env_keys);
     memset(c, 0, sizeof *c);
 }

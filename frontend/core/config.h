@@ -69,6 +69,10 @@ struct config {
     int sched_batch;           /* our key: frontend and workers under SCHED_BATCH (true) */
     int busy_poll_us;          /* our key: look for events this long before sleeping (0) */
     char *oip_stream_response; /* our key: triton (default) | mlserver */
+    int enable_envvars_config; /* TS_<KEY> environment variables override the file (false) */
+    int use_env_allowed_urls;  /* ... and TS_ALLOWED_URLS among them (false) */
+    char **env_keys;           /* the keys the environment set (config_from_env) */
+    size_t n_env_keys;
 };
 
 typedef void config_warn_fn(const char *msg, void *arg);
@@ -80,6 +84,13 @@ void config_defaults(struct config *c);
  * warn may be NULL. */
 int config_load(const char *path, struct config *c, config_warn_fn *warn, void *warn_arg, char *err,
                 size_t errlen);
+/* With enable_envvars_config=true in the file, config_load then reads TorchServe's TS_<KEY>
+ * variables (TS_ and the key in upper case; TS_TOKEN_EXPIRATION_TIME_MIN and
+ * TS_HEADER_KEY_SEQUENCE_{ID,START,END} as TorchServe spells them) over the file's values, with
+ * the same checks; an error names the variable. 1 when key's value came from the environment:
+ * as in TorchServe, such a value also wins over the command line (--model-store, --models,
+ * --disable-token-auth, --enable-model-api). */
+int config_from_env(const struct config *c, const char *key);
 /* Parses "http(s)://host[:port]" (TorchServe's address syntax; the port defaults to 80/443, an
  * IPv6 host is written in brackets). 0 with out's strings malloc'd, or -EINVAL. */
 int config_parse_address(const char *s, struct listen_addr *out);

@@ -334,6 +334,44 @@ TEST(missing_file)
     config_free(&c);
 }
 
+/* enable_envvars_config=true: TorchServe's TS_<KEY> variables over the file, with TorchServe's
+ * spellings of the few that differ; never read without the switch */
+TEST(envvars)
+{
+    setenv("TS_JOB_QUEUE_SIZE", "7", 1);
+    setenv("TS_TOKEN_EXPIRATION_TIME_MIN", "5", 1);
+    setenv("TS_HEADER_KEY_SEQUENCE_ID", "x-seq", 1);
+    setenv("TS_ALLOWED_URLS", "https://x/.*", 1);
+    setenv("TS_NUMBER_OF_GPU", "2", 1);
+    struct config c;
+    char err[512];
+    CHECK_EQ_INT(load("job_queue_size=3\n", &c, err, sizeof err), 0);
+    CHECK_EQ_INT(c.job_queue_size, 3);
+    CHECK(!config_from_env(&c, "job_queue_size"));
+    config_free(&c);
+
+    CHECK_EQ_INT(load("enable_envvars_config=true\njob_queue_size=3\n", &c, err, sizeof err), 0);
+    CHECK_EQ_INT(c.job_queue_size, 7);
+    CHECK(config_from_env(&c, "job_queue_size"));
+    CHECK(!config_from_env(&c, "allowed_urls"));
+    CHECK(c.token_expiration_min == 5);
+    CHECK_STR(c.ts_header_key_sequence_id, "x-seq");
+    CHECK_STR(c.allowed_urls, "file://.*|http(s)?://.*"); /* needs use_env_allowed_urls */
+    CHECK(strstr(warnings, "environment TS_NUMBER_OF_GPU: number_of_gpu has no effect"));
+    config_free(&c);
+
+    CHECK_EQ_INT(
+        load("enable_envvars_config=true\nuse_env_allowed_urls=true\n", &c, err, sizeof err), 0);
+    CHECK_STR(c.allowed_urls, "https://x/.*");
+    config_free(&c);
+
+    setenv("TS_JOB_QUEUE_SIZE", "0", 1);
+    CHECK_EQ_INT(load("enable_envvars_config=true\n", &c, err, sizeof err), TS_E_BAD_CONFIG);
+    CHECK_STR(err, "environment TS_JOB_QUEUE_SIZE: job_queue_size: must be a positive integer, "
+                   "got '0'");
+    config_free(&c);
+}
+
 int main(void)
 {
     tbase_make("test_config");
@@ -344,6 +382,7 @@ int main(void)
     RUN(bad_values);
     RUN(unsupported_keys);
     RUN(missing_file);
+    RUN(envvars);
     tbase_remove();
     return tap_done();
 }
