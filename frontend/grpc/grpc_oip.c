@@ -1,11 +1,18 @@
 /*
  * grpc_oip: inference.GRPCInferenceService (the OIP gRPC data plane, proto/oip_grpc.proto) on the
  * gRPC inference port, on top of grpc_server.h's call machinery and oip_req.h: the calls, the
- * streams and the order of their answers. The protobuf encoding itself is oip_pb.c.
+ * streams and the order of their answers. The protobuf encoding itself is oip_pb.c. The same
+ * messages are served under TorchServe's own name for the service,
+ * org.pytorch.serve.grpc.openinference.GRPCInferenceService (its open_inference_grpc.proto: the
+ * six unary rpcs).
  *
- * ModelInfer takes tensors in `contents` or in `raw_input_contents` and answers in the same form
- * (raw when the request was raw, or when an output is FP16/BF16, which contents cannot carry).
- * A streaming handler's partial results are joined into one response.
+ * ModelInfer takes tensors in `contents` or in `raw_input_contents`. The answer's form follows
+ * the service name's server: under inference.* it is always raw_output_contents, as Triton
+ * answers (tritonclient's as_numpy and Triton's examples read only raw_output_contents;
+ * MLServer's clients decode raw answers through ModelInferResponseConverter as well); under
+ * TorchServe's name it is the request's form, typed contents as TorchServe answers, raw for a
+ * raw request (and FP16/BF16, which contents cannot carry, always raw). A streaming handler's
+ * partial results are joined into one response.
  *
  * ModelStreamInfer (bidi): every request message is a job of its own, submitted at once, so the
  * requests of one stream run concurrently (and batch together). Responses leave in request
@@ -30,11 +37,13 @@
 #include "core/model.h"
 #include "oip_grpc.pb-c.h"
 #include "oip/oip_req.h"
+#include "grpc_oip_config.h"
 #include "oip_pb.h"
 #include "pb_req.h"
 #include "core/core.h"
 
 #define SVC "/inference.GRPCInferenceService/"
+#define SVC_TS "/org.pytorch.serve.grpc.openinference.GRPCInferenceService/"
 #define MAX_INFLIGHT 64 /* requests of one stream in flight before reading pauses */
 #define MAX_FED 4096    /* later messages one call may feed its job (they wait in its worker) */
 
@@ -179,8 +188,8 @@ static void process(struct greq *q, const struct otf_prediction *p, int final)
             oip_pb_resp_text(&rs, q->raw_out, r.text, r.text_len);
         else if (!r.is_text)
             oip_pb_resp_tensors(&rs, q->raw_out, &r);
-        else
-            send = final && q->empty_final; /* an empty final frame */
+        else /* an empty final frame: Triton's form still marks the end (below) */
+            send = final && (q->empty_final || !q->st->mlserver);
         if (!q->st->mlserver)
             oip_pb_resp_final_flag(&rs, final && (send || !r.is_text));
         if (send && final && r.is_text && r.text_len && q->empty_final) {
@@ -343,7 +352,7 @@ static void stream_advance(struct gstream *st)
 /* A request message of either method: parse, build the job, submit. Returns the request; for
  * a request that failed before a job exists, fail() has run and q->done is set. */
 static struct greq *start_request(struct gcall *c, struct gstream *st, const uint8_t *data,
-                                  size_t len)
+                                  size_t len, int triton)
 {
     struct greq *q = xcalloc(1, sizeof(*q));
     q->st = st;
@@ -373,7 +382,7 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
     char rid[40];
     ts_uuid(rid);
     q->id = xstrdup(m->id && *m->id ? m->id : rid);
-    q->raw_out = m->n_raw_input_contents > 0;
+    q->raw_out = triton || m->n_raw_input_contents > 0;
 
     struct oip_pb_req ps;
     memset(&ps, 0, sizeof(ps));
@@ -383,9 +392,11 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
     if (rc) {
         if (rc == TS_E_MODEL_NOT_FOUND)
             snprintf(err, sizeof(err), "Model %s not found", q->model_name);
-        else
-            snprintf(err, sizeof(err), "Model %s has no version %s", q->model_name,
-                     q->model_version);
+        else /* Triton's words, which its example clients look for */
+            snprintf(err, sizeof(err),
+                     "failed to get model version from specified version string '%s': model %s "
+                     "has no such version",
+                     q->model_version, q->model_name);
         req_error(q, 404, err);
         goto out;
     }
@@ -437,7 +448,17 @@ out:
 
 static void model_infer_message(struct gcall *c, const uint8_t *data, size_t len)
 {
-    struct greq *q = start_request(c, NULL, data, len);
+    struct greq *q = start_request(c, NULL, data, len, 1);
+    if (q->done)
+        greq_free(q);
+    else
+        gcall_set_user(c, q);
+}
+
+/* TorchServe's service name: answers in the request's form */
+static void model_infer_message_ts(struct gcall *c, const uint8_t *data, size_t len)
+{
+    struct greq *q = start_request(c, NULL, data, len, 0);
     if (q->done)
         greq_free(q);
     else
@@ -514,7 +535,7 @@ static void stream_message(struct gcall *c, const uint8_t *data, size_t len)
         gcall_set_user(c, st);
         gcall_set_backlog_cb(c, on_backlog);
     }
-    start_request(c, st, data, len);
+    start_request(c, st, data, len, 1);
     if (st->n >= MAX_INFLIGHT && !st->held) {
         st->held = 1;
         gcall_hold_recv(c, 1);
@@ -574,7 +595,9 @@ static struct model *lookup(struct gcall *c, const char *name, const char *versi
         return NULL;
     }
     if (rc) {
-        char *msg = xasprintf("Model %s has no version %s", name, version);
+        char *msg = xasprintf("failed to get model version from specified version string '%s': "
+                              "model %s has no such version",
+                              version, name);
         gcall_finish(c, GS_NOT_FOUND, msg);
         free(msg);
         return NULL;
@@ -687,6 +710,19 @@ static void model_metadata(struct gcall *c, const uint8_t *data, size_t len)
     inference__model_metadata_request__free_unpacked(q, NULL);
 }
 
+static void model_config(struct gcall *c, const uint8_t *data, size_t len)
+{
+    Inference__ModelConfigRequest *q = inference__model_config_request__unpack(NULL, len, data);
+    if (!q) {
+        gcall_finish(c, GS_INVALID_ARGUMENT, "cannot parse ModelConfigRequest");
+        return;
+    }
+    struct model *m = lookup(c, q->name, q->version);
+    if (m)
+        grpc_oip_config_send(c, m);
+    inference__model_config_request__free_unpacked(q, NULL);
+}
+
 const struct grpc_method grpc_oip_methods[] = {
     {SVC "ServerLive", 0, server_live, NULL, NULL, NULL},
     {SVC "ServerReady", 0, server_ready, NULL, NULL, NULL},
@@ -697,6 +733,19 @@ const struct grpc_method grpc_oip_methods[] = {
     {SVC "ModelInfer", 0, model_infer_message, NULL, model_infer_cancel,
      &inference__model_infer_request__descriptor},
     {SVC "ModelStreamInfer", 1, stream_message, stream_half_close, stream_cancel,
+     &inference__model_infer_request__descriptor},
+    {SVC "ModelConfig", 0, model_config, NULL, NULL, &inference__model_config_request__descriptor},
+    {NULL, 0, NULL, NULL, NULL, NULL},
+};
+
+const struct grpc_method grpc_oip_ts_methods[] = {
+    {SVC_TS "ServerLive", 0, server_live, NULL, NULL, NULL},
+    {SVC_TS "ServerReady", 0, server_ready, NULL, NULL, NULL},
+    {SVC_TS "ModelReady", 0, model_ready, NULL, NULL, &inference__model_ready_request__descriptor},
+    {SVC_TS "ServerMetadata", 0, server_metadata, NULL, NULL, NULL},
+    {SVC_TS "ModelMetadata", 0, model_metadata, NULL, NULL,
+     &inference__model_metadata_request__descriptor},
+    {SVC_TS "ModelInfer", 0, model_infer_message_ts, NULL, model_infer_cancel,
      &inference__model_infer_request__descriptor},
     {NULL, 0, NULL, NULL, NULL, NULL},
 };

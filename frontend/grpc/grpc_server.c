@@ -64,11 +64,17 @@ static void on_new(struct gcall *c, int success)
     for (const struct grpc_method *m = s->methods; m->path; m++)
         if (grpc_slice_str_cmp(c->details.method, m->path) == 0)
             c->method = m;
-    /* the inference port also serves OIP's inference.GRPCInferenceService (grpc_oip.c) */
-    const struct grpc_method *oip = s->methods == grpc_inference_methods ? grpc_oip_methods : NULL;
-    for (const struct grpc_method *m = oip; m && !c->method && m->path; m++)
-        if (grpc_slice_str_cmp(c->details.method, m->path) == 0)
-            c->method = m;
+    /* the inference port also serves OIP's GRPCInferenceService (grpc_oip.c), under Triton's
+     * and KServe's name and under TorchServe's */
+    const struct grpc_method *oip[2] = {NULL, NULL};
+    if (s->methods == grpc_inference_methods) {
+        oip[0] = grpc_oip_methods;
+        oip[1] = grpc_oip_ts_methods;
+    }
+    for (int t = 0; t < 2; t++)
+        for (const struct grpc_method *m = oip[t]; m && !c->method && m->path; m++)
+            if (grpc_slice_str_cmp(c->details.method, m->path) == 0)
+                c->method = m;
     if (auth_check(s->scope, gcall_metadata(c, "authorization")) != 0) {
         LOG_INFO("grpc %s call %s: token authorization failed", s->name, c->id);
         gcall_reject(c, GRPC_STATUS_UNAUTHENTICATED, AUTH_FAIL_MSG);

@@ -46,8 +46,10 @@ struct grpc_method {
 /* The services (NULL path terminates each table). */
 extern const struct grpc_method grpc_inference_methods[];
 extern const struct grpc_method grpc_management_methods[];
-/* inference.GRPCInferenceService (OIP, grpc_oip.c), served on the inference port too */
+/* inference.GRPCInferenceService (OIP, grpc_oip.c), served on the inference port too, and the
+ * same rpcs under TorchServe's name, org.pytorch.serve.grpc.openinference.GRPCInferenceService */
 extern const struct grpc_method grpc_oip_methods[];
+extern const struct grpc_method grpc_oip_ts_methods[];
 
 /* gRPC status codes used by the services (the values of grpc_status_code). */
 enum {

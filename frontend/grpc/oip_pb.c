@@ -180,6 +180,15 @@ int oip_pb_parse(const Inference__ModelInferRequest *q, struct oip_pb_req *ps, c
         return -1;
     }
     ps->raw_in = q->n_raw_input_contents > 0;
+    for (size_t i = 0; ps->raw_in && i < q->n_inputs; i++)
+        if (!contents_empty(q->inputs[i]->contents)) { /* Triton's words, checked first */
+            snprintf(err, errlen,
+                     "inputs[%zu].contents: contents field must not be specified when using "
+                     "raw_input_contents for '%s' for model '%s'",
+                     i, q->inputs[i]->name ? q->inputs[i]->name : "",
+                     q->model_name ? q->model_name : "");
+            return -1;
+        }
     if (ps->raw_in && q->n_raw_input_contents != q->n_inputs) {
         snprintf(err, errlen, "raw_input_contents: %zu entries for %zu inputs",
                  q->n_raw_input_contents, q->n_inputs);
@@ -216,13 +225,6 @@ int oip_pb_parse(const Inference__ModelInferRequest *q, struct oip_pb_req *ps, c
         if (oip_req_check_shape(t, i, &numel, sh, sizeof(sh), err, errlen))
             return -1;
         if (ps->raw_in) {
-            if (!contents_empty(in->contents)) {
-                snprintf(err, errlen,
-                         "inputs[%zu].contents: not allowed together with "
-                         "raw_input_contents",
-                         i);
-                return -1;
-            }
             t->data =
                 q->raw_input_contents[i].data ? q->raw_input_contents[i].data : (const uint8_t *)"";
             t->nbytes = q->raw_input_contents[i].len;
