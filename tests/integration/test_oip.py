@@ -420,6 +420,12 @@ def grpc_stubs():
     return grpc, pb, pbg
 
 
+def raw_text(b):
+    """A BYTES element in raw form (4-byte little-endian length, then the bytes), as Triton's
+    and MLServer's clients decode raw_output_contents."""
+    return b[4:4 + struct.unpack("<I", b[:4])[0]].decode()
+
+
 def grpc_client(srv):
     grpc, pb, pbg = grpc_stubs()
     ch = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}")
@@ -457,13 +463,14 @@ def test_grpc_health_metadata_and_infer(mlp_srv, x2):
 
     want = torch.tensor(mlp_torch(x2))
     flat = [v for row in x2 for v in row]
-    # contents
+    # contents in, raw_output_contents out (Triton's form, whatever the request used)
     q = pb.ModelInferRequest(model_name="mlp", id="g1")
     q.inputs.add(name="input__0", datatype="FP32", shape=[2, 64]).contents.fp32_contents.extend(flat)
     r = stub.ModelInfer(q)
     assert r.id == "g1" and r.model_name == "mlp" and r.outputs[0].name == "output__0"
     assert list(r.outputs[0].shape) == [2, 10] and r.outputs[0].datatype == "FP32"
-    got = torch.tensor(list(r.outputs[0].contents.fp32_contents)).reshape(2, 10)
+    assert not r.outputs[0].HasField("contents")
+    got = torch.tensor(struct.unpack("<20f", r.raw_output_contents[0])).reshape(2, 10)
     assert torch.allclose(got, want, atol=1e-5)
     # raw_input_contents -> raw_output_contents
     q = pb.ModelInferRequest(model_name="mlp", model_version="1.0")
@@ -498,16 +505,19 @@ def test_grpc_model_stream_infer_mlserver_example(text_srv):
     grpc, pb, stub = grpc_client(text_srv)
     ex = MLSERVER_STREAM_REQUEST["inputs"][0]["data"][0]
     resps = list(stub.ModelStreamInfer(iter([text_request(pb, ex, "s1")]), timeout=30))
-    assert len(resps) == len(WORDS)
+    # one response per word, then an empty one marked final (the handler's last frame is empty)
+    assert len(resps) == len(WORDS) + 1
     got = []
-    for r in resps:
+    for r in resps[:-1]:
         assert r.error_message == ""
         ir = r.infer_response
         assert ir.model_name == "identity_text" and ir.id == "s1"
         (out,) = ir.outputs
         assert out.name == "output" and out.datatype == "BYTES" and list(out.shape) == [1]
-        got.append(out.contents.bytes_contents[0].decode())
+        got.append(raw_text(ir.raw_output_contents[0]))
     assert got == WORDS
+    assert not resps[-1].infer_response.outputs
+    assert resps[-1].infer_response.parameters["triton_final_response"].bool_param
 
 
 @pytest.mark.smoke
@@ -524,14 +534,9 @@ def test_grpc_stream_two_requests_in_order_and_errors_in_band(text_srv):
     for r in resps:
         if r.error_message:
             seq.append((r.infer_response.id, "ERR:" + r.error_message))
-        else:
+        elif r.infer_response.outputs:  # the empty final responses are left out
             ir = r.infer_response
-            if ir.raw_output_contents:
-                b = ir.raw_output_contents[0]
-                word = b[4:4 + struct.unpack("<I", b[:4])[0]].decode()
-            else:
-                word = ir.outputs[0].contents.bytes_contents[0].decode()
-            seq.append((ir.id, word))
+            seq.append((ir.id, raw_text(ir.raw_output_contents[0])))
     ids = [i for i, _ in seq]
     assert ids == ["a"] * 5 + ["bad", "b", "b", "nf"], seq
     assert "".join(w for i, w in seq if i == "a") == "one two three four five"
@@ -552,7 +557,7 @@ def test_grpc_mlserver_stream_form(server_factory):
                             response_deserializer=pb.ModelInferResponse.FromString)
     ex = MLSERVER_STREAM_REQUEST["inputs"][0]["data"][0]
     resps = list(call(iter([text_request(pb, ex, "m1")]), timeout=30))
-    assert [r.outputs[0].contents.bytes_contents[0].decode() for r in resps] == WORDS
+    assert [raw_text(r.raw_output_contents[0]) for r in resps] == WORDS
     assert all(r.model_name == "identity_text" and r.id == "m1" for r in resps)
 
 
@@ -681,7 +686,7 @@ def test_cancel_frees_the_worker(server_factory):
             break
     t0 = time.time()
     r = stub.ModelInfer(text_request(pb, "a b", "short"), timeout=10)
-    assert r.outputs[0].contents.bytes_contents == [b"a b"]
+    assert raw_text(r.raw_output_contents[0]) == "a b"
     assert time.time() - t0 < 2.0
     assert "client went away" in srv.log()
 
