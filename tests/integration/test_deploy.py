@@ -319,6 +319,12 @@ def test_grpc_through_the_balancer(cluster):
     oip = ogrpc.GRPCInferenceServiceStub(channel)
     assert oip.ServerLive(opb.ServerLiveRequest(), timeout=10).live
     assert oip.ModelReady(opb.ModelReadyRequest(name="mlp"), timeout=10).ready
+    # TorchServe's name of the same service goes through too
+    ts_live = channel.unary_unary(
+        "/org.pytorch.serve.grpc.openinference.GRPCInferenceService/ServerLive",
+        request_serializer=opb.ServerLiveRequest.SerializeToString,
+        response_deserializer=opb.ServerLiveResponse.FromString)
+    assert ts_live(opb.ServerLiveRequest(), timeout=10).live
     channel.close()
 
 
