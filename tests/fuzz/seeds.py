@@ -228,6 +228,18 @@ def config_seeds():
         "sequenceBatching: yes\n---\nsecond: doc\n")
 
 
+def metric_line_seeds():
+    """The text after "[METRICS]" of lines as TorchServe's caching_metric.py and ours write them."""
+    put("metric_line", "gauge_dims_ids", "HandlerMethodTime.ms:9.39|#MethodName:preprocess,"
+        "ModelName:mnist,Level:Model|#type:GAUGE|#hostname:h1,1717105563,4a2f-1,4a2f-2")
+    put("metric_line", "counter_no_dims", "InferenceRequestCount.count:1|#|#type:COUNTER|"
+        "#hostname:h,1717105563")
+    put("metric_line", "histogram", "ExamplePercentMetric.percent:50|#ModelName:m,Level:Model|"
+        "#type:HISTOGRAM|#hostname:h,1,r1")
+    put("metric_line", "no_type", "PredictionTime.Milliseconds:2.5|#ModelName:m,Level:Model|"
+        "#hostname:h,7")
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     otf_seeds()
@@ -236,6 +248,7 @@ def main():
     http_seeds()
     archive_seeds()
     config_seeds()
+    metric_line_seeds()
     pb_seeds(build)
 
 
