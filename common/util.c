@@ -224,6 +224,16 @@ int64_t ts_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void ts_log4j_time(char *out, size_t n)
+{
+    int64_t ms = ts_wall_ms();
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + k, n - k, ",%03d", (int)(ms % 1000));
+}
+
 int ts_parse_long(const char *s, long min, long max, long *out)
 {
     if (!s || !*s)

@@ -78,6 +78,9 @@ int buf_read_file(struct buf *b, const char *path, size_t max);
 int64_t ts_now_us(void);
 /* Wall clock in milliseconds since the epoch. */
 int64_t ts_wall_ms(void);
+/* The wall clock as log4j's %d{ISO8601} writes it, local time: "2024-05-30T21:46:03,123" (the
+ * prefix of TorchServe's metrics logs, which its benchmark tools split on). n >= 24. */
+void ts_log4j_time(char *out, size_t n);
 
 /* Strict integer parsing: whole string, in range. 0 or -EINVAL / -ERANGE. */
 int ts_parse_long(const char *s, long min, long max, long *out);

@@ -192,6 +192,64 @@ static int check_snapshots(const struct config *c)
     return 0;
 }
 
+static void metrics_config_warn(const char *msg, void *arg)
+{
+    (void)arg;
+    LOG_WARN("metrics_config: %s", msg);
+}
+
+/* TorchServe's frontend metrics a metrics.yaml may name that this server does not collect */
+static int collected(const char *name)
+{
+    static const char *const ours[] = {"Requests2XX",
+                                       "Requests4XX",
+                                       "Requests5XX",
+                                       "QueueTime",
+                                       "WorkerThreadTime",
+                                       "WorkerLoadTime",
+                                       "ts_inference_requests_total",
+                                       "ts_inference_latency_microseconds",
+                                       "ts_queue_latency_microseconds"};
+    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+        if (!strcmp(ours[i], name))
+            return 1;
+    return 0;
+}
+
+/* The model metrics' table, and metrics.yaml when metrics_config names one (TorchServe's
+ * default: auto-detection off then; without it every model metric is served). -1 after saying
+ * why. */
+static int metrics_setup(void)
+{
+    const struct config *c = &srv->cfg;
+    strcpy(srv->host, "localhost");
+    gethostname(srv->host, sizeof(srv->host) - 1);
+    int autod =
+        c->model_metrics_auto_detect >= 0 ? c->model_metrics_auto_detect : !c->metrics_config;
+    model_metrics_init(&srv->model_metrics, autod);
+    if (!c->metrics_config)
+        return 0;
+    char err[1024];
+    if (metrics_config_load(c->metrics_config, &srv->model_metrics, &srv->metrics_decl,
+                            metrics_config_warn, NULL, err, sizeof(err)) != 0) {
+        fprintf(stderr, "torchserve-c: metrics_config: %s\n", err);
+        return -1;
+    }
+    for (size_t i = 0; i < srv->metrics_decl.n_ts; i++)
+        if (!collected(srv->metrics_decl.ts_names[i]))
+            LOG_WARN("metrics_config: %s (ts_metrics) is not collected by torchserve-c: system "
+                     "and GPU metrics are not measured",
+                     srv->metrics_decl.ts_names[i]);
+    char *json = metrics_config_worker_json(&srv->model_metrics);
+    srv->worker_metrics_env = xasprintf(WORKER_ENV_METRICS "=%s", json);
+    free(json);
+    LOG_INFO("metrics_config %s: %zu model metrics declared, %zu frontend metrics served; "
+             "model_metrics_auto_detect %s",
+             c->metrics_config, srv->model_metrics.n, srv->metrics_decl.n_ts,
+             autod ? "true" : "false");
+    return 0;
+}
+
 /* access_log.log and model_log.log under log_location, and ts_log.log's rotation when our
  * stderr is that file (the background start points it there; --foreground keeps the
  * terminal). -1 after saying why. */
@@ -214,6 +272,17 @@ static int open_logs(void)
         fprintf(stderr, "torchserve-c: log_location: %s\n", why);
         return -1;
     }
+    if (!strcmp(c->metrics_mode, "log")) {
+        /* TorchServe's model_metrics.log: one line per model metric a worker reports */
+        p = xasprintf("%s%smodel_metrics.log", dir, sep);
+        srv->model_metrics_log = rlog_open(p, c->log_max_size, c->log_max_files, why, sizeof(why));
+        free(p);
+        if (!srv->model_metrics_log) {
+            LOG_ERROR("log_location: %s", why);
+            fprintf(stderr, "torchserve-c: log_location: %s\n", why);
+            return -1;
+        }
+    }
     p = xasprintf("%s%sts_log.log", dir, sep);
     struct stat a, b;
     if (fstat(2, &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
@@ -229,7 +298,8 @@ static void close_logs(void)
     rlog_close(srv->access_log);
     rlog_close(srv->model_log);
     rlog_close(srv->ts_log);
-    srv->access_log = srv->model_log = srv->ts_log = NULL;
+    rlog_close(srv->model_metrics_log);
+    srv->access_log = srv->model_log = srv->ts_log = srv->model_metrics_log = NULL;
 }
 
 /* SCHED_BATCH (sched(7)) for this thread, before any other exists: gRPC's, the logs' and the
@@ -308,6 +378,8 @@ int server_main(const struct server_opts *o)
     }
     srv->model_store = xstrdup(real);
     srv->next_worker_id = srv->cfg.initial_worker_port;
+    if (metrics_setup() != 0)
+        return 1;
 
     char *dir = self_dir();
     srv->worker_bin = xasprintf("%s/torchserve-c-worker", dir);
@@ -408,6 +480,9 @@ out:
     free(srv->run_dir);
     free(srv->worker_bin);
     free(srv->model_store);
+    model_metrics_free(&srv->model_metrics);
+    metrics_config_free(&srv->metrics_decl);
+    free(srv->worker_metrics_env);
     config_free(&srv->cfg);
     instance_release();
     LOG_INFO("torchserve-c stopped");

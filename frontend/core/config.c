@@ -95,9 +95,15 @@ static const struct key keys[] = {
     {"allowed_urls", K_STR, F(allowed_urls), 0, 0},
     /* TorchServe's: TS_* environment variables override the file (and the command line) */
     {"enable_envvars_config", K_BOOL, F(enable_envvars_config), 0, 0},
+    /* TorchServe's: a model's requirements.txt into a virtual environment of its own */
+    {"install_py_dep_per_model", K_BOOL, F(install_py_dep_per_model), 0, 0},
     {"use_env_allowed_urls", K_BOOL, F(use_env_allowed_urls), 0, 0},
     {"enable_metrics_api", K_BOOL, F(enable_metrics_api), 0, 0},
     {"metrics_mode", K_METRICS, F(metrics_mode), 0, 0},
+    /* TorchServe's metrics.yaml (metrics_config.h), and whether model metrics it does not
+     * declare are registered when first reported */
+    {"metrics_config", K_OPT_STR, F(metrics_config), 0, 0},
+    {"model_metrics_auto_detect", K_BOOL, F(model_metrics_auto_detect), 0, 0},
     /* TorchServe's system-metrics period; here: how often metrics_mode=log writes them */
     {"metric_time_interval", K_INT, F(metric_time_interval), 1, 86400},
     {"initial_worker_port", K_INT, F(initial_worker_port), 1, 65535},
@@ -150,12 +156,9 @@ static const struct {
     {"cpu_launcher_args", WARN, NULL, "workers use worker_threads intra-op threads each"},
     {"ipex_enable", WARN, NULL, "Intel Extension for PyTorch is not used"},
     {"ipex_gpu_enable", WARN, NULL, "Intel Extension for PyTorch is not used"},
-    {"install_py_dep_per_model", REFUSE, "false", "there is no pip: use Debian python3-* packages"},
     {"number_of_gpu", WARN, NULL, "this build runs on the CPU only"},
     {"blacklist_env_vars", WARN, NULL, "Python workers run isolated: PYTHON* is not read"},
     {"workflow_store", WARN, NULL, "workflows are not supported"},
-    {"metrics_config", WARN, NULL, "the metrics API serves a fixed set (README)"},
-    {"model_metrics_auto_detect", WARN, NULL, "the metrics API serves a fixed set (README)"},
     {"disable_system_metrics", WARN, NULL, "no system metrics are collected"},
     {"system_metrics_cmd", WARN, NULL, "no system metrics are collected"},
     {"keystore", REFUSE, "",
@@ -209,7 +212,8 @@ void config_defaults(struct config *c)
     c->allowed_urls = xstrdup("file://.*|http(s)?://.*");
     c->enable_metrics_api = 1;
     c->metrics_mode = xstrdup("prometheus");
-    c->metric_time_interval = -1; /* unset: 60 s in log mode */
+    c->metric_time_interval = -1;      /* unset: 60 s in log mode */
+    c->model_metrics_auto_detect = -1; /* unset: see config.h */
     c->initial_worker_port = 9000;
     c->worker_threads = 1;
     c->ts_header_key_sequence_id = xstrdup("ts_request_sequence_id");
@@ -592,6 +596,7 @@ void config_free(struct config *c)
     free(c->load_models);
     free(c->allowed_urls);
     free(c->metrics_mode);
+    free(c->metrics_config);
     free(c->ts_header_key_sequence_id);
     free(c->ts_header_key_sequence_start);
     free(c->ts_header_key_sequence_end);

@@ -52,6 +52,10 @@ struct config {
     int enable_metrics_api;             /* true */
     char *metrics_mode;                 /* "prometheus" (ours), or "log": ts_metrics.log */
     int metric_time_interval;           /* log mode: seconds between writes; -1 unset (60) */
+    char *metrics_config;               /* TorchServe's metrics.yaml, NULL unless set */
+    int model_metrics_auto_detect;      /* -1 unset: true without metrics_config (every model
+                                           metric is served, as before it existed), false with
+                                           it (TorchServe's default) */
     int initial_worker_port;            /* 9000: worker ids count up from here */
     int worker_threads;                 /* our key: intra-op threads per worker, default 1 */
     char *ts_header_key_sequence_id;    /* ts_request_sequence_id */
@@ -61,17 +65,18 @@ struct config {
     int models_line;                    /* its line in the file (snapshot_check's errors) */
     char *snapshot_json;                /* `model_snapshot=` JSON, NULL unless set */
     int snapshot_line;
-    char *state_dir;           /* our key: state_dir; default <run dir>/state */
-    char *log_location;        /* logs/ */
-    long log_max_size;         /* our key: rotate each log past this many bytes (100 MiB) */
-    int log_max_files;         /* our key: rotated files kept per log (5) */
-    int enable_access_log;     /* our key: access_log.log (true) */
-    int sched_batch;           /* our key: frontend and workers under SCHED_BATCH (true) */
-    int busy_poll_us;          /* our key: look for events this long before sleeping (0) */
-    char *oip_stream_response; /* our key: triton (default) | mlserver */
-    int enable_envvars_config; /* TS_<KEY> environment variables override the file (false) */
-    int use_env_allowed_urls;  /* ... and TS_ALLOWED_URLS among them (false) */
-    char **env_keys;           /* the keys the environment set (config_from_env) */
+    char *state_dir;              /* our key: state_dir; default <run dir>/state */
+    char *log_location;           /* logs/ */
+    long log_max_size;            /* our key: rotate each log past this many bytes (100 MiB) */
+    int log_max_files;            /* our key: rotated files kept per log (5) */
+    int enable_access_log;        /* our key: access_log.log (true) */
+    int sched_batch;              /* our key: frontend and workers under SCHED_BATCH (true) */
+    int busy_poll_us;             /* our key: look for events this long before sleeping (0) */
+    char *oip_stream_response;    /* our key: triton (default) | mlserver */
+    int enable_envvars_config;    /* TS_<KEY> environment variables override the file (false) */
+    int use_env_allowed_urls;     /* ... and TS_ALLOWED_URLS among them (false) */
+    int install_py_dep_per_model; /* a model's requirements.txt into its own venv (false) */
+    char **env_keys;              /* the keys the environment set (config_from_env) */
     size_t n_env_keys;
 };
 

@@ -13,6 +13,8 @@
 #include <sys/queue.h>
 
 #include "config.h"
+#include "metrics_config.h"
+#include "model_metrics.h"
 
 struct event_base;
 struct model;
@@ -37,6 +39,15 @@ struct server {
     struct metrics_counters counters;
     /* under log_location (access_log.c, server.c); NULL when off or not opened */
     struct rlog *access_log, *model_log, *ts_log;
+    /* metrics_mode=log: model metrics, one line per reported value (model.c); NULL otherwise */
+    struct rlog *model_metrics_log;
+    /* the workers' metrics (model_metrics.h), metrics.yaml's declarations (metrics_config.h),
+     * and those declarations for the workers' environment ("TS_WORKER_MODEL_METRICS=[...]",
+     * NULL without metrics_config) */
+    struct model_metrics model_metrics;
+    struct metrics_config metrics_decl;
+    char *worker_metrics_env;
+    char host[256]; /* gethostname(), the Hostname of metrics */
     LIST_HEAD(, model) models;
 };
 

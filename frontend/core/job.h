@@ -95,6 +95,8 @@ struct job {
     int paused;            /* running, but its worker holds it until its client catches up */
     struct seq *seq;       /* its sequence while queued or running (sequence.c) */
     int seq_end;           /* the request ends its sequence */
+    int versioned;         /* the client named the model's version (TorchServe's metrics label
+                              the others model_version="default") */
     char *seq_id;          /* echoed to the client in ts_request_sequence_id */
     /* streamed input (job_open_input): messages waiting for the worker, and the end */
     struct job_input *in_head, *in_tail;

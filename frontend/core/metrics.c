@@ -1,7 +1,7 @@
 /*
- * metrics: the histograms' bucket bounds and the per-model table of worker-reported metrics
- * (see metrics.h). The table is a small array searched by name: a handful of names per model,
- * looked up once per reported value.
+ * metrics: the histograms' bucket bounds and the per-model admission of worker-reported metric
+ * names (see metrics.h). A small array searched by name: a handful of names per model, looked up
+ * once per reported value.
  */
 #include "metrics.h"
 
@@ -13,15 +13,20 @@
 
 const double hist_ms_bounds[HIST_BUCKETS - 1] = {0.1, 0.25, 0.5, 1,   2.5,  5,    10,   25,
                                                  50,  100,  250, 500, 1000, 2500, 10000};
-const double hist_size_bounds[HIST_BUCKETS - 1] = {1,  2,  3,  4,   6,   8,   12,  16,
-                                                   24, 32, 64, 128, 256, 512, 1024};
+/* Batch sizes are whole numbers from 1. histogram_quantile interpolates inside a bucket from the
+ * bound below it, and takes 0 as the lower edge of the lowest bucket: with "le=1" lowest, batches
+ * all of 1 read as p50 0.5 and p99 0.99, below any batch there was. An empty bucket up to 0.999
+ * makes the bucket of 1 (0.999, 1], which reads 1 to three decimals at every quantile. */
+const double hist_size_bounds[HIST_BUCKETS - 1] = {0.999, 1,  2,  3,   4,   6,   8,   12,
+                                                   16,    32, 64, 128, 256, 512, 1024};
 
 /* Families the frontend serves itself: a worker's metric must not shadow or split them. */
 static int reserved(const char *name)
 {
     static const char *const own[] = {"Requests2XX", "Requests4XX",      "Requests5XX",
                                       "QueueTime",   "WorkerThreadTime", "WorkerLoadTime"};
-    if (!strncmp(name, "ts_", 3))
+    /* ts_handler_*: TorchServe's handler profiling (handler: {profile: true}) */
+    if (!strncmp(name, "ts_", 3) && strncmp(name, "ts_handler_", 11))
         return 1;
     for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
         if (!strcmp(name, own[i]))
@@ -29,8 +34,8 @@ static int reserved(const char *name)
     return 0;
 }
 
-const struct custom_metric *custom_metrics_find(const struct custom_metrics *cm, const char *name,
-                                                size_t len)
+static const struct custom_metric *find(const struct custom_metrics *cm, const char *name,
+                                        size_t len)
 {
     for (size_t i = 0; i < cm->n; i++)
         if (cm->v[i].name_len == len && !memcmp(cm->v[i].name, name, len))
@@ -43,55 +48,38 @@ static const char *kind_name(char k)
     return k == 'c' ? "counter" : k == 'g' ? "gauge" : "histogram";
 }
 
-int custom_metrics_record(struct custom_metrics *cm, const struct otf_metric *m, char *why,
-                          size_t n)
+int custom_metrics_admit(struct custom_metrics *cm, char kind, const char *p, size_t len, char *why,
+                         size_t n)
 {
-    size_t len = (size_t)m->name.len;
-    struct custom_metric *c = (struct custom_metric *)custom_metrics_find(cm, m->name.p, len);
-    char name[OTF_METRIC_NAME_MAX + 1]; /* for the slow paths: a new name, a refusal */
-    if (!c || c->kind != m->kind || (c->kind == 'c' && m->value < 0))
-        snprintf(name, sizeof(name), "%.*s", (int)len, m->name.p);
-    if (!c) {
-        if (reserved(name)) {
-            snprintf(why, n, "%s is a metric the frontend serves itself", name);
-            goto refuse;
-        }
-        int own = strcmp(name, "HandlerTime") && strcmp(name, "PredictionTime");
-        if (own && cm->n_custom == CUSTOM_METRICS_MAX) {
-            snprintf(why, n, "%s: the model has %d metric names already (the most it may have)",
-                     name, CUSTOM_METRICS_MAX);
-            goto refuse;
-        }
-        if (!cm->v)
-            cm->v = xcalloc(CUSTOM_METRICS_MAX + 2, sizeof(*cm->v));
-        cm->n_custom += own;
-        c = &cm->v[cm->n++];
-        memset(c, 0, sizeof(*c));
-        memcpy(c->name, name, len + 1);
-        c->name_len = len;
-        snprintf(c->unit, sizeof(c->unit), "%.*s", (int)m->unit.len, m->unit.p);
-        c->kind = m->kind;
-    } else if (c->kind != m->kind) {
-        snprintf(why, n, "%s was a %s, not a %s", name, kind_name(c->kind), kind_name(m->kind));
+    const struct custom_metric *c = find(cm, p, len);
+    if (c && c->kind == kind)
+        return 0;
+    char name[OTF_METRIC_NAME_MAX + 1]; /* the slow paths: a new name, a refusal */
+    snprintf(name, sizeof(name), "%.*s",
+             (int)(len < OTF_METRIC_NAME_MAX ? len : OTF_METRIC_NAME_MAX), p);
+    if (c) {
+        snprintf(why, n, "%s was a %s, not a %s", name, kind_name(c->kind), kind_name(kind));
         goto refuse;
     }
-    switch (c->kind) {
-    case 'c':
-        if (m->value < 0) {
-            snprintf(why, n, "%s is a counter and cannot go down (%g)", name, m->value);
-            goto refuse;
-        }
-        c->value += m->value;
-        break;
-    case 'g':
-        c->value = m->value;
-        break;
-    default:
-        hist_observe(&c->h, hist_ms_bounds, m->value);
+    if (len > OTF_METRIC_NAME_MAX || reserved(name)) {
+        snprintf(why, n, "%s is a metric the frontend serves itself", name);
+        goto refuse;
     }
+    int own = strcmp(name, "HandlerTime") && strcmp(name, "PredictionTime");
+    if (own && cm->n_custom == CUSTOM_METRICS_MAX) {
+        snprintf(why, n, "%s: the model has %d metric names already (the most it may have)", name,
+                 CUSTOM_METRICS_MAX);
+        goto refuse;
+    }
+    if (!cm->v)
+        cm->v = xcalloc(CUSTOM_METRICS_MAX + 2, sizeof(*cm->v));
+    cm->n_custom += own;
+    struct custom_metric *e = &cm->v[cm->n++];
+    memcpy(e->name, name, len + 1);
+    e->name_len = len;
+    e->kind = kind;
     return 0;
 refuse:
-    cm->refused++;
     return -1;
 }
 

@@ -22,7 +22,7 @@ struct hist {
 
 /* Milliseconds: 0.1 ms to 10 s. */
 extern const double hist_ms_bounds[HIST_BUCKETS - 1];
-/* Batch sizes: 1 to 1024. */
+/* Batch sizes: 1 to 1024, below an empty bucket up to 0.999 (metrics.c says why). */
 extern const double hist_size_bounds[HIST_BUCKETS - 1];
 
 /* Building with -DTS_METRICS_OFF (make EXTRA_CFLAGS=-DTS_METRICS_OFF BUILD=build-nometrics)
@@ -42,34 +42,31 @@ static inline void hist_observe(struct hist *h, const double *bounds, double v)
     h->count++;
 }
 
-/* ---- the metrics workers report (OTF_METRICS_KEY): handlers' custom metrics, HandlerTime and
- * PredictionTime. One table per model, at most CUSTOM_METRICS_MAX distinct names besides those
- * two: a handler that makes names up per request cannot grow the frontend's memory or /metrics
- * without bound. */
+/* ---- the names each model's workers report (binary records, metric lines): a model may bring
+ * at most CUSTOM_METRICS_MAX names of its own besides HandlerTime and PredictionTime, so that a
+ * handler that makes names up per request cannot grow the frontend's memory or /metrics without
+ * bound; a name keeps the kind it was first reported with; the frontend's own families cannot be
+ * shadowed. The values themselves are in the server's table (model_metrics.h). */
 #define CUSTOM_METRICS_MAX 32
 
 struct custom_metric {
     char name[OTF_METRIC_NAME_MAX + 1];
     size_t name_len;
-    char unit[OTF_METRIC_UNIT_MAX + 1];
-    char kind;    /* 'c' counter (sum), 'g' gauge (last value), 'h' histogram */
-    double value; /* counter: the sum; gauge: the last value */
-    struct hist h;
+    char kind; /* 'c' counter, 'g' gauge, 'h' histogram */
 };
 
 struct custom_metrics {
     struct custom_metric *v;
     size_t n;         /* entries in v */
     size_t n_custom;  /* of them, the handler's own (not HandlerTime or PredictionTime) */
-    uint64_t refused; /* values dropped (cap, kind changed, reserved name) */
+    uint64_t refused; /* values dropped, counted by the owner (model.c) */
 };
 
-/* Records one value. 0, or -1 with why (the name over the cap, a kind that differs from the
- * name's first one, a name the frontend serves itself). */
-int custom_metrics_record(struct custom_metrics *cm, const struct otf_metric *m, char *why,
-                          size_t n);
-const struct custom_metric *custom_metrics_find(const struct custom_metrics *cm, const char *name,
-                                                size_t len);
+/* Admits one value of name (kind 'c', 'g' or 'h') for the model: 0, or -1 with why (the name
+ * over the cap, a kind that differs from the name's first one, a name the frontend serves
+ * itself). */
+int custom_metrics_admit(struct custom_metrics *cm, char kind, const char *name, size_t len,
+                         char *why, size_t n);
 void custom_metrics_free(struct custom_metrics *cm);
 
 #endif

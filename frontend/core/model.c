@@ -19,6 +19,8 @@
 #include "batcher.h"
 #include "core.h"
 #include "log.h"
+#include "metric_line.h"
+#include "rlog.h"
 #include "sequence.h"
 #include "worker_pool.h"
 
@@ -74,12 +76,12 @@ static void job_ended(struct job *j, int was_running)
     struct model *m = j->model;
     int64_t total = now - j->created_us;
     hist_observe(&m->h_latency, hist_ms_bounds, (double)total / 1000.0);
-    m->latency_us_total += (uint64_t)total;
+    m->latency_us_total[j->versioned != 0] += (uint64_t)total;
     if (j->dispatched_us) {
         int64_t queued = j->dispatched_us - j->created_us;
         hist_observe(&m->h_queue, hist_ms_bounds, (double)queued / 1000.0);
         srv->counters.queue_time_ms = (double)queued / 1000.0;
-        m->queue_us_total += (uint64_t)queued;
+        m->queue_us_total[j->versioned != 0] += (uint64_t)queued;
         hist_observe(&m->h_worker, hist_ms_bounds, (double)(now - j->dispatched_us) / 1000.0);
     }
     if (j->seq)
@@ -163,13 +165,54 @@ static void group_changed(struct worker_group *g, const char *why)
         events->workers_changed(m);
 }
 
-/* One value for m's table; a refused one is logged the first time and every 1,000th after. */
-static void record_metric(struct model *m, const struct otf_metric *om)
+/* A refused value of m's workers: logged the first time and every 1,000th after. */
+static void metric_refused(struct model *m, const char *why)
 {
-    char why[160];
-    if (custom_metrics_record(&m->custom, om, why, sizeof(why)) && m->custom.refused % 1000 == 1)
+    if (++m->custom.refused % 1000 == 1)
         LOG_WARN("model %s %s: metric refused (%llu so far): %s", m->name, m->version,
                  (unsigned long long)m->custom.refused, why);
+}
+
+/* One value of m's workers into the server's table (and, with metrics_mode=log, a line of
+ * model_metrics.log, as TorchServe writes each backend metric). */
+static void record_sample(struct model *m, const struct mm_sample *s, const char *request_ids)
+{
+    char why[200];
+    if (custom_metrics_admit(&m->custom, s->kind, s->name.p, (size_t)s->name.len, why,
+                             sizeof(why))) {
+        metric_refused(m, why);
+        return;
+    }
+    if (model_metrics_record(&srv->model_metrics, s, why, sizeof(why))) {
+        metric_refused(m, why);
+        return;
+    }
+    if (!srv->model_metrics_log)
+        return;
+    const struct mm_metric *mm =
+        model_metrics_find(&srv->model_metrics, s->name.p, (size_t)s->name.len);
+    char t[32];
+    ts_log4j_time(t, sizeof(t));
+    struct buf b;
+    buf_init(&b);
+    buf_printf(&b, "%s - ", t);
+    model_metrics_log_line(&b, s, mm ? mm->unit : "", srv->host, request_ids,
+                           (long long)(ts_wall_ms() / 1000));
+    rlog_write(srv->model_metrics_log, (const char *)b.data, b.len);
+    buf_free(&b);
+}
+
+/* A value measured or reported without dimensions (a C handler's ts_metric_add, the step times):
+ * TorchServe's default dimensions of a model metric, ModelName and Level. */
+static void record_plain(struct model *m, char kind, struct otf_str name, struct otf_str unit,
+                         double value, const char *request_ids)
+{
+    struct mm_sample s = {.kind = kind, .name = name, .unit = unit, .value = value, .n_dims = 2};
+    s.dim_name[0] = otf_s("ModelName");
+    s.dim_value[0] = otf_s(m->name);
+    s.dim_name[1] = otf_s("Level");
+    s.dim_value[1] = otf_s("Model");
+    record_sample(m, &s, request_ids);
 }
 
 /* The worker's metrics for m: the handler's records, then the step's HandlerTime and
@@ -183,6 +226,7 @@ static void group_metrics(struct worker_group *g, struct job *j, struct otf_str 
     return;
 #endif
     struct model *m = model_of_group(g);
+    const char *rid = j ? j->rid : NULL;
     const char *p = records.p;
     size_t left = records.len > 0 ? (size_t)records.len : 0;
     struct otf_metric om;
@@ -190,23 +234,45 @@ static void group_metrics(struct worker_group *g, struct job *j, struct otf_str 
     while ((n = otf_metric_next(p, left, &om)) > 0) {
         p += n;
         left -= (size_t)n;
-        record_metric(m, &om);
+        record_plain(m, om.kind, om.name, om.unit, om.value, rid);
     }
     if (n < 0)
         LOG_WARN("model %s %s: a worker sent a malformed metric record", m->name, m->version);
     if (!step)
         return;
-    om = (struct otf_metric){'g', otf_sn("HandlerTime", 11), otf_sn("ms", 2),
-                             (double)step->handle_us / 1000.0};
-    record_metric(m, &om);
-    om.name = otf_sn("PredictionTime", 14);
-    om.value = (double)step->predict_us / 1000.0;
-    record_metric(m, &om);
+    double predict_ms = (double)step->predict_us / 1000.0;
+    record_plain(m, 'g', otf_s("HandlerTime"), otf_s("ms"), (double)step->handle_us / 1000.0, rid);
+    record_plain(m, 'g', otf_s("PredictionTime"), otf_s("ms"), predict_ms, rid);
     /* the first frame of a job: its time with the worker less the worker's own */
     if (j && j->frames == 0 && j->dispatched_us) {
-        double ms = (double)(ts_now_us() - j->dispatched_us) / 1000.0 - om.value;
+        double ms = (double)(ts_now_us() - j->dispatched_us) / 1000.0 - predict_ms;
         srv->counters.worker_thread_time_ms = ms > 0 ? ms : 0;
     }
+}
+
+/* A "[METRICS]" line of a worker of m: a Python handler's context.metrics, or a handler that
+ * prints TorchServe's metric lines itself. */
+static void group_metric_line(struct worker_group *g, const char *line, size_t len)
+{
+    struct model *m = model_of_group(g);
+    struct metric_line ml;
+    char why[160];
+    if (metric_line_parse(line, len, &ml, why, sizeof(why))) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "a [METRICS] line that does not parse: %s", why);
+        metric_refused(m, msg);
+        return;
+    }
+    struct mm_sample s = {
+        .kind = ml.kind, .name = ml.name, .unit = ml.unit, .value = ml.value, .n_dims = ml.n_dims};
+    for (size_t i = 0; i < ml.n_dims; i++) {
+        s.dim_name[i] = ml.dim_name[i];
+        s.dim_value[i] = ml.dim_value[i];
+    }
+    char ids[512] = "";
+    if (ml.request_ids.len > 0)
+        snprintf(ids, sizeof(ids), "%.*s", (int)ml.request_ids.len, ml.request_ids.p);
+    record_sample(m, &s, ids);
 }
 
 static const struct worker_group_ops model_group_ops = {
@@ -216,6 +282,7 @@ static const struct worker_group_ops model_group_ops = {
     .requeue = group_requeue,
     .changed = group_changed,
     .metrics = group_metrics,
+    .metric_line = group_metric_line,
 };
 
 /* ---- the registry ---- */
@@ -243,6 +310,7 @@ void model_free(struct model *m)
     free(m->url);
     free(m->dir);
     free(m->tmp_dir);
+    free(m->venv);
     free(m->handler);
     free(m);
 }
@@ -379,7 +447,7 @@ int model_submit_request(struct model *m, struct job *j, struct submit_error *e)
         if (rc == 1)
             e->status = 200;
         if (rc == 0)
-            m->n_requests++;
+            m->n_requests[j->versioned != 0]++;
         return rc;
     }
     int rc = model_submit(m, j);
@@ -412,7 +480,7 @@ int model_submit(struct model *m, struct job *j)
     j->state = JOB_QUEUED;
     TAILQ_INSERT_TAIL(&m->queue, j, link);
     m->queue_len++;
-    m->n_requests++;
+    m->n_requests[j->versioned != 0]++;
     model_dispatch(m);
     return 0;
 }

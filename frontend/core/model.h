@@ -29,6 +29,7 @@ struct model {
     char *url;     /* what it was registered from (archive file name or path) */
     char *dir;     /* extracted model directory */
     char *tmp_dir; /* directory we created for the extraction (removed on unregister), or NULL */
+    char *venv;    /* its virtual environment (install_py_dep_per_model, inside tmp_dir), or NULL */
     char *handler;
     uint64_t extracted_bytes; /* what its extraction holds of max_extracted_bytes */
     int is_default;
@@ -46,14 +47,15 @@ struct model {
     struct event *batch_timer;
     struct worker_group pool; /* its workers */
     struct seq_table *seqs;   /* sequenceBatching: job groups (sequence.c), else NULL */
-    /* stats */
-    uint64_t n_requests;
+    /* stats; [0]: requests that named no version (TorchServe's model_version "default"),
+     * [1]: requests for this version by name */
+    uint64_t n_requests[2];
     /* /metrics: per request, from the client's request to its end (latency), in the queue, on a
      * worker (dispatch to end), to the first frame, between frames; TorchServe's cumulative
      * ts_inference_latency_microseconds and ts_queue_latency_microseconds */
     struct hist h_latency, h_queue, h_worker, h_ttft, h_itl;
-    uint64_t latency_us_total, queue_us_total;
-    struct custom_metrics custom; /* what its workers report: HandlerTime, handlers' metrics */
+    uint64_t latency_us_total[2], queue_us_total[2];
+    struct custom_metrics custom; /* the metric names its workers report (admission) */
     LIST_ENTRY(model) link;
 };
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "metric_line.h"
 #include "rlog.h"
 #include "util.h"
 
@@ -24,6 +25,8 @@ struct worker_log {
     char tag[TS_NAME_MAX * 2 + 32]; /* "W-9000-mlp_1.0 " */
     size_t tag_len;
     struct buf line;
+    worker_log_metric_fn *on_metric;
+    void *arg;
 };
 
 int worker_log_pipe(int *wr)
@@ -39,6 +42,11 @@ int worker_log_pipe(int *wr)
 /* One line (without its newline) to model_log.log and stderr. */
 static void emit(struct worker_log *l, const char *s, size_t n)
 {
+    size_t pl = sizeof(METRIC_LINE_PREFIX) - 1;
+    if (l->on_metric && n >= pl && !memcmp(s, METRIC_LINE_PREFIX, pl)) {
+        l->on_metric(l->arg, s + pl, n - pl);
+        return;
+    }
     char out[WORKER_LOG_LINE_MAX + sizeof(l->tag) + 2];
     memcpy(out, l->tag, l->tag_len);
     memcpy(out + l->tag_len, s, n);
@@ -97,10 +105,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-struct worker_log *worker_log_new(int rd, int id, const char *name, const char *version)
+struct worker_log *worker_log_new(int rd, int id, const char *name, const char *version,
+                                  worker_log_metric_fn *on_metric, void *arg)
 {
     struct worker_log *l = xcalloc(1, sizeof(*l));
     l->fd = rd;
+    l->on_metric = on_metric;
+    l->arg = arg;
     int n = snprintf(l->tag, sizeof(l->tag), "W-%d-%s_%s ", id, name, version);
     l->tag_len = n > 0 && (size_t)n < sizeof(l->tag) ? (size_t)n : 0;
     buf_init(&l->line);

@@ -349,15 +349,27 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
     size_t ne = 0;
     while (environ[ne])
         ne++;
-    char **envp = xcalloc(ne + 3, sizeof(char *));
+    char **envp = xcalloc(ne + 5, sizeof(char *));
     size_t k = 0;
-    for (size_t i = 0; i < ne; i++)
-        if (strncmp(environ[i], "OMP_NUM_THREADS=", 16))
+    /* what we set is ours alone: an inherited value of these never reaches a worker */
+    static const char *const ours[] = {"OMP_NUM_THREADS=", "TS_WORKER_ID=", WORKER_ENV_METRICS "=",
+                                       WORKER_ENV_VENV "="};
+    for (size_t i = 0; i < ne; i++) {
+        size_t o = 0;
+        while (o < sizeof(ours) / sizeof(ours[0]) && strncmp(environ[i], ours[o], strlen(ours[o])))
+            o++;
+        if (o == sizeof(ours) / sizeof(ours[0]))
             envp[k++] = environ[i];
+    }
     char *omp = xasprintf("OMP_NUM_THREADS=%d", srv->cfg.worker_threads);
     char *wid = xasprintf("TS_WORKER_ID=%d", w->id);
+    char *venv = w->group->venv ? xasprintf(WORKER_ENV_VENV "=%s", w->group->venv) : NULL;
     envp[k++] = omp;
     envp[k++] = wid;
+    if (srv->worker_metrics_env)
+        envp[k++] = srv->worker_metrics_env;
+    if (venv)
+        envp[k++] = venv;
 
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -380,6 +392,7 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
     }
     free(omp);
     free(wid);
+    free(venv);
     free(envp);
     free(state);
     if (rc != 0)
@@ -388,6 +401,14 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
 }
 
 static worker_exec_fn *exec_fn = exec_worker_binary;
+
+/* A worker's "[METRICS]" line, to its group's owner */
+static void worker_metric_line(void *arg, const char *line, size_t len)
+{
+    struct worker *w = arg;
+    if (w->group && w->group->ops->metric_line)
+        w->group->ops->metric_line(w->group, line, len);
+}
 static void *exec_arg;
 
 void worker_pool_set_exec(worker_exec_fn *fn, void *arg)
@@ -428,7 +449,8 @@ static void worker_spawn(struct worker *w)
     worker_log_free(w->log); /* the predecessor's, if it was respawned */
     w->log = NULL;
     if (spawn_log_rd >= 0)
-        w->log = worker_log_new(spawn_log_rd, w->id, w->group->name, w->group->version);
+        w->log = worker_log_new(spawn_log_rd, w->id, w->group->name, w->group->version,
+                                worker_metric_line, w);
     spawn_log_rd = -1;
     w->state = WORKER_STARTING;
     w->start_wall_ms = ts_wall_ms();

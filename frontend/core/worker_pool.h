@@ -50,12 +50,21 @@ struct worker_group_ops {
      * sees it. j: its job, before the frame is delivered; NULL when the job is gone. */
     void (*metrics)(struct worker_group *g, struct job *j, struct otf_str records,
                     const struct otf_step *step);
+    /* A "[METRICS]" line of a worker's output (worker_log.h): the text after the prefix. */
+    void (*metric_line)(struct worker_group *g, const char *line, size_t len);
 };
+
+/* The environment a worker gets from the frontend besides its own (exec_worker_binary):
+ * metrics.yaml's model metrics as JSON (metrics_config.h) and the model's virtual environment;
+ * read by the Python plugin and our ts package. */
+#define WORKER_ENV_METRICS "TS_WORKER_MODEL_METRICS"
+#define WORKER_ENV_VENV "TS_WORKER_VENV"
 
 /* One model's workers and what they load. The strings are the owner's, immutable while the group
  * has workers. */
 struct worker_group {
     const char *name, *version, *dir, *handler, *envelope;
+    const char *venv; /* the model's virtual environment (install_py_dep_per_model), or NULL */
     int batch_size;
     int startup_timeout_s, response_timeout_s;
     int continuous; /* the handler keeps requests across steps (learned at load) */

@@ -297,6 +297,7 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         return GS_INTERNAL;
     }
     struct job *j = job_new(NULL, &grpc_job_sink, c);
+    j->versioned = version != NULL;
     /* proto3 maps: the last entry of a key wins (a message may hold millions of entries) */
     const char *few_keys[PB_REQ_FEW_KEYS];
     size_t few_keep[PB_REQ_FEW_KEYS];

@@ -409,6 +409,7 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
     ps.r.stream = st != NULL;
     q->empty_final = json_is_true(json_object_get(ps.params, "triton_enable_empty_final_response"));
     struct job *j = job_new(q->id, &grpc_oip_sink, q);
+    j->versioned = m->model_version && *m->model_version;
     q->job = j;
     int text;
     if (oip_req_to_job(mod, &ps.r, j, &text, err, sizeof(err))) {

@@ -62,7 +62,7 @@ static void add_query_params(struct evhttp_request *req, struct job *j)
 
 /* The shared part of every inference entry point: body limits, job creation, submission. */
 void http_submit_predict(struct evhttp_request *req, const char *rid, struct model *m,
-                         const char *url_path, int explain)
+                         const char *url_path, int explain, int versioned)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
@@ -74,6 +74,7 @@ void http_submit_predict(struct evhttp_request *req, const char *rid, struct mod
     }
     struct http_call *c = http_call_new(req, rid, HTTP_STREAM_AUTO);
     struct job *j = job_new(rid, &http_call_sink, c);
+    j->versioned = versioned;
     c->job = j;
 
     struct evkeyvalq *hdrs = evhttp_request_get_input_headers(req);
@@ -136,7 +137,7 @@ static void predictions(struct evhttp_request *req, const char *rid, struct http
     buf_init(&up);
     for (int i = 3; i < p->n; i++)
         buf_printf(&up, "%s%s", i > 3 ? "/" : "", p->seg[i]);
-    http_submit_predict(req, rid, m, up.len ? (char *)up.data : "", explain);
+    http_submit_predict(req, rid, m, up.len ? (char *)up.data : "", explain, version != NULL);
     buf_free(&up);
 }
 

@@ -3,13 +3,15 @@
  *
  * TorchServe's names for what it has: Requests2XX/4XX/5XX (HTTP and gRPC answers),
  * ts_inference_requests_total, and its cumulative ts_inference_latency_microseconds and
- * ts_queue_latency_microseconds. What TorchServe lacks, as real histograms per model and
- * version (ts_request_latency_ms, ts_queue_wait_ms, ts_worker_time_ms,
- * ts_time_to_first_token_ms, ts_inter_token_ms, ts_batch_size) and gauges (queue depth, busy
- * and idle workers, open sequences). TorchServe's QueueTime, WorkerThreadTime and WorkerLoadTime
- * gauges; HandlerTime, PredictionTime and handlers' own metrics as the workers report them
- * (ts_metric_add), labelled with the model and version. `/metrics?name[]=NAME` (repeatable) keeps
- * only those families, as TorchServe does.
+ * ts_queue_latency_microseconds (model_version "default" for requests that named none, as
+ * TorchServe labels them). What TorchServe lacks, as real histograms per model and version
+ * (ts_request_latency_ms, ts_queue_wait_ms, ts_worker_time_ms, ts_time_to_first_token_ms,
+ * ts_inter_token_ms, ts_batch_size) and gauges (queue depth, busy and idle workers, open
+ * sequences). TorchServe's QueueTime, WorkerThreadTime and WorkerLoadTime gauges; with
+ * metrics_config, only the TorchServe-named families its ts_metrics section lists. The model
+ * metrics (model_metrics.h: HandlerTime, PredictionTime, handlers' own) with TorchServe's labels,
+ * their dimensions (ModelName and Level by default) and Hostname. `/metrics?name[]=NAME`
+ * (repeatable) keeps only those families, as TorchServe does.
  */
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -90,6 +92,50 @@ static void histogram(struct out *o, const char *name, const char *help, size_t 
         hist_lines(o, name, m, (const struct hist *)((const char *)m + field), bounds);
 }
 
+/* The frontend families that carry TorchServe's names: with metrics_config, only those its
+ * ts_metrics section names are served, as TorchServe serves only what its metrics.yaml declares. */
+static int ts_family_on(const char *name)
+{
+    return !srv->cfg.metrics_config || metrics_config_ts_declared(&srv->metrics_decl, name);
+}
+
+/* TorchServe's three per-model counters. As TorchServe labels them: model_version is the version
+ * a request named, "default" for the requests that named none (one series per model name, all
+ * its versions together). which: 0 requests, 1 latency, 2 time in the queue. */
+static uint64_t ts_counter(const struct model *m, int which, int versioned)
+{
+    return which == 0   ? m->n_requests[versioned]
+           : which == 1 ? m->latency_us_total[versioned]
+                        : m->queue_us_total[versioned];
+}
+
+static void ts_counters(struct out *o, const char *name, const char *unit, int which)
+{
+    char help[96];
+    snprintf(help, sizeof(help), "Torchserve prometheus counter metric with unit: %s", unit);
+    if (!ts_family_on(name) || !family(o, name, "counter", help))
+        return;
+    for (struct model *m = model_first(); m; m = model_next(m)) {
+        struct model *first = model_first();
+        while (strcmp(first->name, m->name))
+            first = model_next(first);
+        if (first != m)
+            continue; /* the name's "default" series was written with its first version */
+        uint64_t sum = 0;
+        for (struct model *v = m; v; v = model_next(v))
+            if (!strcmp(v->name, m->name))
+                sum += ts_counter(v, which, 0);
+        buf_printf(&o->b,
+                   "%s{model_name=\"%s\",model_version=\"default\",hostname=\"%s\",} %llu.0\n",
+                   name, m->name, o->host, (unsigned long long)sum);
+    }
+    for (struct model *m = model_first(); m; m = model_next(m))
+        if (m->n_requests[1])
+            buf_printf(&o->b,
+                       "%s{model_name=\"%s\",model_version=\"%s\",hostname=\"%s\",} %llu.0\n", name,
+                       m->name, m->version, o->host, (unsigned long long)ts_counter(m, which, 1));
+}
+
 /* A per-model value in TorchServe's label style. */
 static void per_model(struct out *o, const char *name, const char *type, const char *help,
                       uint64_t (*value)(const struct model *))
@@ -101,18 +147,6 @@ static void per_model(struct out *o, const char *name, const char *type, const c
                    name, m->name, m->version, o->host, (unsigned long long)value(m));
 }
 
-static uint64_t v_requests(const struct model *m)
-{
-    return m->n_requests;
-}
-static uint64_t v_latency_us(const struct model *m)
-{
-    return m->latency_us_total;
-}
-static uint64_t v_queue_us(const struct model *m)
-{
-    return m->queue_us_total;
-}
 static uint64_t v_batches(const struct model *m)
 {
     return m->pool.n_batches;
@@ -155,37 +189,66 @@ static const char *kind_type(char kind)
     return kind == 'c' ? "counter" : kind == 'g' ? "gauge" : "histogram";
 }
 
-/* The workers' metrics (HandlerTime, PredictionTime, handlers' own): one family per name across
- * models, typed by the first model that reported it (a model that reported the name as another
- * kind is left out of that family). */
-static void worker_families(struct out *o)
+/* A label value with Prometheus' escapes (backslash, double quote). */
+static void label_value(struct buf *b, const char *v)
 {
-    for (struct model *m = model_first(); m; m = model_next(m)) {
-        for (size_t i = 0; i < m->custom.n; i++) {
-            const struct custom_metric *c = &m->custom.v[i];
-            struct model *prev = model_first();
-            while (prev != m && !custom_metrics_find(&prev->custom, c->name, c->name_len))
-                prev = model_next(prev);
-            if (prev != m)
-                continue; /* its family was written with an earlier model */
-            char help[96];
-            snprintf(help, sizeof(help), "Torchserve prometheus %s metric with unit: %s",
-                     kind_type(c->kind), c->unit[0] ? c->unit : "none");
-            if (!family(o, c->name, kind_type(c->kind), help))
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            buf_put(b, "\\", 1);
+        buf_put(b, v, 1);
+    }
+}
+
+static void series_labels(struct out *o, const struct mm_metric *mt, const struct mm_series *se)
+{
+    for (size_t d = 0; d < mt->n_dims; d++) {
+        buf_printf(&o->b, "%s=\"", mt->dims[d]);
+        label_value(&o->b, se->values[d]);
+        buf_puts(&o->b, "\",");
+    }
+    buf_printf(&o->b, "Hostname=\"%s\",", o->host);
+}
+
+/* The model metrics (model_metrics.h): HandlerTime, PredictionTime and the handlers' own, with
+ * TorchServe's labels: their dimensions, then Hostname. */
+static void model_families(struct out *o)
+{
+    const struct model_metrics *mm = &srv->model_metrics;
+    for (size_t i = 0; i < mm->n; i++) {
+        const struct mm_metric *mt = &mm->v[i];
+        char help[96];
+        snprintf(help, sizeof(help), "Torchserve prometheus %s metric with unit: %s",
+                 kind_type(mt->kind), mt->unit[0] ? mt->unit : "none");
+        if (!family(o, mt->name, kind_type(mt->kind), help))
+            continue;
+        for (size_t k = 0; k < mt->n_series; k++) {
+            const struct mm_series *se = &mt->series[k];
+            char v[40];
+            if (mt->kind != 'h') {
+                model_metrics_fmt_value(v, sizeof(v), se->value);
+                buf_printf(&o->b, "%s{", mt->name);
+                series_labels(o, mt, se);
+                buf_printf(&o->b, "} %s\n", v);
                 continue;
-            for (struct model *k = m; k; k = model_next(k)) {
-                const struct custom_metric *kc =
-                    custom_metrics_find(&k->custom, c->name, c->name_len);
-                if (!kc || kc->kind != c->kind)
-                    continue;
-                if (c->kind == 'h')
-                    hist_lines(o, c->name, k, &kc->h, hist_ms_bounds);
-                else
-                    buf_printf(&o->b,
-                               "%s{model_name=\"%s\",model_version=\"%s\",Level=\"Model\","
-                               "Hostname=\"%s\",} %.10g\n",
-                               c->name, k->name, k->version, o->host, kc->value);
             }
+            uint64_t cum = 0;
+            for (int b = 0; b < HIST_BUCKETS; b++) {
+                cum += se->h.counts[b];
+                buf_printf(&o->b, "%s_bucket{", mt->name);
+                series_labels(o, mt, se);
+                if (b < HIST_BUCKETS - 1)
+                    buf_printf(&o->b, "le=\"%g\",} %llu\n", hist_ms_bounds[b],
+                               (unsigned long long)cum);
+                else
+                    buf_printf(&o->b, "le=\"+Inf\",} %llu\n", (unsigned long long)cum);
+            }
+            buf_printf(&o->b, "%s_count{", mt->name);
+            series_labels(o, mt, se);
+            buf_printf(&o->b, "} %llu\n", (unsigned long long)se->h.count);
+            model_metrics_fmt_value(v, sizeof(v), se->h.sum);
+            buf_printf(&o->b, "%s_sum{", mt->name);
+            series_labels(o, mt, se);
+            buf_printf(&o->b, "} %s\n", v);
         }
     }
 }
@@ -195,13 +258,13 @@ static void worker_families(struct out *o)
 static void torchserve_gauges(struct out *o)
 {
     const char *help = "Torchserve prometheus gauge metric with unit: Milliseconds";
-    if (family(o, "QueueTime", "gauge", help))
+    if (ts_family_on("QueueTime") && family(o, "QueueTime", "gauge", help))
         buf_printf(&o->b, "QueueTime{Level=\"Host\",Hostname=\"%s\",} %.3f\n", o->host,
                    srv->counters.queue_time_ms);
-    if (family(o, "WorkerThreadTime", "gauge", help))
+    if (ts_family_on("WorkerThreadTime") && family(o, "WorkerThreadTime", "gauge", help))
         buf_printf(&o->b, "WorkerThreadTime{Level=\"Host\",Hostname=\"%s\",} %.3f\n", o->host,
                    srv->counters.worker_thread_time_ms);
-    if (!family(o, "WorkerLoadTime", "gauge", help))
+    if (!ts_family_on("WorkerLoadTime") || !family(o, "WorkerLoadTime", "gauge", help))
         return;
     for (struct model *m = model_first(); m; m = model_next(m)) {
         struct worker *w;
@@ -216,21 +279,21 @@ static void torchserve_gauges(struct out *o)
     }
 }
 
-static void render(struct out *o)
+/* models: with the model metrics (/metrics), or without (ts_metrics.log: they have their own
+ * log, model_metrics.log) */
+static void render(struct out *o, int models)
 {
     const char *names[3] = {"Requests2XX", "Requests4XX", "Requests5XX"};
     uint64_t vals[3] = {srv->counters.requests_2xx, srv->counters.requests_4xx,
                         srv->counters.requests_5xx};
     for (int i = 0; i < 3; i++)
-        if (family(o, names[i], "counter", "Torchserve prometheus counter metric with unit: Count"))
+        if (ts_family_on(names[i]) &&
+            family(o, names[i], "counter", "Torchserve prometheus counter metric with unit: Count"))
             buf_printf(&o->b, "%s{Level=\"Host\",Hostname=\"%s\",} %llu.0\n", names[i], o->host,
                        (unsigned long long)vals[i]);
-    per_model(o, "ts_inference_requests_total", "counter",
-              "Torchserve prometheus counter metric with unit: Count", v_requests);
-    per_model(o, "ts_inference_latency_microseconds", "counter",
-              "Torchserve prometheus counter metric with unit: Microseconds", v_latency_us);
-    per_model(o, "ts_queue_latency_microseconds", "counter",
-              "Torchserve prometheus counter metric with unit: Microseconds", v_queue_us);
+    ts_counters(o, "ts_inference_requests_total", "Count", 0);
+    ts_counters(o, "ts_inference_latency_microseconds", "Microseconds", 1);
+    ts_counters(o, "ts_queue_latency_microseconds", "Microseconds", 2);
     histogram(o, "ts_request_latency_ms", "request latency, from arrival to the end, ms",
               offsetof(struct model, h_latency), hist_ms_bounds);
     histogram(o, "ts_queue_wait_ms", "time in the queue before a worker took the request, ms",
@@ -251,14 +314,18 @@ static void render(struct out *o)
     per_model(o, "ts_workers_idle", "gauge", "ready workers holding nothing", v_idle);
     per_model(o, "ts_sequences_open", "gauge", "open sequences", v_sequences);
     torchserve_gauges(o);
-    worker_families(o);
+    if (models)
+        model_families(o);
 }
 
 /* ---- metrics_mode=log: ts_metrics.log, in TorchServe's log format ----
- * Every metric_time_interval seconds (default 60) and once at shutdown, each sample that
- * /metrics would serve becomes a line "Name.Unit:value|#dim:v,dim:v|#hostname:h,timestamp:T"
- * (TorchServe's StatsD-like format; the unit from the family's HELP line, else Milliseconds for
- * *_ms families and Count). Written through an rlog (rotated like the other logs). */
+ * Every metric_time_interval seconds (default 60) and once at shutdown, each sample of the
+ * frontend's families that /metrics would serve becomes a line
+ * "<log4j ISO8601 time> - Name.Unit:value|#dim:v,dim:v|#hostname:h,timestamp:T" (TorchServe's
+ * log format, whose "%d{ISO8601} - " prefix its benchmark tools split on; the unit from the
+ * family's HELP line, else Milliseconds for *_ms families and Count). The model metrics are not
+ * here: each reported value is a line of model_metrics.log (model.c), as in TorchServe. Written
+ * through an rlog (rotated like the other logs). */
 static struct rlog *metrics_log;
 static struct event *metrics_timer;
 static char *log_path;
@@ -310,12 +377,13 @@ static void write_metrics_log(void)
     memset(&o, 0, sizeof(o));
     buf_init(&o.b);
     TAILQ_INIT(&o.query);
-    strcpy(o.host, "localhost");
-    gethostname(o.host, sizeof(o.host) - 1);
-    render(&o);
+    snprintf(o.host, sizeof(o.host), "%s", srv->host);
+    render(&o, 0);
     struct buf lines;
     buf_init(&lines);
     long long ts = (long long)(ts_wall_ms() / 1000);
+    char when[32];
+    ts_log4j_time(when, sizeof(when));
     char unit[64] = "Count";
     const char *p = (const char *)o.b.data, *end = p + o.b.len;
     while (p < end) {
@@ -332,6 +400,7 @@ static void write_metrics_log(void)
                          nl_ > 3 && !strncmp(p + 7 + nl_ - 3, "_ms", 3) ? "Milliseconds" : "Count");
             }
         } else if (n && p[0] != '#') {
+            buf_printf(&lines, "%s - ", when); /* log4j's %d{ISO8601} - , as TorchServe's */
             log_sample(&lines, p, n, unit, o.host, ts);
         }
         p += n + 1;
@@ -416,20 +485,20 @@ void http_metrics_handle(struct evhttp_request *req)
             o.filtered |= is_name_key(kv->key);
         }
     }
-    strcpy(o.host, "localhost");
-    gethostname(o.host, sizeof(o.host) - 1);
+    snprintf(o.host, sizeof(o.host), "%s", srv->host);
 
     if (!strcmp(srv->cfg.metrics_mode, "log")) {
         char note[512];
         int n = snprintf(note, sizeof(note),
-                         "# metrics_mode=log: the metrics are written to %s every %d s\n",
+                         "# metrics_mode=log: the metrics are written to %s every %d s, the "
+                         "model metrics to model_metrics.log as they are reported\n",
                          log_path ? log_path : "ts_metrics.log", log_interval_s);
         evhttp_clear_headers(&o.query);
         buf_free(&o.b);
         http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", note, (size_t)n);
         return;
     }
-    render(&o);
+    render(&o, 1);
 
     evhttp_clear_headers(&o.query);
     http_send(req, rid, 200, "text/plain; version=0.0.4; charset=utf-8", o.b.data, o.b.len);

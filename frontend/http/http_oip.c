@@ -322,7 +322,8 @@ static void oip_call_setup(struct http_call *c, void *arg, void (*arg_free)(void
 
 enum route { R_INFER, R_INFER_STREAM, R_GENERATE, R_GENERATE_STREAM };
 
-static void infer(struct evhttp_request *req, const char *rid, struct model *m, enum route rt)
+static void infer(struct evhttp_request *req, const char *rid, struct model *m, enum route rt,
+                  int versioned)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
@@ -364,6 +365,7 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
 
     struct http_call *c = http_call_new(req, rid, stream ? HTTP_STREAM_SSE : HTTP_STREAM_CHUNKED);
     struct job *j = job_new(rid, &http_call_sink, c);
+    j->versioned = versioned;
     c->job = j;
     struct evkeyval *h;
     TAILQ_FOREACH(h, hdrs, next)
@@ -545,7 +547,7 @@ void http_oip_handle(struct evhttp_request *req, const char *rid, const struct h
             return;
         struct model *m = find_model(req, rid, name, version);
         if (m)
-            infer(req, rid, m, ops[i].rt);
+            infer(req, rid, m, ops[i].rt, version != NULL);
         return;
     }
     send_error(req, rid, 404, "no such OIP endpoint: %s", op);

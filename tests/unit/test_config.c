@@ -297,9 +297,6 @@ TEST(unsupported_keys)
     expect_error("keystore=k.p12\n",
                  "DIR/config.properties:1: keystore is not supported by torchserve-c: Java "
                  "keystores are not read: use certificate_file and private_key_file (PEM)");
-    expect_error("install_py_dep_per_model=true\n",
-                 "DIR/config.properties:1: install_py_dep_per_model is not supported by "
-                 "torchserve-c: there is no pip: use Debian python3-* packages");
     expect_error("service_envelope=kserve\n",
                  "DIR/config.properties:1: service_envelope is not supported by torchserve-c: "
                  "requests use TorchServe's default format only");
