@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import traceback
+import uuid
 
 import _ts_worker
 
@@ -35,7 +36,17 @@ BUILTIN_HANDLERS = (
     "text_classifier",
     "vision_handler",
 )
-MISSING_MODULE_HINT = "add it as a Debian python3-* package; pip install is not available"
+# third-party modules come from Debian's python3-* packages, or from the model's requirements.txt
+# when the server installs it (install_py_dep_per_model=true: the worker then runs in the
+# model's virtual environment, whose path the frontend passes in TS_WORKER_VENV)
+MISSING_MODULE_HINT = (
+    "add it as a Debian python3-* package, or list it in the model's requirements.txt and "
+    "start the server with install_py_dep_per_model=true"
+)
+VENV_MISSING_MODULE_HINT = "the model's requirements.txt did not install it"
+TS_MISSING_MODULE_HINT = (
+    "torchserve-c's ts package implements TorchServe's handler API but not this module"
+)
 # handler specs the frontend gives models of other servers' contracts (mgmt/model_kind.c)
 RUNTIMES = ("mlserver", "inferless")
 
@@ -64,7 +75,14 @@ def _setup_logging():
 
 
 def _missing_module_message(what, e):
-    return f"{what}: No module named '{e.name}' ({MISSING_MODULE_HINT})"
+    name = e.name or ""
+    if name == "ts" or name.startswith("ts."):
+        hint = TS_MISSING_MODULE_HINT
+    elif os.environ.get("TS_WORKER_VENV"):
+        hint = VENV_MISSING_MODULE_HINT
+    else:
+        hint = MISSING_MODULE_HINT
+    return f"{what}: No module named '{name}' ({hint})"
 
 
 class Service:
@@ -96,6 +114,9 @@ class Service:
         )
         self.context._send_intermediate = self._send_intermediate
         self.context._is_cancelled = _ts_worker.is_cancelled
+        # as TorchServe's model loader: metrics reported while the handler initialises carry a
+        # request id of their own (and the default dimensions of a handle call)
+        self.context.metrics.request_ids = str(uuid.uuid4())
         self._index = {}
         self.entry_point = None
         self._resolve(spec)
@@ -185,21 +206,8 @@ class Service:
         )
 
     def step(self, n):
-        try:
-            self._step(n)
-        finally:
-            self._forward_metrics(n)
-
-    # the worker measures these itself for every step (BaseHandler adds HandlerTime too)
-    _WORKER_METRICS = frozenset(("HandlerTime", "PredictionTime"))
-    _KINDS = {"counter": 0, "gauge": 1, "histogram": 2}
-
-    def _forward_metrics(self, n):
-        for name, value, unit, kind, _dims, req_id in self.context.metrics.records():
-            if name in self._WORKER_METRICS or n == 0:
-                continue
-            idx = self._index.get(req_id, 0) if req_id is not None else 0
-            _ts_worker.metric(idx, name, unit, self._KINDS[kind], float(value))
+        # context.metrics reports each value as it is added (ts/metrics/caching_metric.py)
+        self._step(n)
 
     def _step(self, n):
         reqs = _ts_worker.batch()
@@ -323,7 +331,3 @@ def destroy():
     """The worker is exiting: a runtime's own unload (py_handler.c calls this)."""
     if _service is not None and hasattr(_service, "destroy"):
         _service.destroy()
-
-
-def metric_records():
-    return _service.context.metrics.records() if _service else []

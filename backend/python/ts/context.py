@@ -36,7 +36,7 @@ class Context:
         }
         self.request_ids = None
         self.request_processor = None
-        self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics = metrics if metrics is not None else Metrics(model_name)
         self.model_yaml_config = model_yaml_config if model_yaml_config is not None else {}
         self.stopping_criteria = None
         self.cache = {}
