@@ -425,13 +425,14 @@ def test_faults_and_handler_resolution(tmp):
         assert r.status_code == 200 and r.text == "hi", r.text
         r = srv.post("/predictions/faulty", data=b"fine")
         assert r.status_code == 200 and r.text == "ok:fine", r.text
-        # context.metrics records reach /metrics (wait_model's b"x" and b"fine": 2 calls)
+        # context.metrics records reach /metrics (wait_model's b"x" and b"fine": 2 calls), with
+        # TorchServe's default dimensions
         text = srv.get("/metrics", api="metrics").text
         ok = [x for x in text.splitlines()
-              if x.startswith("PyOkCalls{") and 'model_name="faulty"' in x]
+              if x.startswith("PyOkCalls{") and 'ModelName="faulty",Level="Model"' in x]
         assert len(ok) == 1 and float(ok[0].rsplit(" ", 1)[1]) == 2, ok
         step = [x for x in text.splitlines()
-                if x.startswith("PyStepTime{") and 'model_name="faulty"' in x]
+                if x.startswith("PyStepTime{") and 'ModelName="faulty",Level="Model"' in x]
         assert len(step) == 1 and float(step[0].rsplit(" ", 1)[1]) == 2.5, step
 
         r = wait_model(srv, "func", body=b"")
@@ -448,7 +449,8 @@ def test_faults_and_handler_resolution(tmp):
 
         # the import error reaches describe, and a register of the same handler
         msg = ("handler.py: No module named 'torchserve_c_no_such_module' (add it as a Debian "
-               "python3-* package; pip install is not available)")
+               "python3-* package, or list it in the model's requirements.txt and start the "
+               "server with install_py_dep_per_model=true)")
         deadline = time.time() + 30
         while time.time() < deadline:
             d = srv.get("/models/missing", api="management").json()[0]
