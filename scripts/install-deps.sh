@@ -25,6 +25,9 @@ PKGS="$PKGS python3-numpy"
 # valgrind: scripts/bench/cg_request.sh (callgrind) and the test that a frontend run under a tool
 # keeps its scratch directory (tests/integration/test_core.py)
 PKGS="$PKGS valgrind"
+# python3-pip and python3-venv: install_py_dep_per_model=true (a model's requirements.txt into
+# a virtual environment of its own, frontend/mgmt/model_venv.h) and its tests
+PKGS="$PKGS python3-pip python3-venv"
 # strace: scripts/bench/syscalls.sh and the test that a reply needs no write-readiness wait
 # (tests/integration/test_http_write.py)
 PKGS="$PKGS strace"

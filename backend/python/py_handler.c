@@ -2,11 +2,12 @@
  * py_handler: CPython embedded behind the handler ABI.
  *
  * init() starts an isolated interpreter (no PYTHON* environment, no user site, no signal
- * handlers: the worker owns signals), puts our `ts` package (<plugin dir>/python) first on
- * sys.path and the model directory after it, and calls ts._service.load(); handle() calls
- * ts._service.step(n), which does the rest through _ts_worker (py_module.c). A Python exception
- * never escapes into the worker: load errors become the load reply, step errors a 500 for each
- * request of the call.
+ * handlers: the worker owns signals), as the model's virtual environment's python when the
+ * frontend made one (TS_WORKER_VENV, install_py_dep_per_model), puts our `ts` package
+ * (<plugin dir>/python) first on sys.path and the model directory after it, and calls
+ * ts._service.load(); handle() calls ts._service.step(n), which does the rest through _ts_worker
+ * (py_module.c). A Python exception never escapes into the worker: load errors become the load
+ * reply, step errors a 500 for each request of the call.
  *
  * Extension modules (torch, numpy) are not linked against libpython: they need its symbols in
  * the global scope, so init() re-opens libpython with RTLD_GLOBAL (the worker dlopened us
@@ -68,8 +69,17 @@ static int start_interpreter(struct ts_ctx *ctx)
     PyConfig_InitIsolatedConfig(&cfg);
     cfg.install_signal_handlers = 0;
     cfg.parse_argv = 0;
-    /* the prefix (stdlib, dist-packages) is found from the interpreter's own path */
-    PyStatus st = PyConfig_SetBytesString(&cfg, &cfg.program_name, "/usr/bin/python3.11");
+    /* The prefix (stdlib, dist-packages) is found from the interpreter's own path. A model
+     * whose requirements the server installed (install_py_dep_per_model) runs as its virtual
+     * environment's python: Python finds the venv's pyvenv.cfg next to that path, and site puts
+     * the venv's site-packages before the system's (the venv is made --system-site-packages). */
+    const char *venv = getenv("TS_WORKER_VENV");
+    char program[4096];
+    if (venv && *venv)
+        snprintf(program, sizeof(program), "%s/bin/python3", venv);
+    else
+        snprintf(program, sizeof(program), "/usr/bin/python3.11");
+    PyStatus st = PyConfig_SetBytesString(&cfg, &cfg.program_name, program);
     if (!PyStatus_Exception(st))
         st = Py_InitializeFromConfig(&cfg);
     PyConfig_Clear(&cfg);

@@ -25,6 +25,7 @@
 
 #include "archive.h"
 #include "model_kind.h"
+#include "model_venv.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "log.h"
@@ -242,6 +243,48 @@ static void discard(struct model *m)
     model_free(m);
 }
 
+/* A scratch directory of the model's own under the run directory (removed with the model). */
+static int make_tmp_dir(struct model *m, const char *kind, char *err, size_t errlen)
+{
+    char *models = xasprintf("%s/models", srv->run_dir);
+    mkdir(models, 0700);
+    free(models);
+    m->tmp_dir = xasprintf("%s/models/%s.XXXXXX", srv->run_dir, kind);
+    if (mkdtemp(m->tmp_dir))
+        return 0;
+    int e = errno;
+    snprintf(err, errlen, "cannot create a directory for the model: %s", strerror(e));
+    free(m->tmp_dir);
+    m->tmp_dir = NULL;
+    return -e;
+}
+
+/* install_py_dep_per_model=true: the archive's requirements file into a virtual environment of
+ * the model's own (model_venv.h), in its scratch directory, before the model is registered: a
+ * failed install fails the registration with pip's message, as TorchServe's
+ * "Custom pip package installation failed". */
+static int install_requirements(struct model *m, char *err, size_t errlen)
+{
+    const char *req = m->manifest.requirements_file;
+    if (!srv->cfg.install_py_dep_per_model || !req || !*req)
+        return 0;
+    if (req[0] == '/' || strstr(req, "..")) {
+        snprintf(err, errlen, "requirementsFile '%s': must be a path inside the archive", req);
+        return TS_E_BAD_ARCHIVE;
+    }
+    int rc;
+    if (!m->tmp_dir && (rc = make_tmp_dir(m, "v", err, errlen)))
+        return rc;
+    /* a hidden name: the model directory (which may be tmp_dir) is on the handler's sys.path */
+    m->venv = xasprintf("%s/.venv", m->tmp_dir);
+    char why[900];
+    rc = model_venv_install(m->venv, m->dir, req, why, sizeof(why));
+    if (rc)
+        snprintf(err, errlen, "Custom pip package installation failed for model %s: %s", m->name,
+                 why);
+    return rc;
+}
+
 /* The disk part of a registration: resolve, extract, read the manifest and the yaml, name the
  * model. Touches nothing shared but the immutable config and model store path, so it runs on
  * the registration thread. */
@@ -265,17 +308,8 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
     if (fmt == ARCHIVE_FMT_DIR) {
         m->dir = xstrdup(path);
     } else {
-        m->tmp_dir = xasprintf("%s/models/%s.XXXXXX", srv->run_dir, "m");
-        char *models = xasprintf("%s/models", srv->run_dir);
-        mkdir(models, 0700);
-        free(models);
-        if (!mkdtemp(m->tmp_dir)) {
-            snprintf(err, errlen, "cannot create extraction dir: %s", strerror(errno));
-            free(m->tmp_dir);
-            m->tmp_dir = NULL;
-            rc = -errno;
+        if ((rc = make_tmp_dir(m, "m", err, errlen)))
             goto fail;
-        }
         struct archive_limits lim;
         archive_default_limits(&lim);
         uint64_t per_archive = lim.max_total_bytes;
@@ -367,6 +401,8 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
                          : kind.kind != MODEL_KIND_NONE ? model_kind_handler(kind.kind)
                                                         : "");
     model_kind_free(&kind);
+    if ((rc = install_requirements(m, err, errlen)))
+        goto fail;
     free(path);
     *out = m;
     return 0;
@@ -404,9 +440,11 @@ static int model_commit(struct model *m, const struct model_reg *r, char *err, s
     }
     LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)", m->name,
              m->version, r->url, m->pool.batch_size, m->max_batch_delay_ms);
-    if (m->manifest.requirements_file && *m->manifest.requirements_file)
-        LOG_WARN("model %s: %s from the archive is not installed (pip install is not available); "
-                 "its packages must come from Debian python3-* packages",
+    m->pool.venv = m->venv;
+    if (m->manifest.requirements_file && *m->manifest.requirements_file && !m->venv)
+        LOG_WARN("model %s: %s from the archive is not installed (install_py_dep_per_model=true "
+                 "installs it into a virtual environment of the model's own); its packages must "
+                 "come from Debian python3-* packages",
                  m->name, m->manifest.requirements_file);
     return 0;
 }
