@@ -62,8 +62,8 @@ RANKS = {
 # the ones before it
 ORDERS = {
     "frontend/core": [
-        ("core", "config", "batcher", "ev_mem", "loop_wait", "metrics", "proc_info",
-         "worker_progress"),
+        ("core", "config", "batcher", "ev_mem", "loop_wait", "metrics", "model_metrics",
+         "metrics_config", "proc_info", "worker_progress"),
         ("job", "access_log", "worker_log", "worker_out"),
         ("worker_pool",),
         ("sequence",),
