@@ -20,6 +20,7 @@ import requests
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import PYSTUBS, start_server  # noqa: E402
 from test_mlserver import sse, wait_models, worker_pid  # noqa: E402
+from oip_values import results, values  # noqa: E402
 
 sys.path.insert(0, PYSTUBS)
 import grpc  # noqa: E402
@@ -183,9 +184,9 @@ def test_example_app_alone(server_factory, tmp_path):
     ch = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}")
     q = pb.ModelInferRequest(model_name="chat")
     q.inputs.add(name="TEXT", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"a b")
-    answers = list(pbg.GRPCInferenceServiceStub(ch).ModelStreamInfer(iter([q]), timeout=30))
-    assert [a.infer_response.outputs[0].contents.bytes_contents[0] for a in answers] == \
-        [b"b", b" a"]
+    answers = results(list(pbg.GRPCInferenceServiceStub(ch).ModelStreamInfer(iter([q]),
+                                                                             timeout=30)))
+    assert [values(a.infer_response, 0)[0] for a in answers] == [b"b", b" a"]
 
 
 def test_each_event_as_produced(srv):
@@ -210,10 +211,9 @@ def test_grpc_model_stream_infer(srv):
     q = pb.ModelInferRequest(model_name="chat", id="g1")
     t = q.inputs.add(name="TEXT", datatype="BYTES", shape=[1])
     t.contents.bytes_contents.append(b"crack two eggs")
-    answers = list(stub.ModelStreamInfer(iter([q]), timeout=30))
+    answers = results(list(stub.ModelStreamInfer(iter([q]), timeout=30)))
     assert [a.error_message for a in answers] == [""] * 3
-    assert [a.infer_response.outputs[0].contents.bytes_contents[0] for a in answers] == \
-        [b"eggs", b" two", b" crack"]
+    assert [values(a.infer_response, 0)[0] for a in answers] == [b"eggs", b" two", b" crack"]
     assert {a.infer_response.id for a in answers} == {"g1"}
 
 

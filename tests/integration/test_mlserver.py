@@ -35,6 +35,7 @@ sys.path.insert(0, PYSTUBS)
 import grpc  # noqa: E402
 import oip_grpc_pb2 as pb  # noqa: E402
 import oip_grpc_pb2_grpc as pbg  # noqa: E402
+from oip_values import results, values  # noqa: E402
 
 RUNTIMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtimes")
 PROBE = os.path.join(RUNTIMES, "mlserver_probe", "probe_models.py")
@@ -251,7 +252,7 @@ def test_unary_predict_rest_grpc_and_predictions(srv):
     assert out["outputs"] == [{"name": "output", "datatype": "BYTES", "shape": [1, 1],
                                "data": ["A B C"]}]
     g = stub(srv).ModelInfer(grpc_text_request("text-model", "x y"), timeout=30)
-    assert list(g.outputs[0].contents.bytes_contents) == [b"X Y"]
+    assert values(g, 0) == [b"X Y"]
     assert list(g.outputs[0].shape) == [1, 1]
     # TorchServe's API with an OIP JSON body: MLServer's JSON response
     r = srv.post("/predictions/text-model", json={"inputs": [text_input("prompt", "q")]})
@@ -308,8 +309,7 @@ def test_generate_shape_text_in_text_out(srv):
 def test_grpc_stream_example_client_shape(srv):
     call = mlserver_stream(srv)
     got = [r for r in call(iter([grpc_text_request("text-model", QUESTION)]), timeout=30)]
-    assert [list(r.outputs[0].contents.bytes_contents) for r in got] == \
-        [[w.encode()] for w in WORDS]
+    assert [values(r, 0) for r in got] == [[w.encode()] for w in WORDS]
     assert all(r.model_name == "text-model" and r.model_version == "v1.2.3" for r in got)
 
 
@@ -319,7 +319,7 @@ def test_grpc_stream_each_word_as_produced(srv, tmp_path):
     got = []
     req = grpc_text_request("gated", "alpha beta gamma", gate_dir=gate)
     for r in mlserver_stream(srv)(iter([req]), timeout=30):
-        got.append(r.outputs[0].contents.bytes_contents[0].decode())
+        got.append(values(r, 0)[0].decode())
         open(os.path.join(gate, str(len(got))), "w").close()
     assert got == ["alpha", " beta", " gamma"]
 
@@ -351,8 +351,7 @@ def test_grpc_stream_to_stream_one_predict_stream(srv):
         for x in xs:
             q.put(echo_request(x))
             a = next(answers)
-            got.append((a.outputs[0].contents.fp32_contents[0],
-                         a.outputs[1].contents.bytes_contents[0].decode()))
+            got.append((values(a, 0)[0], values(a, 1)[0].decode()))
         q.put(None)
         assert list(answers) == []  # the call ends with the half-close
         return got
@@ -375,12 +374,11 @@ def test_grpc_stream_to_stream_triton_form(server_factory, tmp_path):
     add_runtime(store, "echo", probe("echo", "Echo"), [PROBE])
     srv = server_factory(store=store, models=["echo"])
     wait_models(srv, ["echo"])
-    answers = list(stub(srv).ModelStreamInfer(iter([echo_request(float(x)) for x in range(5)]),
-                                              timeout=30))
+    answers = results(list(stub(srv).ModelStreamInfer(
+        iter([echo_request(float(x)) for x in range(5)]), timeout=30)))
     assert [a.error_message for a in answers] == [""] * 5
-    assert [a.infer_response.outputs[0].contents.fp32_contents[0] for a in answers] == \
-        [2.0 * x + x for x in range(5)]
-    tags = [a.infer_response.outputs[1].contents.bytes_contents[0].decode() for a in answers]
+    assert [values(a.infer_response, 0)[0] for a in answers] == [2.0 * x + x for x in range(5)]
+    tags = [values(a.infer_response, 1)[0].decode() for a in answers]
     assert len({t.split()[0] for t in tags}) == 1
 
 
@@ -448,7 +446,7 @@ def test_runtime_errors_in_band_and_worker_keeps_serving(srv):
     got = []
     with pytest.raises(grpc.RpcError) as e:
         for a in mlserver_stream(srv)(iter([grpc_text_request("faulty", "raise")]), timeout=30):
-            got.append(a.outputs[0].contents.bytes_contents[0])
+            got.append(values(a, 0)[0])
     assert got == [b"first"]
     assert e.value.code() == grpc.StatusCode.INTERNAL
     assert "failed after one word" in e.value.details()
@@ -517,7 +515,7 @@ def test_mlserver_example_verbatim(server_factory, tmp_path):
             arrivals.append(time.monotonic() - t0)
     assert words == WORDS
     print("REST arrivals (s):", [round(t, 2) for t in arrivals])
-    got = [a.outputs[0].contents.bytes_contents[0].decode()
+    got = [values(a, 0)[0].decode()
            for a in mlserver_stream(srv)(iter([grpc_text_request("text-model", QUESTION)]),
                                          timeout=60)]
     assert got == WORDS
