@@ -87,9 +87,9 @@ def import_runtime(implementation):
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise ImportError(
-            f"{SETTINGS_FILE}: implementation {implementation}: No module named '{e.name}' (add it "
-            "as a Debian python3-* package or a .py file of the model folder; pip install is not "
-            "available)"
+            f"{SETTINGS_FILE}: implementation {implementation}: No module named '{e.name}' (a .py "
+            "file of the model folder, or a Debian python3-* package, or the model's "
+            "requirements.txt with install_py_dep_per_model=true)"
         ) from e
     cls = getattr(module, cls_name, None)
     if cls is None:
