@@ -212,11 +212,39 @@ def test_large_products_of_few_rows_answer_like_torch(server_factory, tmp_path):
         assert_close([r.json()], expected(m, row[None]), "one row on its own")
 
 
+# the worker's products, computed by torch in a child process with the worker's environment:
+# OMP_NUM_THREADS=1 (what the frontend spawns workers with), which OpenBLAS also reads for its
+# own thread count
+WORKER_PRODUCTS = """
+import sys, torch
+torch.set_num_threads(1)
+w = torch.load(sys.argv[1])
+up_t = w["up.weight"].t().contiguous()
+big_t = w["big.weight"].t().contiguous()
+out = {}
+with torch.no_grad():
+    for n in range(1, 6):
+        x = w["x"][:n]
+        h = torch.relu(torch.matmul(x, up_t) + w["up.bias"])
+        out[n] = (torch.stack([torch.mv(big_t.t(), row) for row in h]) + w["big.bias"],
+                  torch.matmul(h, big_t) + w["big.bias"])
+torch.save(out, sys.argv[2])
+"""
+
+
 def test_few_rows_take_the_matrix_vector_call_at_request_time(server_factory, tmp_path):
     """The answers must be bit for bit those of one torch.mv per row for 1 to 4 rows, and
     those of torch.matmul for 5: the two differ in their last bits (different summation
     orders), so this shows which path the worker took for each request, which the log's count
-    of rewritten products and a 1e-5 comparison cannot."""
+    of rewritten products and a 1e-5 comparison cannot.
+
+    The reference repeats every product the worker makes with the worker's shapes and the
+    worker's BLAS threads: OpenBLAS chooses its kernel and how it splits the work between
+    threads from the shape and the thread count, so row 1 of a 4-row product need not equal
+    row 1 of a 5-row one, nor a product on two threads the same product on one (measured here:
+    2e-7 apart in the 64x1024 layer's output)."""
+    import os
+    import subprocess
     import torch
     from torch import nn
 
@@ -233,21 +261,19 @@ def test_few_rows_take_the_matrix_vector_call_at_request_time(server_factory, tm
     m = Big().eval()
     s = serve_module(server_factory, tmp_path, torch.jit.script(m))
     wait_frozen(s, 2, 1, 3)  # the two bias adds, the relu between them
-    # what the frozen graph computes: x @ W^T (W^T a contiguous constant) plus the bias; the
-    # worker runs on one thread, and so does this
-    torch.set_num_threads(1)
-    up_t = m.up.weight.t().contiguous()
-    big_t = m.big.weight.t().contiguous()
     x = inputs(5, 8)
-    with torch.no_grad():
-        h = torch.relu(torch.matmul(x, up_t) + m.up.bias)
-        by_mv = torch.stack([torch.mv(big_t.t(), row) for row in h]) + m.big.bias
-        for n in range(1, 6):
-            by_matmul = torch.matmul(h[:n], big_t) + m.big.bias
-            assert not torch.equal(by_mv[:n, :16], by_matmul[:, :16]), \
-                f"{n} rows: mv and matmul agree bit for bit, so this test cannot tell them apart"
-            post_exact(s, x[:n], (by_mv[:n] if n <= 4 else by_matmul)[:, :16],
-                       f"{n} rows, not the {'mv' if n <= 4 else 'matmul'} answer")
+    weights = dict(m.state_dict(), x=x)
+    torch.save(weights, str(tmp_path / "weights.pt"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run(["/usr/bin/python3", "-c", WORKER_PRODUCTS, str(tmp_path / "weights.pt"),
+                    str(tmp_path / "products.pt")], env=env, check=True, timeout=120)
+    products = torch.load(str(tmp_path / "products.pt"))
+    for n in range(1, 6):
+        by_mv, by_matmul = (p[:, :16] for p in products[n])
+        assert not torch.equal(by_mv, by_matmul), \
+            f"{n} rows: mv and matmul agree bit for bit, so this test cannot tell them apart"
+        post_exact(s, x[:n], by_mv if n <= 4 else by_matmul,
+                   f"{n} rows, not the {'mv' if n <= 4 else 'matmul'} answer")
 
 
 def test_a_bias_add_writes_into_a_product_only_where_add_would_answer_the_same(server_factory,
