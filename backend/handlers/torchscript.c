@@ -1,8 +1,9 @@
 /*
  * torchscript: the built-in handler for TorchScript archives (TorchServe's "TorchScriptHandler").
  *
- * init loads <model_dir>/<serializedFile> through the shim, freezes it for inference unless
- * handler.jit_freeze is false (tsh_freeze) and, when model-config.yaml gives the per-sample shape
+ * init loads <model_dir>/<serializedFile> through the shim, optimizes it for inference as
+ * handler.optimize says (tsh_freeze; handler.jit_freeze is its older name) and, when
+ * model-config.yaml gives the per-sample shape
  * (handler.input_shape: [64]), runs one warm-up forward. Each step validates every
  * request on its own first (shape, element types, JSON syntax): a bad request gets its own 400 and
  * leaves the batch. The good ones are concatenated along dim 0 and run as ONE forward; the output
@@ -11,6 +12,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "handler.h"
 #include "builtins.h"
@@ -78,15 +80,73 @@ static int read_input_shape(struct ts_ctx *ctx, struct tsc_state *s)
     return 0;
 }
 
-/* handler.jit_freeze (default true): see tsh_freeze. A module that cannot be frozen is served
- * as loaded, with a warning that says why. */
-static void freeze_module(struct ts_ctx *ctx, struct tsh_model *m)
+/* handler.optimize: inference (the default: torch.jit.optimize_for_inference's passes and
+ * ours), freeze (torch.jit.freeze without numeric folding and our passes), none; true and false
+ * stand for inference and none. handler.jit_freeze, its older name, keeps its meaning: true is
+ * freeze, false none. Both keys may be given only when they agree. 0 = none, else a
+ * TSH_OPT_* level; -1 after setting the load error. */
+#define TSC_OPT_DEFAULT TSH_OPT_INFERENCE
+
+static const char *config_scalar(struct ts_ctx *ctx, const char *key)
+{
+    char sub[64];
+    const char *v = ts_config_get(ctx, key);
+    snprintf(sub, sizeof(sub), "%s.0", key);
+    if (!v && ts_config_get(ctx, sub))
+        v = "[...]";
+    return v;
+}
+
+static const char *const level_names[] = {"none", "freeze", "inference"};
+
+static int read_optimize(struct ts_ctx *ctx)
+{
+    int level = -1, freeze_level = -1, b;
+    const char *opt = config_scalar(ctx, "handler.optimize");
+    const char *fz = config_scalar(ctx, "handler.jit_freeze");
+    if (opt) {
+        for (int i = 0; i < 3; i++)
+            if (!strcasecmp(opt, level_names[i]))
+                level = i;
+        if (level < 0 && !ts_parse_bool(opt, &b))
+            level = b ? TSH_OPT_INFERENCE : 0;
+        if (level < 0) {
+            ts_set_load_error(ctx,
+                              "model-config.yaml: handler.optimize: \"%s\" is not inference, "
+                              "freeze, none, true or false",
+                              opt);
+            return -1;
+        }
+    }
+    if (fz) {
+        if (ts_parse_bool(fz, &b)) {
+            ts_set_load_error(
+                ctx, "model-config.yaml: handler.jit_freeze: \"%s\" is not true or false", fz);
+            return -1;
+        }
+        freeze_level = b ? TSH_OPT_FREEZE : 0;
+    }
+    if (level >= 0 && freeze_level >= 0 && level != freeze_level) {
+        ts_set_load_error(ctx,
+                          "model-config.yaml: handler.optimize: %s and handler.jit_freeze: %s "
+                          "disagree (jit_freeze: true is optimize: freeze, false is none)",
+                          level_names[level], fz);
+        return -1;
+    }
+    return level >= 0 ? level : freeze_level >= 0 ? freeze_level : TSC_OPT_DEFAULT;
+}
+
+/* A module that cannot be optimized is served as loaded, with a warning that says why. */
+static void freeze_module(struct ts_ctx *ctx, struct tsh_model *m, int level)
 {
     char *err = NULL;
     struct tsh_freeze_info fi;
     int64_t t0 = ts_now_us();
-    if (tsh_freeze(m, &fi, &err)) {
-        ts_log(ctx, LOG_LEVEL_WARN, "cannot freeze forward, serving it as loaded: %s", err);
+    if (tsh_freeze(m, level, &fi, &err)) {
+        ts_log(ctx, LOG_LEVEL_WARN,
+               "cannot optimize forward (handler.optimize: %s), serving it "
+               "as loaded: %s",
+               level_names[level], err);
         free(err);
         return;
     }
@@ -99,10 +159,11 @@ static void freeze_module(struct ts_ctx *ctx, struct tsh_model *m)
         return;
     }
     ts_log(ctx, LOG_LEVEL_INFO,
-           "froze forward in %.1f ms: %d linear call(s) with transposed weights, %.1f MiB of "
-           "constants, %d product(s) with a matrix-vector path for few rows, %d operation(s) "
-           "in place",
-           ms, fi.transposed, (double)fi.bytes / (1 << 20), fi.few_rows, fi.in_place);
+           "froze forward in %.1f ms (handler.optimize: %s): %d linear call(s) with transposed "
+           "weights, %.1f MiB of constants, %d product(s) with a matrix-vector path for few "
+           "rows, %d operation(s) in place, %d on oneDNN",
+           ms, level_names[level], fi.transposed, (double)fi.bytes / (1 << 20), fi.few_rows,
+           fi.in_place, fi.onednn);
 }
 
 static void warm_up(struct ts_ctx *ctx, struct tsc_state *s)
@@ -136,15 +197,9 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
                                "handler");
         return -1;
     }
-    int freeze = 1;
-    const char *fz = ts_config_get(ctx, "handler.jit_freeze");
-    if (!fz && ts_config_get(ctx, "handler.jit_freeze.0"))
-        fz = "[...]";
-    if (fz && ts_parse_bool(fz, &freeze)) {
-        ts_set_load_error(ctx, "model-config.yaml: handler.jit_freeze: \"%s\" is not true or false",
-                          fz);
+    int level = read_optimize(ctx);
+    if (level < 0)
         return -1;
-    }
     struct tsc_state *s = xcalloc(1, sizeof(*s));
     if (read_input_shape(ctx, s)) {
         free(s);
@@ -163,10 +218,10 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
     }
     ts_log(ctx, LOG_LEVEL_INFO, "loaded %s in %.1f ms", path, (double)(ts_now_us() - t0) / 1000.0);
     free(path);
-    if (freeze)
-        freeze_module(ctx, s->m);
+    if (level)
+        freeze_module(ctx, s->m, level);
     else
-        ts_log(ctx, LOG_LEVEL_INFO, "serving forward as loaded (handler.jit_freeze: false)");
+        ts_log(ctx, LOG_LEVEL_INFO, "serving forward as loaded (handler.optimize: none)");
     char **names = NULL;
     size_t nnames = 0;
     if (!tsh_forward_arg_names(s->m, &names, &nnames, &err)) {

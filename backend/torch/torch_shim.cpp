@@ -13,7 +13,9 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/frozen_conv_add_relu_fusion.h>
 #include <torch/csrc/jit/passes/frozen_linear_transpose.h>
+#include <torch/csrc/jit/passes/frozen_ops_to_mkldnn.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/library.h>
@@ -137,23 +139,42 @@ void flatten(const c10::IValue &v, std::vector<at::Tensor> &out)
     }
 }
 
-/* What a frozen graph holds: its aten::linear calls and the bytes of its tensor constants,
- * each storage counted once (in a block and the blocks nested in it). */
+/* What a frozen graph holds: its aten::linear calls, the bytes of its tensor constants (each
+ * storage counted once; a oneDNN weight has no storage and counts at its elements' size), and
+ * the products that run on oneDNN (a convolution, or a linear whose weight is a oneDNN tensor),
+ * in a block and the blocks nested in it. */
 struct graph_weights {
     int linear = 0;
+    int onednn = 0;
     size_t bytes = 0;
     std::unordered_set<const void *> seen;
 };
 
+bool is_onednn_constant(const torch::jit::Value *v)
+{
+    if (v->node()->kind() != torch::jit::prim::Constant ||
+        v->type()->kind() != c10::TypeKind::TensorType)
+        return false;
+    return torch::jit::toIValue(v)->toTensor().is_mkldnn();
+}
+
 void count_weights(const torch::jit::Block *b, graph_weights &w)
 {
+    static const c10::Symbol onednn_conv = c10::Symbol::prim("mkldnn_convolution");
     for (const torch::jit::Node *node : b->nodes()) {
-        if (node->kind() == torch::jit::aten::linear)
+        if (node->kind() == torch::jit::aten::linear) {
             w.linear++;
+            if (node->inputs().size() > 1 && is_onednn_constant(node->input(1)))
+                w.onednn++;
+        }
+        if (node->kind() == onednn_conv)
+            w.onednn++;
         if (node->kind() == torch::jit::prim::Constant &&
             node->output()->type()->kind() == c10::TypeKind::TensorType) {
             const at::Tensor t = torch::jit::toIValue(node->output())->toTensor();
-            if (t.has_storage() && w.seen.insert(t.storage().unsafeGetStorageImpl()).second)
+            if (t.is_mkldnn())
+                w.bytes += static_cast<size_t>(t.numel()) * t.element_size();
+            else if (t.has_storage() && w.seen.insert(t.storage().unsafeGetStorageImpl()).second)
                 w.bytes += t.storage().nbytes();
         }
         for (const torch::jit::Block *sub : node->blocks())
@@ -264,7 +285,8 @@ void replace_with(torch::jit::Node *node, c10::Symbol op, at::ArrayRef<torch::ji
 c10::optional<at::Tensor> constant_tensor(torch::jit::Value *v)
 {
     c10::optional<c10::IValue> c = torch::jit::toIValue(v);
-    if (!c || !c->isTensor())
+    /* a oneDNN weight (TSH_OPT_INFERENCE) is an opaque tensor: no pass below takes one */
+    if (!c || !c->isTensor() || c->toTensor().layout() != at::kStrided)
         return c10::nullopt;
     return c->toTensor();
 }
@@ -459,15 +481,24 @@ struct tsh_model *tsh_load(const char *path, char **err)
     return nullptr;
 }
 
-int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err)
+int tsh_freeze(struct tsh_model *m, int level, struct tsh_freeze_info *info, char **err)
 {
     *info = tsh_freeze_info{};
     return guarded(err, [&] {
-        /* optimize_numerics off: no conv/batchnorm folding, which would change the answers by
-         * more than a summation order */
-        torch::jit::Module frozen = torch::jit::freeze(m->mod, c10::nullopt, false);
+        if (level != TSH_OPT_FREEZE && level != TSH_OPT_INFERENCE)
+            throw std::invalid_argument("unknown optimization level " + std::to_string(level));
+        bool inference = level == TSH_OPT_INFERENCE;
+        /* at TSH_OPT_FREEZE optimize_numerics is off: no conv/batchnorm folding, which would
+         * change the answers by more than a summation order */
+        torch::jit::Module frozen = torch::jit::freeze(m->mod, c10::nullopt, inference);
         std::shared_ptr<torch::jit::Graph> g = frozen.get_method("forward").graph();
         graph_weights before = weights_of(g);
+        if (inference) {
+            /* torch.jit.optimize_for_inference's passes, in its order; the first does
+             * something only where cuDNN is */
+            torch::jit::FuseFrozenConvAddRelu(g);
+            torch::jit::ConvertFrozenOpsToMKLDNN(g);
+        }
         torch::jit::FrozenLinearTranspose(g);
         /* the pass makes one transposed copy per call, and freezing unrolls loops: a layer
          * applied n times (or a traced loop, or tied weights) would hold n copies */
@@ -479,6 +510,7 @@ int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err)
         info->in_place += activation_in_place(g->block());
         graph_weights after = weights_of(g);
         info->transposed = before.linear - after.linear;
+        info->onednn = after.onednn;
         info->bytes = after.bytes;
         info->extra_bytes = after.bytes > before.bytes ? after.bytes - before.bytes : 0;
         /* a weight that something other than a linear also reads (an embedding tied to the

@@ -75,10 +75,20 @@ struct tsh_freeze_info {
     int in_place;       /* bias adds and activations that write into their input, which
                          * nothing else reads (torch_shim.cpp: bias_in_place,
                          * activation_in_place) */
+    int onednn;         /* convolutions and linears that run on oneDNN (TSH_OPT_INFERENCE) */
 };
-/* Freezes the module for inference (torch.jit.freeze without numeric folding: attributes that
- * forward does not change become constants), then stores the weights of each aten::linear with
- * a constant weight transposed, as torch.jit.optimize_for_inference does. OpenBLAS packs the
+/* How far tsh_freeze goes (model-config.yaml handler.optimize). */
+enum tsh_optimize {
+    TSH_OPT_FREEZE = 1, /* torch.jit.freeze without numeric folding, then the passes below */
+    TSH_OPT_INFERENCE,  /* torch.jit.optimize_for_inference's passes, then the passes below */
+};
+/* Freezes the module for inference (torch.jit.freeze: attributes that forward does not change
+ * become constants). With TSH_OPT_INFERENCE, as torch.jit.optimize_for_inference does: numeric
+ * folding (conv + batch norm, conv + add/mul by a constant; dropout removed), and convolutions
+ * (and what follows them) on oneDNN with their weights reordered once; answers then differ from
+ * the loaded module's by float rounding in a different order (resnet18: about 1e-5). Then, at
+ * both levels, stores the weights of each aten::linear with a constant weight transposed, as
+ * torch.jit.optimize_for_inference does. OpenBLAS packs the
  * weight of every x @ W^T on each call; with W^T stored, its packing costs about a quarter of
  * what it did (mlp, batch 1: 33k instructions per forward instead of 144k). A product by a large
  * constant takes a matrix-vector call per row when its input has few rows (up to four,
@@ -88,7 +98,7 @@ struct tsh_freeze_info {
  * filled in; the module is then the frozen one unless info->extra_bytes > 0 (a weight also read by
  * something other than a linear: the module is left as loaded). On failure the module is left as it
  * was and can still be used. */
-int tsh_freeze(struct tsh_model *m, struct tsh_freeze_info *info, char **err);
+int tsh_freeze(struct tsh_model *m, int level, struct tsh_freeze_info *info, char **err);
 void tsh_model_free(struct tsh_model *m);
 
 /* Runs forward(in...) under InferenceMode. The result (a tensor, a scalar, or nested
