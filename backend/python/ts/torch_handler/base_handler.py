@@ -2,7 +2,9 @@
 
 initialize() loads the model named by the manifest: a TorchScript serializedFile, or eager mode
 (modelFile, a model.py with exactly one class, plus the serializedFile as its state_dict), and
-the optional index_to_name.json label mapping. handle() runs preprocess -> inference ->
+the optional index_to_name.json label mapping, then optimizes the model for inference as
+model-config.yaml's handler.optimize says (ts.utils.optimize: scripted, frozen and
+torch.jit.optimize_for_inference by default). handle() runs preprocess -> inference ->
 postprocess, or answers describe (describe_handle) and explain (explain_handle) requests.
 Subclasses override any of these.
 """
@@ -13,6 +15,7 @@ import os
 
 import torch
 
+from ts.utils import optimize
 from ts.utils.util import load_label_mapping, single_class
 
 logger = logging.getLogger(__name__)
@@ -44,6 +47,7 @@ class BaseHandler:
         self.map_location = "cpu"
         self.device = torch.device(self.map_location)
         self.manifest = context.manifest
+        optimize_level = optimize.read_level(self.model_yaml_config)
 
         model_dir = properties.get("model_dir")
         model_info = (self.manifest or {}).get("model", {})
@@ -68,9 +72,27 @@ class BaseHandler:
             )
         self.model.eval()
         logger.debug("Model file %s loaded successfully", self.model_pt_path)
+        self.model = optimize.optimize(
+            self.model, optimize_level, self.example_input(), name=model_file or serialized_file
+        )
 
         self.mapping = load_label_mapping(os.path.join(model_dir, "index_to_name.json"))
         self.initialized = True
+
+    def example_input(self):
+        """An input the model takes, for the optimized forward's check at load (None: not
+        checked): a random batch of one of handler.input_shape when model-config.yaml gives
+        it. Subclasses that know their input override it."""
+        handler = (self.model_yaml_config or {}).get("handler") or {}
+        shape = handler.get("input_shape") if isinstance(handler, dict) else None
+        if isinstance(shape, int):
+            shape = [shape]
+        if not isinstance(shape, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape
+        ):
+            return None
+        g = torch.Generator().manual_seed(0)
+        return torch.rand([1] + shape, generator=g).to(self.device)
 
     def _load_torchscript_model(self, model_pt_path):
         return torch.jit.load(model_pt_path, map_location=self.device)
