@@ -5,7 +5,11 @@
   same image and the same weights (taken out of model-store/resnet18.mar), within 1e-5;
 - 8 concurrent requests run as one batch of 8 (x-ts-worker-batch: 8 on every answer), each with
   its own image's answer;
-- a body that is not an image is a 500 naming the problem, and the worker keeps serving;
+- a body that is not an image is a 400 naming the problem, and the worker keeps serving; in a
+  batch of 7 good images and 1 bad, the bad one alone fails (400) and the 7 are answered from
+  the one forward of the batch (issue 34);
+- handler.decode: device (torchvision.io.decode_jpeg and tensor transforms, here on the CPU)
+  answers the top 5 of the PIL path, and bad values of the vision keys are refused by name;
 - archives from our archiver with --handler x.py --model-file model.py --extra-files
   index_to_name.json serve, as .mar, as .tar.gz, and as the tgz torch-model-archiver writes
   (every entry under NAME/); a missing handler file is refused at archive time.
@@ -180,12 +184,47 @@ def test_eight_concurrent_requests_are_one_batch(srv, ref):
 
 def test_not_an_image_is_an_error_and_the_worker_goes_on(srv, ref):
     r = srv.post("/predictions/resnet18", data=b"this is not an image", timeout=60)
-    assert r.status_code >= 400, r.text
+    assert r.status_code == 400, r.text
     assert "not an image PIL can read" in r.text, r.text
     data = make_image(7, "PNG")
     r = srv.post("/predictions/resnet18", data=data, timeout=60)
     assert r.status_code == 200, r.text
     assert_top5(ref, r.json(), data, "after the error")
+
+
+def test_one_bad_image_fails_only_itself(srv, ref):
+    """8 concurrent requests, one batch of 8 (maxBatchDelay 3 s): the request whose body is
+    not an image gets 400 naming it, the 7 others their own top 5 from one forward of the
+    batch (each answer says the call held all 8 requests), and the worker goes on."""
+    import requests
+    bad = 5
+    images = [make_image(200 + i, "JPEG" if i % 2 else "PNG") for i in range(8)]
+    images[bad] = b"\xff\xd8\xff\xe0 a truncated JPEG header and nothing else"
+    out = [None] * 8
+    barrier = threading.Barrier(8)
+
+    def client(i):
+        barrier.wait()
+        out[i] = requests.post(srv.url("/predictions/resnet18"), data=images[i], timeout=60)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, r in enumerate(out):
+        assert r is not None and r.headers.get("x-ts-worker-batch") == "8", \
+            (i, r.status_code, dict(r.headers))
+        if i == bad:
+            assert r.status_code == 400, r.text
+            assert "not an image PIL can read" in r.json()["message"], r.text
+        else:
+            assert r.status_code == 200, (i, r.text)
+            assert_top5(ref, r.json(), images[i], f"good request {i} beside a bad one")
+    data = make_image(9, "JPEG")
+    r = srv.post("/predictions/resnet18", data=data, timeout=60)
+    assert r.status_code == 200, r.text
+    assert_top5(ref, r.json(), data, "after the batch with a bad image")
 
 
 # ---------------------------------------------------------------------------------- archives
@@ -263,3 +302,115 @@ def test_python_handler_archives_serve(server_factory, ref):
         assert not os.path.exists(os.path.join(work, "out", "nohandler.mar"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------- decoding
+
+def expected_from(ref, x):
+    """All 1000 probabilities torch gives for the preprocessed image x (3x224x224)."""
+    with torch.no_grad():
+        return torch.softmax(ref["net"](x.unsqueeze(0)), dim=1)[0]
+
+
+def separated(p):
+    """Whether p's top 5 stand apart from the 6th, so that a comparison is not luck."""
+    top = torch.topk(p, 6)
+    return bool(top.values[4] - top.values[5] > 10 * TOL)
+
+
+def assert_top5_of(ref, got, p, what):
+    top = torch.topk(p, 6)
+    assert top.values[4] - top.values[5] > 10 * TOL, f"{what}: ambiguous image"
+    want = [ref["labels"][int(i)] for i in top.indices[:5]]
+    assert list(got) == want, f"{what}: got {got}, want {want}"
+    by_label = {v: k for k, v in ref["labels"].items()}
+    for label, prob in got.items():
+        assert abs(prob - float(p[by_label[label]])) <= TOL, f"{what}: {label}"
+
+
+def textured_jpeg(seed, size):
+    """A JPEG with fine texture, so that decoders and resamplers that differ show it."""
+    import numpy as np
+    g = torch.Generator().manual_seed(seed)
+    small = (torch.rand(3, 12, 16, generator=g) * 255).to(torch.uint8)
+    img = Image.fromarray(small.permute(1, 2, 0).numpy(), "RGB").resize(size, Image.BICUBIC)
+    noise = np.random.RandomState(seed).randint(-24, 25, (size[1], size[0], 3))
+    img = Image.fromarray((np.asarray(img).astype(np.int16) + noise).clip(0, 255)
+                          .astype("uint8"))
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+NORM = dict(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+
+
+def test_decode_on_the_device_and_fast_decode(server_factory, ref):
+    """handler.decode: device (here the CPU: torchvision.io.decode_jpeg and the transforms on
+    the uint8 tensor) answers what torch computes for that path, and handler.fast_decode: true
+    what it computes for PIL's draft mode; a PNG under decode: device takes the PIL path. Both
+    differ from the PIL path's pixels, which is why they are not the default on the CPU."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+    yaml = {"resnet18": {"handler": {"decode": "device"}}}
+    s = server_factory(models=["resnet18"], yaml=yaml)
+    predict_until_ready(s, "resnet18", make_image(0, "PNG"))
+    assert "ImageClassifier: JPEG images decoded by torchvision on cpu" in s.log()
+    tensor_tf = transforms.Compose([transforms.Resize(256, antialias=True),
+                                    transforms.CenterCrop(224),
+                                    transforms.ConvertImageDtype(torch.float32),
+                                    transforms.Normalize(**NORM)])
+    moved = tried = 0
+    for seed in range(1, 20):
+        data = textured_jpeg(seed, (640, 480))
+        x = tensor_tf(decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                                  mode=ImageReadMode.RGB))
+        if not separated(expected_from(ref, x)):
+            continue
+        tried += 1
+        if tried > 2:
+            break
+        r = s.post("/predictions/resnet18", data=data, timeout=60)
+        assert r.status_code == 200, r.text
+        assert_top5_of(ref, r.json(), expected_from(ref, x), f"decode: device, seed {seed}")
+        moved += int(not torch.equal(x, ref["tf"](Image.open(io.BytesIO(data)))))
+    assert moved, "the device path's pixels equal PIL's: this test shows nothing"
+    data = make_image(3, "PNG")
+    r = s.post("/predictions/resnet18", data=data, timeout=60)
+    assert r.status_code == 200, r.text
+    assert_top5(ref, r.json(), data, "a PNG under decode: device")
+    s.stop()
+
+    s = server_factory(models=["resnet18"], yaml={"resnet18": {"handler": {"fast_decode": True}}})
+    predict_until_ready(s, "resnet18", make_image(0, "PNG"))
+    assert "JPEG images decoded by PIL at reduced DCT scale (fast_decode)" in s.log()
+    for seed in range(4, 20):  # the first image whose top 5 stand apart
+        data = textured_jpeg(seed, (1280, 960))
+        img = Image.open(io.BytesIO(data))
+        img.draft("RGB", (341, 256))  # 1/2 scale: 640x480, the least that covers Resize(256)
+        assert img.size == (640, 480), img.size
+        x = ref["tf"](img)
+        if separated(expected_from(ref, x)):
+            break
+    assert not torch.equal(x, ref["tf"](Image.open(io.BytesIO(data))))
+    r = s.post("/predictions/resnet18", data=data, timeout=60)
+    assert r.status_code == 200, r.text
+    assert_top5_of(ref, r.json(), expected_from(ref, x), "fast_decode, 1280x960")
+    data = make_image(5, "JPEG", size=(640, 480))  # no scale covers 341x256: PIL's pixels
+    r = s.post("/predictions/resnet18", data=data, timeout=60)
+    assert_top5(ref, r.json(), data, "fast_decode, 640x480")
+
+
+def test_vision_keys_are_checked(server_factory):
+    s = server_factory(models=[], load=False, config={"enable_model_api": "true"})
+    for yaml, msg in (({"decode": "gpu"}, 'handler.decode: "gpu" is not auto, pil or device'),
+                      ({"fast_decode": "often"},
+                       'handler.fast_decode: "often" is not true or false')):
+        d = os.path.join(s.store, "r18bad")
+        shutil.rmtree(d, ignore_errors=True)
+        with zipfile.ZipFile(os.path.join(MODEL_STORE, "resnet18.mar")) as z:
+            z.extractall(d)
+        with open(os.path.join(d, "model-config.yaml"), "a") as f:
+            f.write("handler:\n" + "".join(f"  {k}: {v}\n" for k, v in yaml.items()))
+        r = s.post("/models?url=r18bad&initial_workers=1&synchronous=true", api="management",
+                   timeout=180)
+        assert r.status_code == 500 and msg in r.json()["message"], r.text

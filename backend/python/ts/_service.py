@@ -269,6 +269,11 @@ class Service:
                 _ts_worker.error(i, 500, f"{type(e).__name__}: {e}")
 
     def _answer(self, i, value, criterion):
+        if isinstance(value, PredictionException):
+            # torchserve-c: a handler fails one request of the batch by returning the exception
+            # in its place (the built-in vision handlers do, for an image they cannot read)
+            _ts_worker.error(i, value.error_code, value.message)
+            return
         stop = criterion(value) if criterion is not None else None
         rp = self.context.request_processor[i]
         status, phrase = rp.get_response_status_code(), rp.get_response_status_phrase()

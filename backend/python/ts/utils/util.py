@@ -11,7 +11,8 @@ logger = logging.getLogger(__name__)
 
 class PredictionException(Exception):
     """Raised by a handler to answer every request of the batch with error_code and this
-    message."""
+    message; returned in a request's place in the handler's list of results, it answers that
+    request alone so (torchserve-c)."""
 
     def __init__(self, message, error_code=500):
         self.message = message
