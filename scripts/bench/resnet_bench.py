@@ -1,26 +1,31 @@
-"""resnet18 + image_classifier serving throughput against "the limit" (issue 11).
+"""resnet18 + image_classifier, 640x480 JPEG, serving throughput against the plain eager loop
+(issues 11 and 37).
 
-The limit: the same handler (our ts.torch_handler.image_classifier.ImageClassifier, initialised
-from model-store/resnet18.mar) running preprocess + forward on the 224x224 JPEG in a plain
-Python loop, one image at a time, with 2 intra-op threads: nothing a server could remove. It is
-measured before and after the server runs (the machine is shared and noisy), with OpenMP's
-default wait policy and with OMP_WAIT_POLICY=PASSIVE (on a loaded 2-core machine spinning
-OpenMP threads can run several times slower); the baseline is the mean of the better of the two,
-and each serving figure is given as a ratio to it.
+The limit: TorchServe's work with nothing around it, in a plain Python loop, one image at a
+time: PIL decode, image_processing (Resize 256, CenterCrop 224, ToTensor, Normalize) and the
+eager forward (the archive's model.py and weights, not optimized) -- what TorchServe itself
+reaches about 0.97 of. On both cores, the better of two ways: one loop with 2 intra-op
+threads, and two loops of one thread each running at the same time (their sum). Measured
+before and after the serving runs (the machine is shared), with OpenMP's default wait policy;
+the limit is the mean of the two.
 
-Serving: for each workers:threads:batchSize configuration, a fresh torchserve-c with the
-archive's model-config.yaml rewritten (minWorkers = maxWorkers = workers, batchSize,
-maxBatchDelay 10 ms) and worker_threads = threads (a "p" suffix: the server and so its
-workers run with OMP_WAIT_POLICY=PASSIVE), then wrk with 8 connections POSTing the JPEG
-(image/jpeg) for DURATION seconds after a warm-up. Reported: images/s, ratio to the limit, p50
-and p99 latency, non-200 answers and timeouts (must be 0), and the RSS of each worker idle
-(loaded, before traffic) and after the run.
+Serving: for each configuration workers:threads:batch[:optimize[:decode]] a fresh
+torchserve-c serving a copy of the archive with minWorkers = maxWorkers = workers,
+batchSize, maxBatchDelay (MAX_DELAY ms), worker_threads = threads and model-config.yaml's
+handler.optimize (default inference) and handler.decode (default auto); then, for each
+connection count, wrk POSTing the JPEG (image/jpeg) for DURATION seconds after a warm-up.
+Reported per run: images/s and its ratio to the limit, p50 and p99 latency, non-200 answers
+and timeouts (must be 0), CPU per image (frontend + workers, from /proc, over the measured
+run), and the top-5 drift of the served answer from TorchServe's path computed here (the
+largest probability difference over its five classes, and whether the five labels and their
+order are the same). The first configuration, 2:1:1:none:pil, is TorchServe's default shape
+(two workers of one thread, no batching, eager, PIL): the p99 the others must not exceed.
 
     /usr/bin/python3 scripts/bench/resnet_bench.py [BUILD_DIR]
-Env: DURATION (default 20), WARMUP (default 5), LIMIT_SECONDS (default 15),
-CONFIGS (default "1:2:1 1:2:8 2:1:1 2:1:4 1:2:1p 1:2:8p").
+Env: DURATION (default 20), WARMUP (default 5), LIMIT_SECONDS (default 15), CONNS
+(default "8 32"), MAX_DELAY (default 5), CONFIGS (default
+"2:1:1:none:pil 2:1:1 2:1:4 2:1:8 1:2:1 1:2:8").
 """
-import io
 import json
 import os
 import re
@@ -39,54 +44,73 @@ MAR = os.path.join(ROOT, "model-store", "resnet18.mar")
 DURATION = int(os.environ.get("DURATION", "20"))
 WARMUP = int(os.environ.get("WARMUP", "5"))
 LIMIT_SECONDS = float(os.environ.get("LIMIT_SECONDS", "15"))
-CONFIGS = os.environ.get("CONFIGS", "1:2:1 1:2:8 2:1:1 2:1:4 1:2:1p 1:2:8p").split()
+CONNS = [int(c) for c in os.environ.get("CONNS", "8 32").split()]
+MAX_DELAY = int(os.environ.get("MAX_DELAY", "5"))
+CONFIGS = os.environ.get("CONFIGS", "2:1:1:none:pil 2:1:1 2:1:4 2:1:8 1:2:1 1:2:8").split()
 
-
-def jpeg_224():
-    from PIL import Image
-    import torch
-    g = torch.Generator().manual_seed(0)
-    small = (torch.rand(3, 16, 16, generator=g) * 255).to(torch.uint8)
-    img = Image.fromarray(small.permute(1, 2, 0).numpy(), "RGB").resize((224, 224),
-                                                                          Image.BILINEAR)
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=90)
-    return buf.getvalue()
-
-
-def measure_limit(model_dir, passive):
-    """Runs in a child process so that its threads and memory are gone before serving."""
-    code = f"""
-import json, sys, time, torch
-sys.path[:0] = [{os.path.join(BUILD, "lib", "python")!r}, {model_dir!r}]
-torch.set_num_threads(2)
-from ts.context import Context
+LOOP = """
+import io, json, sys, time, torch
+from PIL import Image
+sys.path[:0] = [sys.argv[2]]
+torch.set_num_threads(int(sys.argv[3]))
+from model import ResNet18
 from ts.torch_handler.image_classifier import ImageClassifier
-manifest = json.load(open({os.path.join(model_dir, "MAR-INF", "MANIFEST.json")!r}))
-ctx = Context("resnet18", {model_dir!r}, manifest, 1, None, "bench")
-h = ImageClassifier()
-h.initialize(ctx)
+net = ResNet18()
+net.load_state_dict(torch.load(sys.argv[2] + "/resnet18.pt"))
+net.eval()
+tf = ImageClassifier.image_processing
 jpeg = open(sys.argv[1], "rb").read()
 def one():
-    x = h.preprocess([{{"body": jpeg}}])
-    with torch.inference_mode():
-        h.model(x)
+    x = torch.stack([tf(Image.open(io.BytesIO(jpeg)))])
+    with torch.no_grad():
+        net(x)
 for _ in range(5):
     one()
-n, t0 = 0, time.perf_counter()
-while time.perf_counter() - t0 < {LIMIT_SECONDS}:
+n, t0, c0 = 0, time.perf_counter(), time.process_time()
+while time.perf_counter() - t0 < float(sys.argv[4]):
     one()
     n += 1
-print(n / (time.perf_counter() - t0))
+print(n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1000)
 """
-    path = os.path.join(WORK, "img.jpg")
-    env = dict(os.environ)
-    env.pop("OMP_WAIT_POLICY", None)
-    if passive:
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
-    out = subprocess.run(["/usr/bin/python3", "-c", code, path], capture_output=True, text=True,
-                         check=True, env=env)
-    return float(out.stdout.strip().splitlines()[-1])
+
+
+def loop_rate(model_dir, jpeg_path, threads, procs):
+    """img/s of `procs` eager loops of `threads` intra-op threads each, run side by side, and
+    their CPU ms per image."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads),
+               PYTHONPATH=os.path.join(BUILD, "lib", "python"))
+    ps = [subprocess.Popen(["/usr/bin/python3", "-c", LOOP, jpeg_path, model_dir, str(threads),
+                            str(LIMIT_SECONDS)], stdout=subprocess.PIPE, text=True, env=env)
+          for _ in range(procs)]
+    out = [p.communicate()[0].strip().splitlines()[-1].split() for p in ps]
+    return sum(float(o[0]) for o in out), sum(float(o[1]) for o in out) / len(out)
+
+
+def reference(model_dir, jpeg):
+    """TorchServe's answer for the image: all 1000 probabilities (eager, PIL)."""
+    import io
+    import torch
+    from PIL import Image
+    sys.path[:0] = [os.path.join(BUILD, "lib", "python"), model_dir]
+    from model import ResNet18
+    from ts.torch_handler.image_classifier import ImageClassifier
+    net = ResNet18()
+    net.load_state_dict(torch.load(os.path.join(model_dir, "resnet18.pt")))
+    net.eval()
+    with open(os.path.join(model_dir, "index_to_name.json")) as f:
+        labels = {int(k): v[-1] for k, v in json.load(f).items()}
+    x = torch.stack([ImageClassifier.image_processing(Image.open(io.BytesIO(jpeg)))])
+    with torch.no_grad():
+        return torch.softmax(net(x), dim=1)[0], labels
+
+
+def drift(answer, ref, labels):
+    import torch
+    top = torch.topk(ref, 5).indices.tolist()
+    want = [labels[i] for i in top]
+    by_label = {v: k for k, v in labels.items()}
+    worst = max(abs(p - float(ref[by_label[k]])) for k, p in answer.items())
+    return worst, list(answer) == want
 
 
 def free_port():
@@ -97,13 +121,13 @@ def free_port():
     return port
 
 
-def rss_kb(pid):
+def cpu_s(pid):
     try:
-        with open(f"/proc/{pid}/status") as f:
-            m = re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M)
-            return int(m.group(1)) if m else 0
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except OSError:
-        return 0
+        return 0.0
 
 
 def worker_pids(ppid):
@@ -121,13 +145,30 @@ def to_ms(v):
     return n * 1000
 
 
-def serve(model_dir, jpeg_path, workers, threads, batch, passive):
+def wrk(url, jpeg_path, conns, seconds, latency):
+    env = dict(os.environ, BENCH_BODY=jpeg_path, BENCH_CTYPE="image/jpeg")
+    lua = os.path.join(ROOT, "scripts", "bench", "post.lua")
+    # --timeout: wrk's default 2 s would drop slow answers from the latency figures and
+    # reconnect, which cancels the request in the server
+    cmd = ["wrk", "-t1", f"-c{conns}", "--timeout", "120s", "-s", lua, f"-d{seconds}s"]
+    if latency:
+        cmd.append("--latency")
+    return subprocess.run(cmd + [url], env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def serve(model_dir, jpeg_path, cfg, ref, labels):
+    parts = cfg.split(":")
+    workers, threads, batch = (int(x) for x in parts[:3])
+    optimize = parts[3] if len(parts) > 3 else "inference"
+    decode = parts[4] if len(parts) > 4 else "auto"
     d = tempfile.mkdtemp(dir=WORK)
     store = os.path.join(d, "store")
     shutil.copytree(model_dir, os.path.join(store, "resnet18"))
     with open(os.path.join(store, "resnet18", "model-config.yaml"), "w") as f:
         f.write(f"minWorkers: {workers}\nmaxWorkers: {workers}\nbatchSize: {batch}\n"
-                "maxBatchDelay: 10\n")
+                f"maxBatchDelay: {MAX_DELAY}\nhandler:\n  optimize: {optimize}\n"
+                f"  decode: {decode}\n")
     ports = [free_port() for _ in range(5)]
     with open(os.path.join(d, "config.properties"), "w") as f:
         f.write(f"inference_address=http://127.0.0.1:{ports[0]}\n"
@@ -135,48 +176,46 @@ def serve(model_dir, jpeg_path, workers, threads, batch, passive):
                 f"metrics_address=http://127.0.0.1:{ports[2]}\n"
                 f"grpc_inference_port={ports[3]}\ngrpc_management_port={ports[4]}\n"
                 f"disable_token_authorization=true\nworker_threads={threads}\n"
-                f"default_workers_per_model={workers}\n")
+                f"default_workers_per_model={workers}\njob_queue_size=1000\n")
     log = open(os.path.join(d, "server.log"), "w")
-    senv = dict(os.environ)
-    senv.pop("OMP_WAIT_POLICY", None)
-    if passive:
-        senv["OMP_WAIT_POLICY"] = "PASSIVE"
     proc = subprocess.Popen([os.path.join(BUILD, "bin", "torchserve-c"), "--start",
                              "--foreground", "--model-store", store, "--models", "resnet18",
-                             "--ts-config", "config.properties"], cwd=d, stdout=log, stderr=log,
-                            env=senv)
+                             "--ts-config", "config.properties"], cwd=d, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{ports[0]}/predictions/resnet18"
+    rows = []
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 180
         while True:
-            r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-T",
-                                jpeg_path, url], capture_output=True, text=True)
-            if r.stdout == "200":
+            r = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", "-H",
+                                "Content-Type: image/jpeg", "--data-binary", "@" + jpeg_path,
+                                url], capture_output=True, text=True)
+            body, _, code = r.stdout.rpartition("\n")
+            if code == "200":
                 break
             if time.time() > deadline or proc.poll() is not None:
                 raise RuntimeError("server not ready:\n" + open(log.name).read()[-2000:])
             time.sleep(0.5)
-        # every worker loaded: as many distinct pids as workers
         while len(worker_pids(proc.pid)) < workers and time.time() < deadline:
             time.sleep(0.2)
-        time.sleep(1)
-        idle = [rss_kb(p) for p in worker_pids(proc.pid)]
-        env = dict(os.environ, BENCH_BODY=jpeg_path, BENCH_CTYPE="image/jpeg")
-        lua = os.path.join(ROOT, "scripts", "bench", "post.lua")
-        # --timeout: wrk's default 2 s would drop slow answers from the latency figures and
-        # reconnect, which cancels the request in the server
-        wrk = ["wrk", "-t1", "-c8", "--timeout", "120s", "-s", lua]
-        subprocess.run(wrk + [f"-d{WARMUP}s", url], env=env, capture_output=True, check=True)
-        out = subprocess.run(wrk + [f"-d{DURATION}s", "--latency", url], env=env,
-                             capture_output=True, text=True, check=True).stdout
-        after = [rss_kb(p) for p in worker_pids(proc.pid)]
-        rps = float(re.search(r"^Requests/sec:\s+([0-9.]+)", out, re.M).group(1))
-        p50 = to_ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
-        p99 = to_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
-        bad = int(re.search(r"^non200=(\d+)", out, re.M).group(1))
-        m = re.search(r"Socket errors:.*timeout (\d+)", out)
-        bad += int(m.group(1)) if m else 0
-        return rps, p50, p99, bad, idle, after
+        worst, same = drift(json.loads(body), ref, labels)
+        for conns in CONNS:
+            wrk(url, jpeg_path, conns, WARMUP, False)
+            pids = [proc.pid] + worker_pids(proc.pid)
+            c0 = sum(cpu_s(p) for p in pids)
+            out = wrk(url, jpeg_path, conns, DURATION, True)
+            c1 = sum(cpu_s(p) for p in pids)
+            n = int(re.search(r"(\d+) requests in", out).group(1))
+            rps = float(re.search(r"^Requests/sec:\s+([0-9.]+)", out, re.M).group(1))
+            p50 = to_ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+            p99 = to_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
+            bad = int(re.search(r"^non200=(\d+)", out, re.M).group(1))
+            m = re.search(r"Socket errors:.*timeout (\d+)", out)
+            bad += int(m.group(1)) if m else 0
+            rows.append((cfg, conns, rps, p50, p99, bad, (c1 - c0) / max(n, 1) * 1000, worst,
+                         same))
+            print(f"== {cfg} c{conns}: {rps:.1f} img/s p50 {p50:.1f} ms p99 {p99:.1f} ms "
+                  f"non-200 {bad} CPU {(c1 - c0) / max(n, 1) * 1000:.1f} ms/img", flush=True)
+        return rows
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -197,40 +236,42 @@ def main():
     model_dir = os.path.join(WORK, "resnet18")
     with zipfile.ZipFile(MAR) as z:
         z.extractall(model_dir)
-    jpeg = jpeg_224()
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "bench"))
+    from vision_decode_drift import jpeg as make_jpeg
+    jpeg = make_jpeg(640, 480, 37)
     jpeg_path = os.path.join(WORK, "img.jpg")
     with open(jpeg_path, "wb") as f:
         f.write(jpeg)
-    print(f"resnet_bench: 224x224 JPEG of {len(jpeg)} bytes, 8 connections, {DURATION} s per run")
+    ref, labels = reference(model_dir, jpeg)
+    print(f"resnet_bench: 640x480 JPEG of {len(jpeg)} bytes, connections {CONNS}, "
+          f"{DURATION} s per run, maxBatchDelay {MAX_DELAY} ms")
+
     def limits(when):
-        spin, passive = measure_limit(model_dir, False), measure_limit(model_dir, True)
-        print(f"== limit {when} (handler preprocess + forward, Python loop, 2 threads): "
-              f"{spin:.1f} img/s, with OMP_WAIT_POLICY=PASSIVE {passive:.1f} img/s", flush=True)
-        return max(spin, passive)
+        (one2, c2), (two1, c1) = (loop_rate(model_dir, jpeg_path, 2, 1),
+                                  loop_rate(model_dir, jpeg_path, 1, 2))
+        print(f"== eager loop {when}: one loop of 2 threads {one2:.1f} img/s ({c2:.1f} CPU ms/img),"
+              f" two loops of 1 thread {two1:.1f} img/s ({c1:.1f} CPU ms/img)", flush=True)
+        return max(one2, two1)
 
     before = limits("before")
     rows = []
     for cfg in CONFIGS:
-        passive = cfg.endswith("p")
-        w, t, b = (int(x) for x in cfg.rstrip("p").split(":"))
-        rps, p50, p99, bad, idle, after = serve(model_dir, jpeg_path, w, t, b, passive)
-        rows.append((cfg, rps, p50, p99, bad, idle, after))
-        print(f"== workers {w} threads {t} batchSize {b}{' passive' if passive else ''}: "
-              f"{rps:.1f} img/s  p50 {p50:.1f} ms  "
-              f"p99 {p99:.1f} ms  non-200 {bad}  worker RSS idle {idle} kB, after {after} kB",
-              flush=True)
-    after_limit = limits("after")
-    limit = (before + after_limit) / 2
-    print(f"== baseline (mean of the better limits): {limit:.1f} img/s")
+        rows += serve(model_dir, jpeg_path, cfg, ref, labels)
+    limit = (before + limits("after")) / 2
+    print(f"== limit (mean of the better eager loops): {limit:.1f} img/s")
     print()
-    print("| workers:threads:batch | img/s | ratio to limit | p50 ms | p99 ms | non-200 |"
-          " worker RSS idle -> after (MB) |")
-    print("|---|---|---|---|---|---|---|")
-    for cfg, rps, p50, p99, bad, idle, after in rows:
-        mem = ", ".join(f"{i / 1024:.0f} -> {a / 1024:.0f}" for i, a in zip(idle, after))
-        print(f"| {cfg} | {rps:.1f} | {rps / limit:.3f} | {p50:.1f} | {p99:.1f} | {bad} | {mem} |")
-    best = max(rows, key=lambda r: r[1])
-    print(f"\nbest: {best[0]} at {best[1] / limit:.3f} of the limit ({json.dumps(CONFIGS)} tried)")
+    print("| workers:threads:batch[:optimize:decode] | conns | img/s | ratio to limit | p50 ms |"
+          " p99 ms | non-200 | CPU ms/img | top-5 drift | same top 5 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for cfg, conns, rps, p50, p99, bad, cpu, worst, same in rows:
+        print(f"| {cfg} | {conns} | {rps:.1f} | {rps / limit:.3f} | {p50:.1f} | {p99:.1f} | "
+              f"{bad} | {cpu:.1f} | {worst:.1e} | {'yes' if same else 'NO'} |")
+    for conns in CONNS:
+        mine = [r for r in rows if r[1] == conns]
+        best = max(mine, key=lambda r: r[2])
+        base = mine[0]
+        print(f"\nc{conns}: best {best[0]} at {best[2] / limit:.3f} of the limit (target 1.25), "
+              f"p99 {best[4]:.1f} ms against {base[4]:.1f} ms for {base[0]}")
 
 
 if __name__ == "__main__":
