@@ -414,3 +414,34 @@ def test_vision_keys_are_checked(server_factory):
         r = s.post("/models?url=r18bad&initial_workers=1&synchronous=true", api="management",
                    timeout=180)
         assert r.status_code == 500 and msg in r.json()["message"], r.text
+
+
+def test_preprocess_is_torchvisions_bit_for_bit(ref):
+    """ImageClassifier.preprocess (ToTensor and Normalize in place into the batch, images
+    prepared on a thread pool when torch has several threads) makes exactly the tensor of
+    torchvision's transforms and torch.stack, for JPEG and PNG, large and small images."""
+    from conftest import BUILD
+    sys.path.insert(0, os.path.join(BUILD, "lib", "python"))
+    try:
+        from ts.context import Context
+        from ts.torch_handler.image_classifier import ImageClassifier
+    finally:
+        sys.path.pop(0)
+    h = ImageClassifier()
+    h.image_processing = ref["tf"]
+    h.device = torch.device("cpu")
+    h.model_yaml_config = {}
+    h.context = Context("r", ref["dir"], None, 4, None, "t")
+    h._configure_decoding()
+    h._failed, h._pool = {}, None
+    images = [make_image(300, "JPEG", (640, 480)), make_image(301, "PNG", (480, 640)),
+              make_image(302, "JPEG", (200, 150)), textured_jpeg(303, (1280, 960))]
+    want = torch.stack([ref["tf"](Image.open(io.BytesIO(d))) for d in images])
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            got = h.preprocess([{"body": d} for d in images])
+            assert torch.equal(got, want), f"{n} thread(s): max diff {(got - want).abs().max()}"
+    finally:
+        torch.set_num_threads(threads)

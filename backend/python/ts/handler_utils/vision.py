@@ -57,6 +57,7 @@ class Pipeline:
         self.pil_steps = steps
         self.fused = False
         self.mean = self.std = None
+        self._stats = {}  # device -> (mean, std) shaped for a CHW image
         # the fused tail: ToTensor, optionally followed by one Normalize
         for k, t in enumerate(steps):
             if type(t) is transforms.ToTensor:
@@ -162,9 +163,13 @@ class Pipeline:
         self._normalize(out)
 
     def _normalize(self, out):
-        if self.mean is not None:
-            mean, std = self.mean.to(out.device), self.std.to(out.device)
-            out.sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
+        if self.mean is None:
+            return
+        if out.device not in self._stats:
+            self._stats[out.device] = (self.mean.to(out.device).view(-1, 1, 1),
+                                       self.std.to(out.device).view(-1, 1, 1))
+        mean, std = self._stats[out.device]
+        out.sub_(mean).div_(std)
 
 
 def _pixels(image):
