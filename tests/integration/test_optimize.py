@@ -131,6 +131,12 @@ class RawHandler(BaseHandler):
 
     def postprocess(self, out):
         return [row.tolist() for row in out]
+
+    def describe_handle(self):
+        # what handlers read of self.model: its class, parameters, whether forward was replaced
+        return {"model": type(self.model).__name__,
+                "parameters": sum(p.numel() for p in self.model.parameters()),
+                "forward": "optimized" if "forward" in vars(self.model) else "as loaded"}
 '''
 
 
@@ -366,6 +372,13 @@ def test_base_handler_optimizes_eager_and_torchscript_models(server_factory, tmp
         wait_log(s, done.format(r"model\.py", "scripted, "))
     wait_log(s, done.format(r"model\.pt", ""))  # already TorchScript: not scripted again
     wait_log(s, r"serving model\.py as loaded \(handler\.optimize: none\)")
+    # the handler's self.model is still the model it loaded, with forward replaced
+    for name, want in (("resnet18", {"model": "ResNet18", "parameters": 11689512,
+                                     "forward": "optimized"}),
+                       ("r18plain", {"model": "ResNet18", "parameters": 11689512,
+                                     "forward": "as loaded"})):
+        r = s.get(f"/models/{name}?customized=true", api="management")
+        assert r.json()[0]["customizedMetadata"] == want, r.text
     for name in names:
         module = mlp if name == "mlp" else models["resnet18" if name == "r18plain" else name][2]
         shape = [64] if name == "mlp" else models["resnet18" if name == "r18plain" else name][3]

@@ -47,7 +47,7 @@ class BaseHandler:
         self.map_location = "cpu"
         self.device = torch.device(self.map_location)
         self.manifest = context.manifest
-        optimize_level = optimize.read_level(self.model_yaml_config)
+        optimize_level, optimize_named = optimize.read_level(self.model_yaml_config)
 
         model_dir = properties.get("model_dir")
         model_info = (self.manifest or {}).get("model", {})
@@ -73,7 +73,11 @@ class BaseHandler:
         self.model.eval()
         logger.debug("Model file %s loaded successfully", self.model_pt_path)
         self.model = optimize.optimize(
-            self.model, optimize_level, self.example_input(), name=model_file or serialized_file
+            self.model,
+            optimize_level,
+            self.example_input(),
+            name=model_file or serialized_file,
+            explicit=optimize_named,
         )
 
         self.mapping = load_label_mapping(os.path.join(model_dir, "index_to_name.json"))

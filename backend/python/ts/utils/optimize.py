@@ -11,6 +11,12 @@ key, backend/handlers/torchscript.c):
 `handler.jit_freeze`, the older key, keeps its meaning (true: freeze, false: none); both keys
 may be given only when they agree.
 
+Only forward is replaced: the handler's self.model stays the object it loaded (its class,
+attributes, parameters and other methods as they were, which handlers read), with forward
+bound to the optimized module's. The weights are then held twice (the loaded ones and the
+frozen constants), so by default a model of more than 1 GiB of weights is served as loaded;
+naming handler.optimize optimizes it anyway.
+
 A model that cannot be scripted or frozen, or whose class has public methods other than
 forward (a handler may call them, and a scripted or frozen module keeps forward alone), is
 served as loaded, with a log line that says why. When the handler knows an input the model
@@ -30,6 +36,7 @@ logger = logging.getLogger(__name__)
 LEVELS = ("none", "freeze", "inference")
 DEFAULT = "inference"
 TOLERANCE = 1e-4
+DEFAULT_MAX_BYTES = 1 << 30  # the default level leaves larger models as loaded
 
 
 def _scalar(cfg, key):
@@ -40,11 +47,11 @@ def _scalar(cfg, key):
 
 
 def read_level(model_yaml_config):
-    """The optimization level from model-config.yaml's handler section; ValueError naming the
-    key for a value it does not take."""
+    """The optimization level from model-config.yaml's handler section, and whether a key named
+    it; ValueError naming the key for a value it does not take."""
     handler = (model_yaml_config or {}).get("handler") or {}
     if not isinstance(handler, dict):
-        return DEFAULT
+        return DEFAULT, False
     opt, fz = _scalar(handler, "optimize"), _scalar(handler, "jit_freeze")
     level = freeze_level = None
     if opt is not None:
@@ -70,7 +77,14 @@ def read_level(model_yaml_config):
             f"model-config.yaml: handler.optimize: {level} and handler.jit_freeze: "
             f"{str(fz).lower()} disagree (jit_freeze: true is optimize: freeze, false is none)"
         )
-    return level or freeze_level or DEFAULT
+    if level or freeze_level:
+        return level or freeze_level, True
+    return DEFAULT, False
+
+
+def weight_bytes(model):
+    tensors = list(model.parameters()) + list(model.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def other_methods(model):
@@ -133,11 +147,21 @@ def compare(want, got):
     return None
 
 
-def optimize(model, level, example=None, name="the model"):
-    """The model to serve: model itself (level none, or anything failed: logged), or its
-    scripted, frozen, optimized form."""
+def optimize(model, level, example=None, name="the model", explicit=True):
+    """model, with its forward replaced by the scripted, frozen, optimized module's; as it was
+    at level none, when the default level meets a model over DEFAULT_MAX_BYTES, or when
+    anything fails (logged)."""
     if level == "none":
         logger.info("serving %s as loaded (handler.optimize: none)", name)
+        return model
+    size = weight_bytes(model)
+    if not explicit and size > DEFAULT_MAX_BYTES:
+        logger.info(
+            "serving %s as loaded: its %.1f GiB of weights would be held twice (set "
+            "handler.optimize to optimize it anyway)",
+            name,
+            size / (1 << 30),
+        )
         return model
     t0 = time.perf_counter()
     others = other_methods(model)
@@ -203,4 +227,6 @@ def optimize(model, level, example=None, name="the model"):
         ", ".join(steps),
         checked,
     )
-    return optimized
+    # the instance attribute is what nn.Module.__call__ calls; the module keeps the rest
+    model.forward = optimized.forward
+    return model
