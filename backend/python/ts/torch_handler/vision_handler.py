@@ -139,7 +139,9 @@ class VisionHandler(BaseHandler):
     def _prepare_all(self, data):
         n = len(data)
         threads = torch.get_num_threads()
-        if n < 2 or threads < 2:
+        # decoding on a GPU is asynchronous already, and nvjpeg's handle is shared: one thread
+        on_gpu = self.decode_device is not None and self.decode_device.type != "cpu"
+        if n < 2 or threads < 2 or on_gpu:
             return [self._prepare_or_fail(data, i) for i in range(n)]
         if self._pool is None or self._pool._max_workers != threads:
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="ts-preprocess")
