@@ -1,11 +1,19 @@
 /*
- * batcher: picks the worker and the number of jobs for the next batch of a model.
+ * batcher: picks the workers and the number of jobs for the next batches of a model.
  *
  * An idle worker (nothing in flight) is always preferred, so a batch never queues behind another
  * worker's batch. A partial batch for an idle worker waits until the oldest job has waited
  * maxBatchDelay, unless the handler is continuous: there a request that arrives later simply
  * joins the next step, so waiting only adds latency. A busy worker gets more work only when its
  * handler is continuous and it has free slots.
+ *
+ * Several idle workers share what is queued when it would not give each a full batch: with q
+ * jobs and n idle workers, each takes q / n (the first q % n one more), at least one, all in the
+ * same plan, so the second share does not wait for maxBatchDelay again once the first has gone.
+ * Before, the first idle worker took all of a short queue and the others waited: with 8 clients,
+ * batchSize 8 and 2 workers, two workers served like one (issue 37; resnet18 ran at 0.6x of its
+ * own batchSize 1). A queue of n full batches or more still gives each a full batch. A continuous
+ * handler's idle workers share the same way; its busy ones are then topped up as before.
  *
  * When every ready worker is busy, the least loaded one may still take a full batch: the worker
  * finds the next ones in its socket when it answers and runs them back to back, instead of
@@ -44,23 +52,21 @@ static int pipeline_depth(int64_t step_us)
                                       : (int)d;
 }
 
-void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
+int batcher_plan(const struct batcher_view *v, struct batcher_batch *out, int64_t *wait_us)
 {
-    out->worker = -1;
-    out->count = 0;
-    out->wait_us = -1;
+    *wait_us = -1;
     if (v->queue_len <= 0)
-        return;
+        return 0;
     int bs = v->batch_size > 0 ? v->batch_size : 1;
 
-    int idle = -1, partial = -1, least = -1;
+    int n_idle = 0, partial = -1, least = -1;
     for (int i = 0; i < v->n_workers; i++) {
         const struct batcher_worker *w = &v->workers[i];
         if (!w->ready)
             continue;
         if (w->inflight == 0) {
-            idle = i;
-            break;
+            out[n_idle++].worker = i; /* the idle ones, in order, for now */
+            continue;
         }
         if (v->continuous && w->inflight < bs &&
             (partial < 0 || w->inflight < v->workers[partial].inflight))
@@ -69,29 +75,40 @@ void batcher_plan(const struct batcher_view *v, struct batcher_plan *out)
             least = i;
     }
 
-    if (idle >= 0) {
-        if (v->queue_len < bs && !v->continuous && bs > 1) {
+    if (n_idle > 0) {
+        int q = v->queue_len;
+        if (q < bs && !v->continuous && bs > 1) {
             int64_t due = v->oldest_us + (int64_t)v->max_batch_delay_ms * 1000;
             if (v->now_us < due) {
-                out->wait_us = due - v->now_us;
-                return;
+                *wait_us = due - v->now_us;
+                return 0;
             }
         }
-        out->worker = idle;
-        out->count = v->queue_len < bs ? v->queue_len : bs;
-        return;
+        if (q >= n_idle * bs) { /* a long queue: a full batch each */
+            for (int k = 0; k < n_idle; k++)
+                out[k].count = bs;
+            return n_idle;
+        }
+        /* a short one is shared: q / n each, the first q % n one more (at most bs, since
+         * q < n_idle * bs), and no idle worker without a job while another takes two */
+        int n = q < n_idle ? q : n_idle;
+        for (int k = 0; k < n; k++)
+            out[k].count = q / n + (k < q % n);
+        return n;
     }
     if (!v->continuous && least >= 0 && v->queue_len >= bs &&
         v->workers[least].inflight + bs <= pipeline_depth(v->step_us) * bs) {
-        out->worker = least;
-        out->count = bs;
-        return;
+        out[0].worker = least;
+        out[0].count = bs;
+        return 1;
     }
     if (partial >= 0) {
         int free_slots = bs - v->workers[partial].inflight;
-        out->worker = partial;
-        out->count = v->queue_len < free_slots ? v->queue_len : free_slots;
+        out[0].worker = partial;
+        out[0].count = v->queue_len < free_slots ? v->queue_len : free_slots;
+        return 1;
     }
+    return 0;
 }
 
 int64_t batcher_step_average(int64_t avg, int64_t sample_us)

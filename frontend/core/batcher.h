@@ -1,9 +1,10 @@
 /*
  * batcher: the dynamic batching policy, as a pure function over a snapshot of one model's
- * queue and workers. TorchServe's batchSize/maxBatchDelay, except that a batch goes to the first
- * idle worker when there is one (when every worker is busy, the least loaded one may hold up to
- * a millisecond of full batches queued behind its current one), and that a handler which keeps
- * requests across steps (continuous batching) has its free slots topped up at once.
+ * queue and workers. TorchServe's batchSize/maxBatchDelay, except that the idle workers share a
+ * queue shorter than a full batch each (each takes about queue / idle, at least one), that when
+ * every worker is busy the least loaded one may hold up to a millisecond of full batches queued
+ * behind its current one, and that a handler which keeps requests across steps (continuous
+ * batching) has its free slots topped up at once. Sequences are not planned here (sequence.c).
  */
 #ifndef TS_BATCHER_H
 #define TS_BATCHER_H
@@ -27,13 +28,17 @@ struct batcher_view {
     int n_workers;
 };
 
-struct batcher_plan {
-    int worker;      /* index into workers, or -1 */
-    int count;       /* jobs to send */
-    int64_t wait_us; /* when worker == -1: re-plan after this long, -1 = on the next event */
+/* One batch to send: count jobs from the head of the queue to workers[worker]. */
+struct batcher_batch {
+    int worker;
+    int count;
 };
 
-void batcher_plan(const struct batcher_view *v, struct batcher_plan *out);
+/* The batches to send now, in queue order (out has room for n_workers entries: a worker gets
+ * one batch per plan at most); returns how many. With none, *wait_us says when to plan again:
+ * after that long (a partial batch waits for maxBatchDelay), or -1 on the next event (a worker
+ * frees up, a job arrives). The caller sends them, then plans again with a fresh view. */
+int batcher_plan(const struct batcher_view *v, struct batcher_batch *out, int64_t *wait_us);
 
 /* The model's step time after a step of sample_us (a step's handle() time) given the average
  * avg (0: none yet): a longer step is taken at once, a shorter one moves it by an eighth, so

@@ -485,11 +485,13 @@ int model_submit(struct model *m, struct job *j)
     return 0;
 }
 
-#define BATCH_FEW 64 /* a batch of up to this many jobs is gathered on the stack */
+#define BATCH_FEW 64    /* a batch of up to this many jobs is gathered on the stack */
+#define PLAN_WORKERS 64 /* the workers a plan sees: the first 64 of a model */
 void model_dispatch(struct model *m)
 {
-    struct batcher_worker bw[64];
-    struct worker *ws[64];
+    struct batcher_worker bw[PLAN_WORKERS];
+    struct worker *ws[PLAN_WORKERS];
+    struct batcher_batch plan[PLAN_WORKERS];
     if (m->seqs) {
         sequence_dispatch(m->seqs);
         return;
@@ -501,7 +503,7 @@ void model_dispatch(struct model *m)
         struct worker *w;
         TAILQ_FOREACH(w, &m->pool.workers, link)
         {
-            if (n == 64)
+            if (n == PLAN_WORKERS)
                 break;
             bw[n].ready = worker_takes_jobs(w);
             bw[n].inflight = w->n_inflight;
@@ -518,24 +520,27 @@ void model_dispatch(struct model *m)
             .workers = bw,
             .n_workers = n,
         };
-        struct batcher_plan plan;
-        batcher_plan(&v, &plan);
-        if (plan.worker < 0) {
-            if (plan.wait_us >= 0 && !evtimer_pending(m->batch_timer, NULL)) {
-                struct timeval tv = {plan.wait_us / 1000000, plan.wait_us % 1000000};
+        int64_t wait_us;
+        int nb = batcher_plan(&v, plan, &wait_us);
+        if (nb == 0) {
+            if (wait_us >= 0 && !evtimer_pending(m->batch_timer, NULL)) {
+                struct timeval tv = {wait_us / 1000000, wait_us % 1000000};
                 evtimer_add(m->batch_timer, &tv);
             }
             return;
         }
-        /* batchSize is a client's number (the register API): a large batch is not sized on the
-         * stack */
-        struct job *few[BATCH_FEW];
-        struct job **batch = few_or_alloc(few, BATCH_FEW, (size_t)plan.count, sizeof(*batch));
-        for (int i = 0; i < plan.count; i++) {
-            batch[i] = TAILQ_FIRST(&m->queue);
-            model_dequeue(m, batch[i]);
+        for (int b = 0; b < nb; b++) {
+            /* batchSize is a client's number (the register API): a large batch is not sized on
+             * the stack */
+            struct job *few[BATCH_FEW];
+            int count = plan[b].count;
+            struct job **batch = few_or_alloc(few, BATCH_FEW, (size_t)count, sizeof(*batch));
+            for (int i = 0; i < count; i++) {
+                batch[i] = TAILQ_FIRST(&m->queue);
+                model_dequeue(m, batch[i]);
+            }
+            worker_send_batch(ws[plan[b].worker], batch, count);
+            free_unless_few(batch, few);
         }
-        worker_send_batch(ws[plan.worker], batch, plan.count);
-        free_unless_few(batch, few);
     }
 }

@@ -1,6 +1,6 @@
 /* The registry and the dispatcher (frontend/core/model.c) against fake workers: where batches go,
- * how long a partial batch waits, what a full queue or a cancel does, and what a worker's death
- * does to the requests it held. */
+ * how long a partial batch waits, how idle workers share a short queue, what a full queue or a
+ * cancel does, and what a worker's death does to the requests it held. */
 #include "core_fake.h"
 
 TEST(dispatch_goes_to_the_first_idle_worker)
@@ -182,6 +182,26 @@ TEST(continuous_worker_gets_new_requests_while_others_stream)
     core_teardown();
 }
 
+/* issue 37: 8 jobs, batchSize 8, 2 idle workers: 4 each, at once (before, the first worker took
+ * all 8 and the second waited) */
+TEST(idle_workers_share_a_short_queue)
+{
+    core_setup();
+    struct model *m = fake_model(
+        &(struct fake_model_opts){.workers = 2, .batch_size = 8, .max_batch_delay_ms = 300});
+    struct rec r[8];
+    static const char *const t[8] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+    int64_t t0 = ts_now_us();
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ_INT(model_submit(m, rec_job(&r[i], t[i], NULL)), 0);
+    for (int i = 0; i < 8; i++)
+        CHECK(run_until(rec_done, &r[i], 2000));
+    CHECK(ts_now_us() - t0 < 250000); /* neither share waited for maxBatchDelay */
+    CHECK((log_has("w9000 I a b c d\n") && log_has("w9001 I e f g h\n")) ||
+          (log_has("w9001 I a b c d\n") && log_has("w9000 I e f g h\n")));
+    core_teardown();
+}
+
 int main(void)
 {
     tbase_make("test_model");
@@ -192,6 +212,7 @@ int main(void)
     RUN(cancel_while_running_tells_the_worker_and_frees_the_slot);
     RUN(worker_death_mid_batch_fails_the_batch_and_respawns);
     RUN(continuous_worker_gets_new_requests_while_others_stream);
+    RUN(idle_workers_share_a_short_queue);
     tbase_remove();
     return tap_done();
 }
