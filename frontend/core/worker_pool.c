@@ -36,7 +36,8 @@
 extern char **environ;
 
 #define BACKOFF_MAX_MS 30000
-/* times a job may go back to the queue after a worker's death (give_back) */
+/* times a job that never reached a handler may go back to the queue after a worker's death
+ * (give_back) */
 #define GIVE_BACK_MAX 3
 
 static struct event *ev_sigchld;
@@ -85,20 +86,25 @@ static void fail_inflight(struct worker *w, int status, const char *type, const 
     }
 }
 
-/* A dead worker's jobs that it had not started go back to the group's owner, so that its death
- * fails only the batch it was running, as in TorchServe, however many batches were pipelined
- * behind it (batcher.c). So do the ones it had finished but whose answers it held back while
- * its next step ran (backend/worker.c): they died with it (reap read whatever it wrote first).
- * Its progress page (otf_progress) tells the three apart. A worker that did not keep the page
- * (a fake one in the unit tests) holds nothing back, and steps through what it holds in the
+/* A dead worker's jobs that never reached its handler go back to the group's owner, so that
+ * its death fails only what it had started, as in TorchServe, however many batches were
+ * pipelined behind it (batcher.c). A request that reached a handler is never run twice: it
+ * fails, once, with the death's reason, whether the handler was still running it or had
+ * finished it and the answer died with the worker (held back while its next step ran,
+ * backend/worker/worker.c, or refused for being over max_response_size). Running it again would
+ * repeat whatever the handler did (a charge, a write, a state update) and, when the request is
+ * what kills the worker, kill the next worker too. Its progress page (otf_progress) tells which
+ * requests were handed to a handler (those below `started`). A worker that did not keep the
+ * page (a fake one in the unit tests) holds nothing back, and steps through what it holds in the
  * order it was sent, at most batchSize requests a step: then all but the first batchSize of its
  * unanswered jobs had not started, nor had the last ones, whose batches never reached it
  * (worker_conn.unsent): a worker that answers and dies frees itself for the next batch, which
  * the loop may dispatch to it before it sees the death. A job that streamed a frame or was
  * paused had started, so it fails wherever it is. A continuous handler runs everything it holds
  * at once, and a sequence's job stays with its sequence: theirs all fail. So does a job already
- * given back GIVE_BACK_MAX times: whatever the page says (the handler's code can write to it),
- * no request takes workers down without end. Returns how many went back. */
+ * given back GIVE_BACK_MAX times (never started, but each of those workers died): whatever the
+ * page says (the handler's code can write to it), no request takes workers down without end.
+ * Returns how many went back. */
 static int give_back(struct worker *w)
 {
     struct worker_group *g = w->group;
@@ -115,8 +121,8 @@ static int give_back(struct worker *w)
     {
         if (j->seq)
             continue;
-        if (kept ? j->wseq >= finished && j->wseq < started : running-- > 0)
-            continue; /* it was running */
+        if (kept ? j->wseq < started : running-- > 0)
+            continue; /* it reached a handler */
         if (j->frames > 0 || j->paused || j->given_back >= GIVE_BACK_MAX)
             continue;
         j->given_back++;
@@ -224,6 +230,7 @@ static void take_metrics(struct worker *w, struct otf_prediction *p, struct job 
 static void handle_response(struct worker *w, struct otf_response *r)
 {
     w->steps++;
+    w->served = 1;
     if (r->code != 200 && r->n_preds == 0) {
         char *msg = otf_strdup(r->msg);
         fail_inflight(w, r->code >= 400 ? r->code : 500, "InternalServerException", msg);
@@ -293,7 +300,8 @@ static void on_read(struct bufferevent *bev, void *arg)
             break;
         if (n < 0) {
             LOG_ERROR("worker %d sent a bad frame: %s", w->id, ts_strerror((int)n));
-            worker_kill(w, n == TS_E_TOO_LARGE ? "Worker response exceeds max_response_size"
+            worker_kill(w, n == TS_E_TOO_LARGE ? "Worker response exceeds max_response_size "
+                                                 "(consider increasing max_response_size)"
                                                : "Worker sent a malformed frame");
             return;
         }
@@ -430,6 +438,7 @@ static void worker_spawn(struct worker *w)
     w->oom_kills_at_spawn = oom_kill_count();
     worker_progress_renew(&w->progress);
     w->sent = 0;
+    w->served = 0;
     pid_t pid;
     int rc = exec_fn(w, sv[1], &pid, exec_arg);
     close(sv[1]);
@@ -577,7 +586,11 @@ static void reap(struct worker *w, int status)
         g->ops->changed(g, "its workers failed to load the model");
         return;
     }
-    if (w->state == WORKER_READY && ts_now_us() - w->ready_since_us > 10 * 1000000LL)
+    /* The back-off is for a worker that cannot stay up (a crash at load, or soon after). One
+     * that answered a request did, and is respawned at once: a kill loop from outside (an
+     * operator, the OOM killer, a request that crashes the handler, which fails and is not run
+     * again) otherwise grew the delay to 30 s, and the model stayed down that long after it. */
+    if (w->state == WORKER_READY && (w->served || ts_now_us() - w->ready_since_us > 10 * 1000000LL))
         w->retries = 0;
     int delay = w->retries == 0 ? 0 : 250 << (w->retries - 1 < 8 ? w->retries - 1 : 8);
     if (delay > BACKOFF_MAX_MS)

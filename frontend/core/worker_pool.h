@@ -103,6 +103,7 @@ struct worker {
     struct worker_log *log; /* its stdout/stderr (model_log.log), NULL with a fake exec */
     int64_t last_io_us;
     int retries; /* consecutive failures, for back-off */
+    int served;  /* this process answered a request (the back-off starts again) */
     unsigned long oom_kills_at_spawn;
     struct buf out; /* scratch for encoding */
     uint64_t steps; /* response frames received */

@@ -218,6 +218,62 @@ def test_kill_worker_mid_batch(server_factory):
     predict_ok(s)
 
 
+BIG_ANSWER = '''
+import os
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    body = bytes(data[0]["body"])
+    with open(os.path.join(context.system_properties["model_dir"], "ran.log"), "ab") as f:
+        f.write(body + b"\\n")
+    return [b"x" * (1 << 20) if body == b"big" else b"ok " + body]
+'''
+
+
+def python_model(store, name, src, yaml):
+    """A model directory with a Python handler, as the archiver unpacks one."""
+    d = os.path.join(store, name)
+    os.makedirs(os.path.join(d, "MAR-INF"))
+    with open(os.path.join(d, "handler.py"), "w") as f:
+        f.write(src)
+    with open(os.path.join(d, "model-config.yaml"), "w") as f:
+        f.write(yaml)
+    with open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w") as f:
+        json.dump({"runtime": "python", "model": {"modelName": name, "handler": "handler.py",
+                                                  "modelVersion": "1.0",
+                                                  "configFile": "model-config.yaml"}}, f)
+    return d
+
+
+def test_answer_over_max_response_size_fails_once_and_is_not_run_again(tmp_path):
+    """An answer over max_response_size: the frontend kills the worker (the frame cannot be
+    read past its length), and the request, which reached the handler, fails once with a 500
+    naming max_response_size. It used to go back to the queue as "not started" and run 4
+    times, killing a worker each time. The respawned worker serves at once (it had answered
+    before, so no back-off)."""
+    store = str(tmp_path / "store")
+    d = python_model(store, "big", BIG_ANSWER, "minWorkers: 1\nmaxWorkers: 1\nbatchSize: 1\n")
+    s = start_server(str(tmp_path), models=["big"], store=store,
+                     config={"max_response_size": 65536})
+    try:
+        s.wait_ready("big", body={"data": b"warm"})
+        r = requests.post(s.url("/predictions/big"), data=b"big", timeout=60)
+        assert r.status_code == 500, r.text
+        assert "max_response_size" in r.json()["message"], r.text
+        t0 = time.time()
+        r = requests.post(s.url("/predictions/big"), data=b"after", timeout=60)
+        assert r.status_code == 200 and r.text == "ok after", r.text
+        assert time.time() - t0 < 10  # respawned without back-off (load included)
+        with open(os.path.join(d, "ran.log"), "rb") as f:
+            ran = [x for x in f.read().split(b"\n") if x and x != b"warm"]
+        assert ran == [b"big", b"after"], (ran, s.log()[-3000:])
+        assert s.log().count("respawning") == 1
+    finally:
+        s.stop()
+
+
 # ----------------------------------------------------------------------------- frontend dies
 
 def test_sigkill_frontend_leaves_no_orphans_and_restarts(tmp_path):

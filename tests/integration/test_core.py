@@ -177,9 +177,9 @@ def _first_success_after(results, t_kill, timeout):
 
 def test_worker_crash_under_load(server_factory):
     """kill -9 of the worker while 4 clients keep it busy: the request it was running, if any,
-    gets 500 "Worker died", the ones pipelined behind it (and any it had answered without
-    writing the answer yet) go back to the queue and the new worker answers them, and it serves
-    within 2 s. Twice: once straight, once after a SIGSTOP so that all four requests are
+    and any it had answered without writing the answer yet get 500 "Worker died" (a request
+    that reached a handler is never run twice), the ones pipelined behind it go back to the
+    queue and the new worker answers them, and it serves within 2 s. Twice: once straight, once after a SIGSTOP so that all four requests are
     certainly on the worker when the SIGKILL lands. Its progress page says whether it was running
     one: stopped in its poll, between steps, it was not, and nothing fails."""
     s = server_factory(models=["mlp"])
@@ -209,8 +209,9 @@ def test_worker_crash_under_load(server_factory):
     statuses = [st for _, _, st, _ in results]
     assert set(statuses) <= {200, 500}, [r for r in results if r[2] not in (200, 500)][:3]
     failed = [txt for _, _, st, txt in results if st == 500]
-    # at most one batch (one request) per kill: the ones behind it were requeued, not failed
-    assert len(failed) <= 2, f"{len(failed)} requests failed in two kills\n" + s.log()[-3000:]
+    # per kill, at most what had reached the handler: the running request and the answers it
+    # held back, of the 4 clients' requests; the ones behind it were requeued, not failed
+    assert len(failed) <= 8, f"{len(failed)} requests failed in two kills\n" + s.log()[-3000:]
     assert "go back to the queue" in s.log()
     for txt in failed:
         body = json.loads(txt)

@@ -598,22 +598,26 @@ def handle(data, context):
     if data is None:
         return None
     body = bytes(data[0]["body"])
+    # one line per request this handler is handed, in a file the test reads
+    with open(os.path.join(context.system_properties["model_dir"], "ran.log"), "ab") as f:
+        f.write(body + b"\\n")
     if body == b"die":
         os._exit(3)
     return [b"ok " + body]
 '''
 
 
-def test_death_after_held_answers_fails_only_the_running_request(tmp):
+def test_death_after_held_answers_runs_no_request_twice(tmp):
     """At batchSize 1 a worker holds a step's answers back while its next step runs (one write
-    for up to 8). Here it dies in the step after three it answered: those three answers die with
-    it. Its progress page tells the frontend that they finished and that "die" was running:
-    the three go back to the queue and the new worker answers them, and only "die" fails, with
-    one death. Without the page the frontend would fail the first of them as the running one
-    and send "die" to the new worker too, which it would kill as well."""
+    for up to 8). Here it dies in the step after three it answered: those answers die with it.
+    Its progress page tells the frontend which requests reached the handler: they fail once
+    with "Worker died" (issue 34: they went back to the queue and ran a second time), and only
+    those that never reached it ("d" and "e", sent behind "die") go to the new worker. Without
+    the page the frontend would send "die" to the new worker too, which it would kill as
+    well."""
     store = os.path.join(tmp, "store")
-    write_model(store, "dies", DIES_ON,
-                yaml="minWorkers: 1\nmaxWorkers: 1\nbatchSize: 1\nmaxBatchDelay: 0\n")
+    d = write_model(store, "dies", DIES_ON,
+                    yaml="minWorkers: 1\nmaxWorkers: 1\nbatchSize: 1\nmaxBatchDelay: 0\n")
     srv = start_server(tmp, models=["dies"], store=store)
     try:
         for _ in range(20):  # the frontend learns the step time: it pipelines deeper then
@@ -636,11 +640,17 @@ def test_death_after_held_answers_fails_only_the_running_request(tmp):
         for t in ts:
             t.join()
         log = srv.log()
-        st, txt = res[b"die"]
-        assert_worker_died(st, txt)
-        for body in bodies:
-            if body != b"die":
-                assert res[body] == (200, "ok " + body.decode()), (body, res[body], log[-3000:])
+        with open(os.path.join(d, "ran.log"), "rb") as f:
+            ran = [line for line in f.read().split(b"\n") if line and line != b"warm"]
+        assert sorted(ran) == sorted(bodies), (ran, log[-3000:])  # each handled once
+        assert_worker_died(*res[b"die"])
+        for body in (b"a", b"b", b"c"):  # answered, or lost with the worker: never run again
+            if res[body][0] != 200:
+                assert_worker_died(*res[body])
+            else:
+                assert res[body][1] == "ok " + body.decode()
+        for body in (b"d", b"e"):
+            assert res[body] == (200, "ok " + body.decode()), (body, res[body], log[-3000:])
         assert log.count("respawning") == 1, log[-3000:]
         assert "go back to the queue" in log
     finally:
@@ -659,12 +669,12 @@ def handle(data, context):
     if bytes(data[0]["body"]) != b"lie":
         return [b"ok"]
     # the progress page (otf_progress: magic, started, finished) is mapped in this process:
-    # claim that every request ever sent had finished, then die
+    # claim that no request ever reached the handler, then die
     for line in open("/proc/self/maps"):
         if "memfd:torchserve-c-progress" in line:
             addr = int(line.split("-")[0], 16)
             magic = ctypes.string_at(addr, 8)
-            ctypes.memmove(addr, magic + struct.pack("=QQ", 1 << 40, 1 << 40), 24)
+            ctypes.memmove(addr, magic + struct.pack("=QQ", 0, 0), 24)
             break
     else:
         raise RuntimeError("no progress page")
@@ -673,8 +683,8 @@ def handle(data, context):
 
 
 def test_a_handler_that_fakes_its_progress_cannot_loop_a_request(tmp):
-    """A handler's code can write to the progress page. One that claims to have finished the
-    request it dies on gets that request put back in the queue, and it kills each new worker
+    """A handler's code can write to the progress page. One that claims never to have started
+    the request it dies on gets that request put back in the queue, and it kills each new worker
     in turn: after 3 times back, the request fails instead of going round for ever."""
     store = os.path.join(tmp, "store")
     write_model(store, "liar", LIES_AND_DIES)

@@ -101,11 +101,20 @@ TEST(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it)
     core_teardown();
 }
 
-/* A worker that kept its progress page dies: the jobs it had finished (their answers were held
- * back and died with it) and the one it had not started go back to the queue, and only the one
- * it was running fails. Without the page, a would fail as the running one, and c would go to
- * the next worker and kill it too. */
-TEST(the_progress_page_tells_which_job_a_dead_worker_was_running)
+/* the model's worker is a new process, loaded */
+static pid_t respawned_from;
+static int respawned(void *arg)
+{
+    struct worker *w = TAILQ_FIRST(&((struct model *)arg)->pool.workers);
+    return w->pid > 0 && w->pid != respawned_from && worker_takes_jobs(w);
+}
+
+/* A worker that kept its progress page dies: the jobs that reached its handler fail once, the
+ * ones it had finished (their answers were held back and died with it) as well as the one it
+ * was running, and only the one it had not started goes back to the queue. Issue 34: a and b
+ * used to go back too, and ran a second time on the next worker. Without the page, a would
+ * fail as the running one, and c would go to the next worker and kill it too. */
+TEST(a_job_that_reached_the_handler_fails_once_and_only_unstarted_ones_go_back)
 {
     core_setup();
     struct model *m = fake_model(&(struct fake_model_opts){0}); /* batchSize 1 */
@@ -118,32 +127,33 @@ TEST(the_progress_page_tells_which_job_a_dead_worker_was_running)
     CHECK_EQ_INT(TAILQ_FIRST(&m->pool.workers)->n_inflight, 4);
     for (int i = 0; i < 4; i++)
         CHECK(run_until(rec_done, &r[i], 5000));
-    CHECK_EQ_INT(r[2].status, 500);
-    CHECK(strstr(r[2].err, "Worker died") != NULL);
-    for (int i = 0; i < 4; i++) {
-        if (i == 2)
-            continue;
-        CHECK_EQ_INT(r[i].errors, 0); /* by the respawned worker */
-        char want[8];
-        snprintf(want, sizeof(want), "ok:%s", t[i]);
-        CHECK_STR(r[i].body, want);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(r[i].frames, 0);
+        CHECK_EQ_INT(r[i].status, 500);
+        CHECK(strstr(r[i].err, "Worker died") != NULL);
     }
-    char *log = fake_log_text(); /* c failed instead of killing the next worker too */
-    const char *first = strstr(log, "exit on c");
+    CHECK_EQ_INT(r[3].errors, 0); /* by the respawned worker */
+    CHECK_STR(r[3].body, "ok:d");
+    char *log = fake_log_text(); /* the respawned worker (the same id) got d alone */
+    const char *again = strstr(log, "L fake");
+    again = again ? strstr(again + 1, "L fake") : NULL;
+    CHECK(again != NULL && strstr(again, "I d\n") != NULL);
+    CHECK(again && !strstr(again, "I a") && !strstr(again, "I b") && !strstr(again, "I c"));
+    const char *first = strstr(log, "exit on c"); /* c did not kill the next worker too */
     CHECK(first != NULL && strstr(first + 1, "exit on c") == NULL);
     free(log);
     core_teardown();
 }
 
-/* A page that lies (handler code can write to it): the job that kills each worker claims to
- * have finished, so it goes back to the queue, but 3 times at most; then it fails. */
+/* A page that lies (handler code can write to it): the job that kills each worker claims that
+ * nothing had started, so it goes back to the queue, but 3 times at most; then it fails. */
 TEST(a_job_goes_back_to_the_queue_three_times_at_most)
 {
     core_setup();
     struct model *m = fake_model(&(struct fake_model_opts){0});
     struct rec r;
-    CHECK_EQ_INT(model_submit(m, rec_job(&r, "x", "progress-die:1000:1000")), 0);
-    /* each death doubles the back-off: 0, 250, 500 ms */
+    CHECK_EQ_INT(model_submit(m, rec_job(&r, "x", "progress-die:0:0")), 0);
+    /* each death doubles the back-off: 0, 250, 500 ms (these workers never answered) */
     CHECK(run_until(rec_done, &r, 5000));
     CHECK_EQ_INT(r.status, 500);
     CHECK(strstr(r.err, "Worker died") != NULL);
@@ -153,6 +163,46 @@ TEST(a_job_goes_back_to_the_queue_three_times_at_most)
         deaths++;
     CHECK_EQ_INT(deaths, 4);
     free(log);
+    core_teardown();
+}
+
+/* A request that kills the worker after its handler finished (its answer never left) fails at
+ * once instead of going back to the queue and killing 3 more workers. */
+TEST(a_job_whose_handler_finished_is_not_run_again)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){0});
+    struct rec r;
+    CHECK_EQ_INT(model_submit(m, rec_job(&r, "x", "progress-die:1:1")), 0);
+    CHECK(run_until(rec_done, &r, 5000));
+    CHECK_EQ_INT(r.status, 500);
+    CHECK(strstr(r.err, "Worker died") != NULL);
+    run_for(300);
+    char *log = fake_log_text();
+    const char *first = strstr(log, "exit on x");
+    CHECK(first != NULL && strstr(first + 1, "exit on x") == NULL);
+    free(log);
+    core_teardown();
+}
+
+/* A worker that answered a request and is then killed is respawned at once, however often:
+ * the back-off is for workers that cannot stay up. Before, each death doubled it (0, 250, 500,
+ * 1000, 2000, 4000 ms), and a kill loop left the model down for up to 30 s after it. */
+TEST(a_worker_that_answered_is_respawned_at_once)
+{
+    core_setup();
+    struct model *m = fake_model(&(struct fake_model_opts){0});
+    for (int i = 0; i < 6; i++) {
+        struct rec r;
+        CHECK_EQ_INT(model_submit(m, rec_job(&r, "x", NULL)), 0);
+        CHECK(run_until(rec_done, &r, 3000));
+        CHECK_STR(r.body, "ok:x");
+        respawned_from = TAILQ_FIRST(&m->pool.workers)->pid;
+        int64_t t0 = ts_now_us();
+        kill(respawned_from, SIGKILL);
+        CHECK(run_until(respawned, m, 5000));
+        CHECK(ts_now_us() - t0 < 1000000); /* the 5th would wait 2 s, the 6th 4 s */
+    }
     core_teardown();
 }
 
@@ -186,21 +236,13 @@ TEST(a_batch_that_never_reached_a_dead_worker_goes_back_to_the_queue)
     core_teardown();
 }
 
-/* the model's worker is a new process, loaded */
-static pid_t respawned_from;
-static int respawned(void *arg)
-{
-    struct worker *w = TAILQ_FIRST(&((struct model *)arg)->pool.workers);
-    return w->pid > 0 && w->pid != respawned_from && worker_takes_jobs(w);
-}
-
 /* An answer written just before the death reaches its client. Here the loop sees the socket's
  * last bytes before the SIGCHLD; the test below forces the other order. */
 TEST(an_answer_written_before_the_death_is_delivered)
 {
     core_setup();
     struct model *m = fake_model(&(struct fake_model_opts){0});
-    for (int i = 0; i < 4; i++) { /* each death doubles the back-off: 0, 250, 500, 1000 ms */
+    for (int i = 0; i < 4; i++) { /* it answered: each respawn is at once */
         struct rec r;
         respawned_from = TAILQ_FIRST(&m->pool.workers)->pid;
         CHECK_EQ_INT(model_submit(m, rec_job(&r, "x", "answer-die")), 0);
@@ -396,8 +438,10 @@ int main(void)
     RUN(a_worker_that_stops_answering_is_killed_after_response_timeout);
     RUN(the_pool_averages_the_step_times_its_workers_report);
     RUN(a_death_fails_the_running_batch_and_requeues_the_ones_behind_it);
-    RUN(the_progress_page_tells_which_job_a_dead_worker_was_running);
+    RUN(a_job_that_reached_the_handler_fails_once_and_only_unstarted_ones_go_back);
     RUN(a_job_goes_back_to_the_queue_three_times_at_most);
+    RUN(a_job_whose_handler_finished_is_not_run_again);
+    RUN(a_worker_that_answered_is_respawned_at_once);
     RUN(an_answer_written_before_the_death_is_delivered);
     RUN(an_answer_unread_when_the_death_is_handled_is_delivered);
     RUN(a_batch_that_never_reached_a_dead_worker_goes_back_to_the_queue);
