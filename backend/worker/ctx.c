@@ -33,6 +33,7 @@ void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *i
     c->max_field = max_field;
     c->batch_size = 1;
     c->wake_fd = -1;
+    c->step_max = 1;
     buf_init(&c->out);
     buf_init(&c->unsent);
     buf_init(&c->rx);

@@ -120,6 +120,7 @@ struct ts_ctx {
     char *serialized_file;
     char *handler_spec;
     int batch_size;
+    int step_max; /* requests a step takes: batch_size, or twice that (sequence joins: worker.c) */
     struct yflat cfg;
     char load_err[1024];
     const struct ts_handler *h;

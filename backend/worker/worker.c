@@ -10,11 +10,12 @@
  * wake-up descriptor (ts_set_wake_fd) while it holds requests.
  *
  * The loop is single-threaded. Each step takes the held (continuing) requests whose wake-up time
- * has passed, then new ones, at most batch_size, makes one handle() call, and writes the step's
- * predictions. Between steps it waits in ppoll() on fd 3 until the next wake-up, so a streaming
- * handler never sleeps inside handle(): waiting is the loop's job, and new requests join the next
- * step (continuous batching). The socket is non-blocking for reads; writes are whole (the loop
- * polls for POLLOUT on a full socket buffer).
+ * has passed, then new ones, at most batch_size (twice that under sequence continuous batching,
+ * where a sequence's next request joins its running one), makes one handle() call, and writes the
+ * step's predictions. Between steps it waits in ppoll() on fd 3 until the next wake-up, so a
+ * streaming handler never sleeps inside handle(): waiting is the loop's job, and new requests join
+ * the next step (continuous batching). The socket is non-blocking for reads; writes are whole (the
+ * loop polls for POLLOUT on a full socket buffer).
  */
 #include "worker.h"
 
@@ -188,6 +189,14 @@ static void do_load(struct ts_ctx *c, const struct otf_load *l)
     }
     c->loaded = 1;
     continuous = (c->h->flags & TS_HANDLER_CONTINUOUS) != 0;
+    /* Under sequence continuous batching the frontend lets a sequence's next request join its
+     * running one (frontend/core/sequence.c): up to batchSize sequences, and TorchServe's
+     * 2 x batchSize requests in all, which one step takes together. */
+    const char *sb = ts_config_get(c, "sequenceBatching");
+    int sequences = 0;
+    if (sb && ts_parse_bool(sb, &sequences))
+        sequences = 0;
+    c->step_max = continuous && sequences ? 2 * c->batch_size : c->batch_size;
     LOG_INFO("loaded model %s from %s: handler %s (%s), batch size %d%s, %.1f ms", c->model_name,
              c->model_dir, c->h->name, spec, c->batch_size, continuous ? ", continuous" : "",
              (double)(ts_now_us() - t0) / 1000.0);
@@ -482,7 +491,7 @@ static int hold_answers(struct ts_ctx *c, int64_t now, int64_t step_us, int full
 static void run_step(struct ts_ctx *c)
 {
     int64_t now = ts_now_us();
-    size_t bs = (size_t)c->batch_size;
+    size_t bs = (size_t)c->step_max;
     c->ncur = 0;
     struct wreq *prev = NULL, *r = c->held_head;
     while (r && c->ncur < bs) {
@@ -552,7 +561,7 @@ static void run_step(struct ts_ctx *c)
     c->ncur = 0;
     if (c->progress)
         progress_set(&c->progress->finished, upto);
-    if (!hold_answers(c, ts_now_us(), t1 - t0, nstep >= bs))
+    if (!hold_answers(c, ts_now_us(), t1 - t0, nstep >= (size_t)c->batch_size))
         worker_flush(c);
 }
 

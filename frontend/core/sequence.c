@@ -4,15 +4,16 @@
  * The table is a fixed-size chained hash of sequence records per model. Open sequences are also
  * kept on a list in round-robin order: the aggregator walks it and takes, for each worker with
  * free slots, the first queued request of each sequence pinned to that worker whose previous
- * request is done (or, under continuousBatching, still streaming); a sequence served is moved to
- * the back, so no sequence starves. A closed sequence stays in the table as a tombstone (its id,
- * why and when it closed) so that a late request learns what happened (410) instead of silently
- * starting a new sequence under that id, which is what an id never seen does. The oldest
- * tombstones are evicted beyond SEQ_MAX_TOMBSTONES per model: a tombstone costs its id (at most
- * SEQ_ID_MAX bytes), the record and its two timers, under 1 KiB, so the bound caps what a client
- * can make the frontend hold at ~4 MiB per model however many ids it ends; it is far above
- * maxNumSequence (default batchSize x workers), so a closed id is remembered through thousands of
- * later closures. Only an id evicted from there can open a new sequence again.
+ * request is done (or, under continuousBatching, has been through a step: it streamed or
+ * answered a frame); a sequence served is moved to the back, so no sequence starves. A closed
+ * sequence stays in the table as a tombstone (its id, why and when it closed) so that a late
+ * request learns what happened (410) instead of silently starting a new sequence under that id,
+ * which is what an id never seen does. The oldest tombstones are evicted beyond SEQ_MAX_TOMBSTONES
+ * per model: a tombstone costs its id (at most SEQ_ID_MAX bytes), the record and its two timers,
+ * under 1 KiB, so the bound caps what a client can make the frontend hold at ~4 MiB per model
+ * however many ids it ends; it is far above maxNumSequence (default batchSize x workers), so a
+ * closed id is remembered through thousands of later closures. Only an id evicted from there can
+ * open a new sequence again.
  *
  * A sequence record is referenced by the jobs attached to it (n_jobs); it is freed only when it
  * is a tombstone nobody points at, or when its model goes away (after every job was failed).
@@ -502,6 +503,10 @@ void sequence_dequeue(struct job *j)
 
 void sequence_frame_seen(struct job *j, const struct otf_prediction *p)
 {
+    /* its first frame: under continuous batching the sequence's next request may join now
+     * (pick_for_worker); the dispatch this frame's worker asked for ran before it was counted */
+    if (j->frames == 1 && j->seq->qlen > 0 && j->seq->t->g->continuous)
+        event_active(j->seq->t->redispatch, EV_TIMEOUT, 1);
     const struct otf_kv *kv = otf_find_kv(p->headers, p->n_headers, SEQ_HDR_CANCEL);
     if (kv && !otf_str_eq(kv->val, "false")) {
         j->seq->cancel_pending = 1;
@@ -538,10 +543,24 @@ void sequence_job_done(struct job *j, int was_running)
         event_active(s->t->redispatch, EV_TIMEOUT, 1);
 }
 
-/* The sequences whose next request may go to w now, at most max, oldest request first in the
- * round-robin order; *oldest gets the enqueue time of the oldest of them. */
+/* Whether each request of s running on w has been through a step (it streamed or answered a
+ * frame): only then may the sequence's next request join it (see sequence.h). */
+static int all_stepped(const struct seq *s, struct worker *w)
+{
+    const struct job *j;
+    TAILQ_FOREACH(j, &w->inflight, link)
+    if (j->seq == s && j->frames == 0)
+        return 0;
+    return 1;
+}
+
+/* The sequences whose next request may go to w now, oldest request first in the round-robin
+ * order: at most new_max that have nothing running (new_max: the sequences w may still take),
+ * and at most max in all; *oldest gets the enqueue time of the oldest of them. A sequence with
+ * a request running goes again only when the handler keeps requests across steps (joinable),
+ * and only once that request has been through a step. */
 static int pick_for_worker(struct seq_table *t, struct worker *w, struct seq **pick, int max,
-                           int64_t *oldest)
+                           int new_max, int joinable, int64_t *oldest)
 {
     int n = 0;
     struct seq *s;
@@ -552,8 +571,12 @@ static int pick_for_worker(struct seq_table *t, struct worker *w, struct seq **p
             break;
         if (!s->worker)
             s->worker = w;
-        if (s->worker != w || s->qlen == 0 || (s->inflight > 0 && !t->mc->continuous_batching))
+        if (s->worker != w || s->qlen == 0)
             continue;
+        if (s->inflight > 0 ? !joinable || !all_stepped(s, w) : new_max <= 0)
+            continue;
+        if (s->inflight == 0)
+            new_max--;
         pick[n++] = s;
         if (TAILQ_FIRST(&s->queue)->created_us < *oldest)
             *oldest = TAILQ_FIRST(&s->queue)->created_us;
@@ -561,25 +584,41 @@ static int pick_for_worker(struct seq_table *t, struct worker *w, struct seq **p
     return n;
 }
 
+/* Sequences with a request running on w. */
+static int running_on(struct seq_table *t, struct worker *w)
+{
+    int n = 0;
+    struct seq *s;
+    TAILQ_FOREACH(s, &t->open, olink)
+    n += s->worker == w && s->inflight > 0;
+    return n;
+}
+
 void sequence_dispatch(struct seq_table *t)
 {
     struct worker_group *g = t->g;
     struct worker *w;
+    int bs = g->batch_size > 0 ? g->batch_size : 1;
+    /* continuous batching: a sequence's next request joins its running one (TorchServe polls
+     * the sequence's queue after every step), up to TorchServe's 2 x batchSize requests in a
+     * worker, while batchSize still bounds the sequences a worker serves at once */
+    int joinable = g->continuous && t->mc->continuous_batching;
     TAILQ_FOREACH(w, &g->workers, link)
     {
         if (!worker_takes_jobs(w))
             continue;
         if (!g->continuous && w->n_inflight > 0)
             continue;
-        int free_slots = g->batch_size - w->n_inflight;
+        int free_slots = (joinable ? 2 * bs : bs) - w->n_inflight;
         /* at most one request per open sequence: the arrays are sized by that, on the heap, as
          * batchSize is a client's number (the register API) */
         int max = free_slots < t->n_open ? free_slots : t->n_open;
         if (max <= 0)
             continue;
+        int new_max = bs - (g->continuous ? running_on(t, w) : 0);
         struct seq **pick = xmalloc(sizeof(*pick) * (size_t)max);
         int64_t oldest;
-        int n = pick_for_worker(t, w, pick, max, &oldest);
+        int n = pick_for_worker(t, w, pick, max, new_max, joinable, &oldest);
         if (n > 0 && n < free_slots && !g->continuous && g->batch_size > 1 && w->n_inflight == 0) {
             /* a partial batch waits for maxBatchDelay from its oldest request */
             int64_t due = oldest + (int64_t)t->max_batch_delay_ms * 1000, now = ts_now_us();

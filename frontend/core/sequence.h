@@ -3,7 +3,13 @@
  * group: its own queue (bounded by maxSequenceJobQueueSize), the worker it is pinned to for its
  * whole life, its idle and session deadlines. The aggregator builds each batch for a worker from
  * at most one request per sequence, so order within a sequence holds while many sequences share
- * a batch. Every end of life (end header, cancel, idle, session timeout) is an explicit event:
+ * a batch. Without continuous batching a sequence's next request waits until the previous one is
+ * answered. With it (a continuous handler and continuousBatching), the next request joins its
+ * running predecessor, as TorchServe polls a sequence's queue after every step: it goes once
+ * every earlier request of the sequence has been through a step (has a frame), so the handler
+ * never gets two new requests of one sequence in one step, and sees them in arrival order; a
+ * worker serves at most batchSize sequences and holds at most 2 x batchSize requests. Every end
+ * of life (end header, cancel, idle, session timeout) is an explicit event:
  * the pinned worker is told with an 'S' frame, and the id is remembered as closed, so a later
  * request gets a distinct error (410) instead of silently starting a new sequence. A
  * client-chosen id never seen starts a new sequence, as in TorchServe; so do a request without

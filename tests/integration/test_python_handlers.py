@@ -244,6 +244,52 @@ def test_stateful_py_torchserve_http_scenario(server_factory):
     assert got == {"seq_0": ["2", "6", "9" * 5, "9"], "seq_1": ["6", "7" * 5, "15", "15"]}
 
 
+def test_stateful_py_cancel_joins_a_running_stream_at_batch_size_1(server_factory):
+    """TorchServe's test_infer_stateful_cancel (examples/stateful, sequence continuous batching)
+    with its configuration: 2 workers, batchSize 1, maxNumSequence 2. A sequence streams an odd
+    number; a -1 sent 1 s later joins the running stream at its next step (TorchServe polls
+    the sequence's queue after every step), is answered at once and ends the stream early
+    (issue 35: it waited for the whole stream). Four times, more than maxNumSequence: each
+    cancelled sequence frees its place."""
+    steps, delay_ms = 10, 300  # a whole stream: 3 s
+    srv = stateful_server(server_factory, minWorkers=2, maxWorkers=2, batchSize=1,
+                          maxNumSequence=2, handler={"stream_steps": steps,
+                                                     "stream_delay_ms": delay_ms})
+    for _ in range(4):
+        r = post_seq(srv, None, 2)
+        assert r.status_code == 200 and r.text == "2", r.text
+        sid = r.headers[SEQ]
+        chunks, res = [], {}
+
+        def stream():
+            with srv.post("/predictions/stateful_py", json={"input": 3}, headers={SEQ: sid},
+                          stream=True) as r:
+                res["stream"] = r.status_code
+                assert r.headers["Transfer-Encoding"] == "chunked"
+                for c in r.iter_content(chunk_size=None):
+                    if c:
+                        chunks.append(c.decode())
+
+        def cancel():
+            time.sleep(1)
+            t0 = time.time()
+            res["cancel"] = post_seq(srv, sid, -1)
+            res["cancel_s"] = time.time() - t0
+
+        t0 = time.time()
+        run_threads([stream, cancel])
+        elapsed = time.time() - t0
+        c = res["cancel"]
+        assert c.status_code == 200 and c.text == "-1" and c.headers.get(CANCEL) == "true", c.text
+        assert res["stream"] == 200
+        text = "".join(chunks)
+        assert text and set(text) == {"5"}, text  # 2 + 3 at every step
+        assert len(chunks) < steps and len(text) < steps, chunks  # cut short
+        # answered within a few steps of its arrival, not after the stream (2 s more)
+        assert res["cancel_s"] < 4 * delay_ms / 1000, (res["cancel_s"], elapsed)
+        assert post_seq(srv, sid, 4).status_code == 410
+
+
 def grpc_msg(value, sid="", start=False):
     inp = {"data": str(value).encode()}
     if start:

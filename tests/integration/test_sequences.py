@@ -246,8 +246,9 @@ def test_expiry_ended_and_limits(server_factory):
 
 
 def test_sequence_queue_full_429(server_factory):
-    """maxSequenceJobQueueSize 1: with one request streaming (batchSize 1 holds it) and one
-    queued, the next request of that sequence gets 429 at once."""
+    """maxSequenceJobQueueSize 1 under continuous batching at batchSize 1: one request streams,
+    the next one of the sequence joins it (a worker holds up to 2 x batchSize), a third waits in
+    the sequence's queue, and a fourth gets 429 at once."""
     yaml = {"batchSize": 1, "minWorkers": 1, "maxWorkers": 1, "maxSequenceJobQueueSize": 1,
             "handler": {"stream_steps": 10, "stream_delay_ms": 100}}
     srv = server_factory(models=["stateful"], yaml={"stateful": yaml})
@@ -258,19 +259,24 @@ def test_sequence_queue_full_429(server_factory):
     def streaming():
         results["stream"] = step(srv, sid, 3)
 
-    def queued():
+    def joining():
         time.sleep(0.3)
-        results["queued"] = step(srv, sid, 4)
+        results["joining"] = step(srv, sid, 5)
+
+    def queued():
+        time.sleep(0.5)
+        results["queued"] = step(srv, sid, 7)
 
     def rejected():
-        time.sleep(0.6)
+        time.sleep(0.7)
         t = time.time()
         results["rejected"] = step(srv, sid, 6)
         results["rejected_s"] = time.time() - t
 
-    run_threads([streaming, queued, rejected])
+    run_threads([streaming, joining, queued, rejected])
     assert results["stream"].status_code == 200 and results["stream"].text == "5" * 10
-    assert results["queued"].status_code == 200 and results["queued"].text == "9"
+    assert results["joining"].status_code == 200 and results["joining"].text == "10" * 10
+    assert results["queued"].status_code == 200 and results["queued"].text == "17" * 10
     assert results["rejected"].status_code == 429, results["rejected"].text
     assert "maxSequenceJobQueueSize 1" in results["rejected"].json()["message"]
     assert results["rejected_s"] < 0.5

@@ -1,6 +1,7 @@
 /* Stateful sequences (frontend/core/sequence.c) against fake workers: order within a sequence,
- * at most one request per sequence in a batch, idle and session expiry with the worker told, and
- * the next request of a sequence whose running request's client went away. */
+ * at most one request per sequence in a batch, idle and session expiry with the worker told, the
+ * next request of a sequence whose running request's client went away, and under continuous
+ * batching the next request joining its streaming predecessor. */
 #include "core_fake.h"
 
 static struct model *seq_model(int batch_size, int idle_ms, int session_ms)
@@ -191,6 +192,43 @@ TEST(an_unknown_client_id_starts_a_sequence_a_closed_one_gets_410)
     core_teardown();
 }
 
+/* issue 35: under continuous batching a sequence's next request joins while its predecessor
+ * streams, even at batchSize 1 (TorchServe's stateful example: a -1 sent into a stream of odd
+ * numbers ends it early), but only once the predecessor has been through a step, and another
+ * sequence still waits for a slot (batchSize bounds the sequences a worker serves at once). */
+TEST(continuous_next_request_joins_its_streaming_predecessor)
+{
+    core_setup();
+    struct model *m = fake_model(
+        &(struct fake_model_opts){.handler = "fake-continuous", .batch_size = 1, .sequences = 1});
+    m->mc.continuous_batching = 1;
+    m->mc.max_seq_job_queue = 8;
+    m->mc.max_num_sequence = 4;
+    CHECK(m->pool.continuous);
+    struct rec r[3];
+    struct submit_error e;
+    CHECK_EQ_INT(seq_submit(m, &r[0], "S1", "stream:10:50", "A", 1, &e), 0);
+    CHECK_EQ_INT(seq_submit(m, &r[1], "S2", NULL, "A", 0, &e), 0);
+    CHECK_EQ_INT(seq_submit(m, &r[2], "T1", NULL, "B", 1, &e), 0);
+    CHECK(run_until(log_has_cond, "I S1", 2000));
+    run_for(20);
+    if (r[0].frames == 0) /* S1 has not been through a step: S2 is held back */
+        CHECK(!log_has("S2"));
+    CHECK(run_until(rec_done, &r[1], 400)); /* joined: answered mid-stream */
+    CHECK(!rec_done(&r[0]));
+    CHECK(r[0].frames >= 1);
+    CHECK(!rec_done(&r[2])); /* sequence B waits for the worker's one sequence slot */
+    CHECK(run_until(rec_done, &r[0], 3000));
+    CHECK_EQ_INT(r[0].frames, 10);
+    CHECK(run_until(rec_done, &r[2], 2000));
+    CHECK_STR(r[2].body, "ok:T1");
+    char *log = fake_log_text();
+    char *s1 = strstr(log, "I S1"), *s2 = strstr(log, "I S2"), *t1 = strstr(log, "I T1");
+    CHECK(s1 && s2 && t1 && s1 < s2 && s2 < t1);
+    free(log);
+    core_teardown();
+}
+
 int main(void)
 {
     tbase_make("test_sequence");
@@ -200,6 +238,7 @@ int main(void)
     RUN(next_request_goes_when_the_running_ones_client_leaves);
     RUN(a_sequence_cancel_fails_its_queued_requests_and_tells_the_worker);
     RUN(an_unknown_client_id_starts_a_sequence_a_closed_one_gets_410);
+    RUN(continuous_next_request_joins_its_streaming_predecessor);
     tbase_remove();
     return tap_done();
 }
