@@ -14,12 +14,17 @@
  * When `handle` returns, each request is finished, and its final frame goes to the frontend
  * (ts_stream_next: false if the request streamed), unless the handler called ts_continue() on it.
  * Only handlers with TS_HANDLER_CONTINUOUS may continue requests: they hold up to batch_size
- * requests at once; every call is one step over the requests that are due, new ones join at the
+ * requests at once (under sequenceBatching up to twice that: a sequence's next request joins its
+ * running one); every call is one step over the requests that are due, new ones join at the
  * next step and finished ones leave (continuous batching). Indices change between calls: use
  * ts_request_id() or ts_set_user() to keep per-request state.
  *
  * Streaming: ts_send_intermediate_response() queues a partial result (ts_stream_next: true).
- * Queued partials are written when `handle` returns, or at once by ts_flush().
+ * Queued partials are written when `handle` returns, or at once by ts_flush(). A request whose
+ * client reads slower than its stream is paused by the frontend: a send for it then waits for
+ * the client when this call serves that request alone and nothing else waits; otherwise its
+ * output is held in the worker, and past stream_buffer_size the request is cancelled (its
+ * client gets a 429 saying it read too slowly) and the send returns -ECANCELED.
  */
 #ifndef TS_HANDLER_H
 #define TS_HANDLER_H
@@ -104,7 +109,8 @@ void ts_set_header(struct ts_ctx *ctx, size_t idx, const char *key, const char *
 /* Status + JSON body {"code": status, "type": "...", "message": msg}. */
 void ts_set_error(struct ts_ctx *ctx, size_t idx, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Queue a partial result (TorchServe's send_intermediate_predict_response). */
+/* Queue a partial result (TorchServe's send_intermediate_predict_response). 0, or -ECANCELED when
+ * the request was cancelled (its client went away, or read too slowly: see Streaming above). */
 int ts_send_intermediate_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t len);
 /* Write queued partials now. */
 int ts_flush(struct ts_ctx *ctx);

@@ -27,12 +27,14 @@ struct options {
     const char *state_dir;
     const char *log_level;
     long busy_poll_us;
+    long stream_buffer_size;
 };
 
 static void usage(void)
 {
     fprintf(stderr, "usage: torchserve-c-worker [--threads N] [--max-request-size BYTES] "
-                    "[--state-dir DIR] [--log-level debug|info|warn|error] [--busy-poll-us US]\n"
+                    "[--state-dir DIR] [--log-level debug|info|warn|error] [--busy-poll-us US] "
+                    "[--stream-buffer-size BYTES]\n"
                     "The frontend's socket must be on fd 3.\n");
 }
 
@@ -65,6 +67,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (ts_parse_long(v, 1, 0x7fffffffL, &n))
                 goto bad;
             o->max_request_size = n;
+        } else if (OPT("--stream-buffer-size")) {
+            if (ts_parse_long(v, 1024, 1L << 30, &n))
+                goto bad;
+            o->stream_buffer_size = n;
         } else if (OPT("--busy-poll-us")) {
             if (ts_parse_long(v, 0, 10000, &n))
                 goto bad;
@@ -123,6 +129,7 @@ int main(int argc, char **argv)
         .max_request_size = (size_t)o.max_request_size,
         .state_dir = o.state_dir,
         .busy_poll_us = o.busy_poll_us,
+        .stream_buffer_size = (size_t)o.stream_buffer_size,
     };
     return worker_run(&wo);
 }

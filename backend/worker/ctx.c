@@ -23,7 +23,8 @@
 #include "jnum.h"
 #include "log.h"
 
-#define CTX_METRICS_MAX 8192 /* bytes of metric records one request holds until it answers */
+#define CTX_METRICS_MAX 8192       /* bytes of metric records one request holds until it answers */
+#define CTX_PAUSE_POLL_BYTES 65536 /* see ts_send_intermediate_response */
 
 void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *io)
 {
@@ -34,6 +35,7 @@ void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *i
     c->batch_size = 1;
     c->wake_fd = -1;
     c->step_max = 1;
+    c->park_max = CTX_PARK_MAX_DEFAULT;
     buf_init(&c->out);
     buf_init(&c->unsent);
     buf_init(&c->rx);
@@ -52,6 +54,7 @@ void ctx_destroy(struct ts_ctx *c)
 {
     free_list(c->pending_head);
     free_list(c->held_head);
+    ctx_park_free_all(c);
     if (c->h && c->h->destroy && c->loaded)
         c->h->destroy(c->hstate);
     free(c->model_name);
@@ -238,8 +241,10 @@ static void open_frame_for(struct ts_ctx *c, const struct wreq *r)
 /* Headers of one prediction kept on the stack (the usual case); more are malloc'd. */
 #define PRED_KV_STACK 16
 
-void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, size_t len,
-                          const char *stream_next)
+/* Encodes r's prediction into the open frame of c->out, or, parked (r is paused), as a frame of
+ * its own into what is parked for r. */
+static void encode_prediction(struct ts_ctx *c, struct wreq *r, const void *body, size_t len,
+                              const char *stream_next, int park)
 {
     size_t nh = r->n_rheaders + c->n_counters + 4;
     struct otf_kv kv_stack[PRED_KV_STACK];
@@ -276,7 +281,8 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
         kv[k++].val = otf_sn((const char *)step, sizeof(step));
     }
 
-    open_frame_for(c, r);
+    if (!park)
+        open_frame_for(c, r);
     struct otf_prediction p = {
         .id = otf_s(r->id),
         .ctype = otf_s(r->ctype ? r->ctype : ""),
@@ -286,15 +292,58 @@ void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, si
         .n_headers = k,
         .body = otf_sn(body ? body : "", len),
     };
-    otf_encode_prediction(&c->out, &p);
-    buf_put_u8(&c->unsent, stream_next != NULL);
-    buf_put(&c->unsent, r->id, strlen(r->id) + 1);
+    if (park) {
+        struct buf *b = ctx_park_buf(c, r->id, stream_next != NULL);
+        otf_encode_response_begin(b, 200, otf_s(CTX_PREDICTION_MSG));
+        otf_encode_prediction(b, &p);
+        otf_encode_list_end(b);
+    } else {
+        otf_encode_prediction(&c->out, &p);
+        buf_put_u8(&c->unsent, stream_next != NULL);
+        buf_put(&c->unsent, r->id, strlen(r->id) + 1);
+    }
     buf_reset(&r->metrics);
     r->has_step = 0;
     if (kv != kv_stack) {
         free(kv);
         free(num);
     }
+}
+
+/* r's client reads too slowly: more than park_max bytes wait for it in the worker. r alone is
+ * cancelled, with an answer that says why (its client may still read it); the others go on. */
+static void too_slow(struct ts_ctx *c, struct wreq *r)
+{
+    size_t held = ctx_park_bytes(c, r->id);
+    ctx_park_drop(c, r->id);
+    r->cancelled = 1;
+    LOG_REQ(LOG_LEVEL_WARN, r->id,
+            "client reads its stream too slowly: %zu bytes of it wait in the worker "
+            "(stream_buffer_size %zu); cancelled",
+            held, c->park_max);
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "The client read its stream too slowly: %zu bytes of it waited in the worker, over "
+             "stream_buffer_size (%zu bytes); the request was cancelled",
+             held, c->park_max);
+    char *err = ctx_error_json(429, msg);
+    r->status = 429;
+    free(r->ctype);
+    r->ctype = xstrdup("application/json");
+    encode_prediction(c, r, err, strlen(err), r->streamed ? "false" : NULL, 0);
+    free(err);
+}
+
+void ctx_queue_prediction(struct ts_ctx *c, struct wreq *r, const void *body, size_t len,
+                          const char *stream_next)
+{
+    if (!r->paused && !ctx_park_has(c, r->id)) {
+        encode_prediction(c, r, body, len, stream_next, 0);
+        return;
+    }
+    encode_prediction(c, r, body, len, stream_next, 1);
+    if (ctx_park_bytes(c, r->id) > c->park_max)
+        too_slow(c, r);
 }
 
 void ctx_queue_final(struct ts_ctx *c, struct wreq *r)
@@ -563,16 +612,39 @@ void ts_set_error(struct ts_ctx *ctx, size_t idx, int status, const char *fmt, .
     ts_set_content_type(ctx, idx, "application/json");
 }
 
+/* Whether the current handle call serves r alone and nothing else waits for a step: then a send
+ * for r may wait for r's client without keeping anyone else waiting. */
+static int serves_only(struct ts_ctx *c, const struct wreq *r)
+{
+    if (c->ncur != 1 || c->cur[0] != r || c->pending_head)
+        return 0;
+    for (const struct wreq *h = c->held_head; h; h = h->next)
+        if (!h->paused)
+            return 0;
+    return 1;
+}
+
 int ts_send_intermediate_response(struct ts_ctx *ctx, size_t idx, const void *data, size_t len)
 {
     struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return -EINVAL;
+    /* A pause ('P') is looked for every millisecond or CTX_PAUSE_POLL_BYTES sent, whichever
+     * comes first: a handler streaming large chunks in one call otherwise runs far past the
+     * frontend's stream_buffer_size before it reads the pause. */
+    ctx->sent_since_read += len;
+    if (!r->cancelled &&
+        (ctx->sent_since_read >= CTX_PAUSE_POLL_BYTES || ts_now_us() - ctx->last_read_us >= 1000))
+        ctx->io->poll_input(ctx);
+    /* paused: a call that serves r alone waits for its client (the frontend resumes or cancels
+     * it); in a batch, or with requests waiting, r's output is parked (ctx_park.c) */
+    while (r->paused && !r->cancelled && !ctx->eof && serves_only(ctx, r))
+        ctx->io->wait_input(ctx);
     if (r->cancelled)
         return -ECANCELED;
     r->streamed = 1;
     ctx_queue_prediction(ctx, r, data, len, "true");
-    return 0;
+    return r->cancelled ? -ECANCELED : 0; /* cancelled: too slow a reader */
 }
 
 int ts_flush(struct ts_ctx *ctx)

@@ -1,10 +1,11 @@
 /*
  * ctx: the worker's one `struct ts_ctx` (model, requests, output frames, counters) and the
- * implementation of the handler ABI (handler.h) on top of it: ctx.c, and ctx_state.c for the
- * state API and the sequence state around a step.
+ * implementation of the handler ABI (handler.h) on top of it: ctx.c, ctx_state.c for the state
+ * API and the sequence state around a step, and ctx_park.c for a paused request's output.
  *
  * Owns: every request from the moment its 'I' frame is decoded (a deep copy, so the receive
- * buffer can move) until it finishes or is cancelled; the output buffer of response frames.
+ * buffer can move) until it finishes or is cancelled; the output buffer of response frames; the
+ * frames parked for paused requests (ctx_park.c), which may outlive their request.
  * Threading: the worker's single thread only. Socket I/O is the loop's (worker.h): ctx reaches it
  * only through the struct ctx_io it was given, for ts_flush() and ts_is_cancelled().
  */
@@ -85,6 +86,8 @@ struct wreq {
 };
 
 #define CTX_COUNTER_PREFIX "x-ts-worker-"
+/* what a paused request may park without --stream-buffer-size: the frontend's default */
+#define CTX_PARK_MAX_DEFAULT (4u << 20)
 /* the message of every response frame the worker writes */
 #define CTX_PREDICTION_MSG "Prediction success"
 
@@ -110,7 +113,12 @@ struct ctx_io {
      * mark requests at once, new requests join the pending queue, sequence events wait for the
      * end of the step. */
     void (*poll_input)(struct ts_ctx *c);
+    /* Flushes, then sleeps until the frontend writes, and processes what it wrote as poll_input
+     * does (a send blocked on a paused request waits here for its resume). */
+    void (*wait_input)(struct ts_ctx *c);
 };
+
+struct ctx_parked;
 
 struct ts_ctx {
     const struct ctx_io *io;
@@ -150,7 +158,11 @@ struct ts_ctx {
     int eof; /* 1: the frontend closed the socket or a write failed; 2: protocol error */
     struct buf rx;
     size_t rx_off;
-    int64_t last_read_us; /* when the socket was last read (ts_is_cancelled rate limit) */
+    int64_t last_read_us;   /* when the socket was last read (ts_is_cancelled rate limit) */
+    size_t sent_since_read; /* bytes of intermediate responses queued since then */
+    /* paused requests' output (ctx_park.c), at most park_max bytes each */
+    struct ctx_parked *parked;
+    size_t park_max;
     /* answers held back in out while the next step runs (worker.c, hold_answers) */
     int64_t held_since_us; /* when the oldest was queued; 0: none held */
     int n_held;
@@ -209,6 +221,21 @@ void ctx_input_add(struct wreq *r, struct otf_str ctype, struct otf_str body);
 void ctx_input_end(struct wreq *r);
 /* Frees what r's input holds (wreq_free). */
 void ctx_input_free(struct wreq *r);
+
+/* ctx_park.c: the output of a paused request, held until it is resumed. */
+
+/* Whether output is parked for the request with this id. */
+int ctx_park_has(struct ts_ctx *c, const char *id);
+/* The buffer of whole response frames parked for id (made if none; streamed: the frame about to
+ * be added is an intermediate response). */
+struct buf *ctx_park_buf(struct ts_ctx *c, const char *id, int streamed);
+/* Bytes parked for id. */
+size_t ctx_park_bytes(struct ts_ctx *c, const char *id);
+/* The request was resumed: its parked frames go to c->out (the caller flushes); 1 if it had any. */
+int ctx_unpark(struct ts_ctx *c, const char *id);
+/* The request was cancelled: its parked frames are dropped. */
+void ctx_park_drop(struct ts_ctx *c, const char *id);
+void ctx_park_free_all(struct ts_ctx *c);
 
 /* Adds a metric record to r's next prediction (kind 'c', 'g' or 'h'; see otf.h). */
 void ctx_metric(struct wreq *r, char kind, const char *name, const char *unit, double value);

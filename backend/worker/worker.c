@@ -239,6 +239,7 @@ static int list_drop(struct wreq **head, struct wreq **tail, const char *id)
 
 static void cancel_one(struct ts_ctx *c, const char *id)
 {
+    ctx_park_drop(c, id); /* what it answered while paused, if it was */
     if (list_drop(&c->pending_head, &c->pending_tail, id) ||
         list_drop(&c->held_head, &c->held_tail, id)) {
         LOG_REQ(LOG_LEVEL_DEBUG, id, "cancelled");
@@ -254,9 +255,13 @@ static void cancel_one(struct ts_ctx *c, const char *id)
 }
 
 /* A paused request stays held and is left out of steps until it is resumed: its client is not
- * reading, and the frontend would have to buffer what it streams. The others go on. */
+ * reading, and the frontend would have to buffer what it streams. The others go on. What it
+ * answers meanwhile (in the step the pause arrived in, or in a handle call streaming to it) is
+ * parked (ctx_park.c) and written when it is resumed, even once it has finished. */
 static void pause_one(struct ts_ctx *c, const char *id, int paused)
 {
+    if (!paused && ctx_unpark(c, id) && !c->in_handle)
+        worker_flush(c); /* in a handle call: with the call's next flush */
     struct wreq *lists[] = {c->held_head, c->pending_head};
     for (size_t l = 0; l < 2; l++)
         for (struct wreq *r = lists[l]; r; r = r->next)
@@ -400,6 +405,7 @@ static void worker_poll_input(struct ts_ctx *c)
 {
     int got = 0;
     c->last_read_us = ts_now_us();
+    c->sent_since_read = 0;
     while (!c->eof) {
         buf_reserve(&c->rx, READ_CHUNK);
         size_t room = c->rx.cap - c->rx.len - 1;
@@ -423,6 +429,22 @@ static void worker_poll_input(struct ts_ctx *c)
     }
     if (got)
         drain_rx(c);
+}
+
+/* ctx_io.wait_input: a send waiting for its paused request's client (ctx.c). Writes what is
+ * queued first: the frontend may be waiting for it. */
+static void worker_wait_input(struct ts_ctx *c)
+{
+    if (worker_flush(c))
+        return;
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    int n = ppoll(&pfd, 1, NULL, NULL);
+    if (n > 0)
+        worker_poll_input(c);
+    else if (n < 0 && errno != EINTR) {
+        LOG_ERROR("poll: %s", strerror(errno));
+        c->eof = 1;
+    }
 }
 
 /* ---------------------------------------------------------------- steps */
@@ -679,11 +701,14 @@ int worker_run(const struct worker_opts *o)
     fcntl(o->fd, F_SETFL, fl | O_NONBLOCK);
     fcntl(o->fd, F_SETFD, FD_CLOEXEC);
 
-    static const struct ctx_io io = {.flush = worker_flush, .poll_input = worker_poll_input};
+    static const struct ctx_io io = {
+        .flush = worker_flush, .poll_input = worker_poll_input, .wait_input = worker_wait_input};
     busy_poll_init(&bp, o->busy_poll_us);
     struct ts_ctx c;
     ctx_init(&c, o->fd, o->max_request_size, &io);
     c.progress = progress_map();
+    if (o->stream_buffer_size)
+        c.park_max = o->stream_buffer_size;
     if (o->state_dir)
         c.state_dir = xstrdup(o->state_dir);
     serve(&c);

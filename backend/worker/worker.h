@@ -15,10 +15,11 @@
 #define WORKER_EXIT_FATAL 2 /* bad model / handler: do not respawn */
 
 struct worker_opts {
-    int fd;                  /* the frontend's end of the socketpair (non-blocking is set here) */
-    size_t max_request_size; /* the largest field of a frame */
-    const char *state_dir;   /* sequence state (state.h); NULL: memory only */
-    long busy_poll_us;       /* busy_poll.h */
+    int fd;                    /* the frontend's end of the socketpair (non-blocking is set here) */
+    size_t max_request_size;   /* the largest field of a frame */
+    const char *state_dir;     /* sequence state (state.h); NULL: memory only */
+    long busy_poll_us;         /* busy_poll.h */
+    size_t stream_buffer_size; /* what a paused request's output may hold here (ctx_park.c) */
 };
 
 /* Serves the frontend on o->fd until it closes the socket: 0, 1 after a protocol error, or

@@ -336,10 +336,11 @@ static int spawn_log_rd = -1;
 static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *arg)
 {
     (void)arg;
-    char threads[16], maxreq[32], busy[16];
+    char threads[16], maxreq[32], busy[16], sbuf[32];
     snprintf(threads, sizeof(threads), "%d", srv->cfg.worker_threads);
     snprintf(busy, sizeof(busy), "%d", srv->cfg.busy_poll_us);
     snprintf(maxreq, sizeof(maxreq), "%ld", srv->cfg.max_request_size);
+    snprintf(sbuf, sizeof(sbuf), "%ld", srv->cfg.stream_buffer_size);
     /* '@' is in neither names nor versions: "a-b"/"c" and "a"/"b-c" cannot share a store */
     char *state = xasprintf("%s/%s@%s", srv->cfg.state_dir, w->group->name, w->group->version);
     char *argv[] = {srv->worker_bin,
@@ -353,6 +354,8 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
                     (char *)(log_min_level == LOG_LEVEL_DEBUG ? "debug" : "info"),
                     "--busy-poll-us",
                     busy,
+                    "--stream-buffer-size",
+                    sbuf,
                     NULL};
     size_t ne = 0;
     while (environ[ne])
