@@ -1,7 +1,8 @@
 /*
  * batcher: the dynamic batching policy, as a pure function over a snapshot of one model's
  * queue and workers. TorchServe's batchSize/maxBatchDelay, except that the idle workers share a
- * queue shorter than a full batch each (each takes about queue / idle, at least one), that when
+ * queue shorter than a full batch each (each takes about queue / idle, at least one) when the
+ * model's step takes a millisecond or more (or is not known yet), that when
  * every worker is busy the least loaded one may hold up to a millisecond of full batches queued
  * behind its current one, and that a handler which keeps requests across steps (continuous
  * batching) has its free slots topped up at once. Sequences are not planned here (sequence.c).

@@ -341,6 +341,30 @@ TEST(a_shared_plan_sends_everything_it_can_evenly)
             }
 }
 
+/* a model whose step takes microseconds: another frame costs more than the parallel step saves,
+ * so a short queue goes out in full batches, the first idle worker first, as before */
+TEST(a_short_step_keeps_full_batches_for_the_first_idle_workers)
+{
+    struct batcher_worker w[3] = {{1, 0}, {1, 0}, {1, 0}};
+    struct batcher_batch b[3];
+    int64_t wait;
+    struct batcher_view v = view(8, 5, 0, 8, 0, w, 3);
+    v.step_us = 15;
+    CHECK_EQ_INT(batcher_plan(&v, b, &wait), 1);
+    CHECK_EQ_INT(b[0].worker, 0);
+    CHECK_EQ_INT(b[0].count, 8);
+    v = view(8, 5, 0, 13, 0, w, 3);
+    v.step_us = 15;
+    CHECK_EQ_INT(batcher_plan(&v, b, &wait), 2);
+    CHECK_EQ_INT(b[0].count, 8);
+    CHECK_EQ_INT(b[1].worker, 1);
+    CHECK_EQ_INT(b[1].count, 5);
+    v = view(8, 5, 0, 8, 0, w, 3);
+    v.step_us = 1000; /* a millisecond or more: shared */
+    CHECK_EQ_INT(batcher_plan(&v, b, &wait), 3);
+    CHECK_EQ_INT(b[0].count + b[1].count + b[2].count, 8);
+}
+
 int main(void)
 {
     RUN(empty_queue_sends_nothing);
@@ -362,5 +386,6 @@ int main(void)
     RUN(batch_size_one_gives_each_idle_worker_one);
     RUN(continuous_idle_workers_share_at_once);
     RUN(a_shared_plan_sends_everything_it_can_evenly);
+    RUN(a_short_step_keeps_full_batches_for_the_first_idle_workers);
     return tap_done();
 }
