@@ -48,6 +48,10 @@ def free_port():
     return port
 
 
+def ratio(a, b):
+    return f"{a / b:.2f}" if b > 0 else "-"
+
+
 def to_ms(v):
     n = float(re.match(r"[0-9.]+", v).group(0))
     return n / 1000 if v.endswith("us") else n if v.endswith("ms") else n * 1000
@@ -144,7 +148,7 @@ def mlp_part():
     for batch in (1, 8):
         for c in CONNS_MLP:
             one, two = res[1, batch, c][0], res[2, batch, c][0]
-            print(f"| batchSize {batch} | {c} | {one:.0f} | {two:.0f} | {two / one:.2f} |")
+            print(f"| batchSize {batch} | {c} | {one:.0f} | {two:.0f} | {ratio(two, one)} |")
 
     # the ceiling, right before and after 2 workers batchSize 8 at 32 connections
     exe = os.path.join(WORK, "trivial_server")
@@ -172,7 +176,7 @@ def mlp_part():
         triv.wait()
     ceil = (before + after) / 2
     print(f"\nmlp 2 workers batchSize 8, 32 connections: {rps:.0f} req/s; ceiling (trivial "
-          f"server) {before:.0f} before, {after:.0f} after: ratio {rps / ceil:.2f} "
+          f"server) {before:.0f} before, {after:.0f} after: ratio {ratio(rps, ceil)} "
           f"(target >= 0.8)\n", flush=True)
 
 
@@ -213,7 +217,7 @@ def resnet_part():
     print("|---|---|---|---|---|---|---|")
     for c in CONNS_RESNET:
         b1, b8, one = res[2, 1, c][0], res[2, 8, c][0], res[1, 8, c][0]
-        print(f"| | {c} | {b1:.1f} | {b8:.1f} | {b8 / b1:.2f} | {one:.1f} | {b8 / one:.2f} |")
+        print(f"| | {c} | {b1:.1f} | {b8:.1f} | {ratio(b8, b1)} | {one:.1f} | {ratio(b8, one)} |")
 
 
 def main():
