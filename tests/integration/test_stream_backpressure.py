@@ -33,9 +33,14 @@ import inference_pb2 as ipb  # noqa: E402
 import inference_pb2_grpc as igrpc  # noqa: E402
 
 CHUNK = 512 * 1024
-BUF = 1 << 20  # stream_buffer_size
+BUF = 2 << 20  # stream_buffer_size
+# In a batch the handler sends a chunk to each request every PACE ms (50 MB/s per stream): the
+# fast reader must not fall 2 x BUF behind (cut off as too slow) on a loaded machine.
+PACE = 10
 
 FLOOD = '''
+import time
+
 from ts.protocol.otf_message_handler import send_intermediate_predict_response
 from ts.utils.util import RequestCancelled
 
@@ -46,19 +51,23 @@ def chunk(k, size):
 
 
 def handle(data, context):
-    """Each request's body is "N SIZE": N chunks of SIZE bytes, all sent inside this call,
-    interleaved across the batch; a request whose client is gone (or reads too slowly) stops."""
+    """Each request's body is "N SIZE [PACE_MS]": N chunks of SIZE bytes, all sent inside this
+    call, interleaved across the batch, PACE_MS apart (the batch's largest); a request whose
+    client is gone (or reads too slowly) stops."""
     if data is None:
         return None
-    want = []
+    want, pace = [], 0
     for row in data:
         body = row.get("body") if row.get("body") is not None else row.get("data")
         if isinstance(body, (bytes, bytearray)):
             body = body.decode()
-        n, size = (int(x) for x in str(body).split())
+        n, size, *ms = (int(x) for x in str(body).split())
         want.append((n, size))
+        pace = max([pace] + ms)
     live = [True] * len(data)
     for k in range(max(n for n, _ in want)):
+        if k and pace:
+            time.sleep(pace / 1000)
         for i, (n, size) in enumerate(want):
             if live[i] and k < n:
                 try:
@@ -167,7 +176,8 @@ def fast_http(srv, n, sse, out):
     h = {"Content-Type": "text/plain"}
     if sse:
         h["Accept"] = "text/event-stream"
-    r = srv.post("/predictions/flood", data=f"{n} {CHUNK}", headers=h, stream=True, timeout=120)
+    r = srv.post("/predictions/flood", data=f"{n} {CHUNK} {PACE}", headers=h, stream=True,
+                 timeout=120)
     out["status"] = r.status_code
     out["raw"] = b"".join(r.iter_content(chunk_size=1 << 20))
     out["t"] = time.time()
@@ -196,7 +206,8 @@ def test_http_slow_reader_inside_one_handler_call(flood, sse):
     base_front, base_worker = rss_mb(srv.pid), rss_mb(wpid)
     n = 200 if srv.batch == 1 else 60  # 100 MB alone, 30 MB each in a batch
     whole = b"".join(chunk(k) for k in range(n))
-    slow = raw_request(srv.ports["inference"], f"{n} {CHUNK}".encode(),
+    pace = PACE if srv.batch > 1 else 0
+    slow = raw_request(srv.ports["inference"], f"{n} {CHUNK} {pace}".encode(),
                        b"Accept: text/event-stream\r\n" if sse else b"")
     fast = {}
     t = None
@@ -248,7 +259,8 @@ def test_grpc_slow_reader_inside_one_handler_call(flood):
     chan = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}", options=opts)
     stub = igrpc.InferenceAPIsServiceStub(chan)
     try:
-        req = ipb.PredictionsRequest(model_name="flood", input={"data": f"{n} {CHUNK}".encode()})
+        body = f"{n} {CHUNK} {PACE if srv.batch > 1 else 0}".encode()
+        req = ipb.PredictionsRequest(model_name="flood", input={"data": body})
         slow = stub.StreamPredictions(req, timeout=120)
         fast = {}
 
