@@ -31,6 +31,11 @@ struct tsh_model {
     torch::jit::script::Module mod;
 };
 
+/* what tsh_call_keep keeps: a method's result, alive between calls */
+struct tsh_value {
+    c10::IValue v;
+};
+
 namespace
 {
 
@@ -440,6 +445,55 @@ void copy_out(const at::Tensor &t0, struct tsh_tensor *o)
         std::memcpy(o->data, t.data_ptr(), o->nbytes);
 }
 
+/* The arguments of tsh_call as IValues: tensors wrapped without a copy (CPU, as tsh_forward's),
+ * kept values as they are. */
+std::vector<c10::IValue> call_args(const struct tsh_arg *args, size_t nargs)
+{
+    std::vector<c10::IValue> v;
+    v.reserve(nargs);
+    for (size_t i = 0; i < nargs; i++) {
+        const tsh_arg &a = args[i];
+        switch (a.kind) {
+        case TSH_ARG_TENSOR: {
+            const tsh_tensor &t = a.u.t;
+            if (t.ndim < 0 || t.ndim > TSH_MAX_DIMS)
+                throw std::invalid_argument("argument " + std::to_string(i) + " has " +
+                                            std::to_string(t.ndim) + " dimensions");
+            std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+            v.emplace_back(torch::from_blob(
+                t.data, shape,
+                torch::TensorOptions().dtype(to_scalar(t.dtype)).device(torch::kCPU)));
+            break;
+        }
+        case TSH_ARG_INT:
+            v.emplace_back(a.u.i);
+            break;
+        case TSH_ARG_DOUBLE:
+            v.emplace_back(a.u.d);
+            break;
+        case TSH_ARG_VALUE:
+            if (!a.u.value)
+                throw std::invalid_argument("argument " + std::to_string(i) + ": no value");
+            v.push_back(a.u.value->v);
+            break;
+        default:
+            throw std::invalid_argument("argument " + std::to_string(i) + ": unknown kind " +
+                                        std::to_string(a.kind));
+        }
+    }
+    return v;
+}
+
+c10::IValue run_method(struct tsh_model *m, const char *method, const struct tsh_arg *args,
+                       size_t nargs)
+{
+    c10::optional<torch::jit::Method> fn = m->mod.find_method(method ? method : "");
+    if (!fn)
+        throw std::invalid_argument(std::string("the model has no method ") +
+                                    (method ? method : "(null)"));
+    return (*fn)(call_args(args, nargs));
+}
+
 } // namespace
 
 extern "C" {
@@ -573,6 +627,79 @@ void tsh_tensors_free(struct tsh_tensor *t, size_t n)
     for (size_t i = 0; i < n; i++)
         std::free(t[i].data);
     std::free(t);
+}
+
+int tsh_has_method(struct tsh_model *m, const char *method)
+{
+    try {
+        return method && m->mod.find_method(method).has_value();
+    } catch (...) {
+        return 0;
+    }
+}
+
+int tsh_call(struct tsh_model *m, const char *method, const struct tsh_arg *args, size_t nargs,
+             struct tsh_tensor **out, size_t *nout, char **err)
+{
+    *out = nullptr;
+    *nout = 0;
+    struct tsh_tensor *res = nullptr;
+    size_t nres = 0;
+    int rc = guarded(err, [&] {
+        c10::InferenceMode guard;
+        c10::IValue ret = run_method(m, method, args, nargs);
+        std::vector<at::Tensor> flat;
+        flatten(ret, flat);
+        res = static_cast<tsh_tensor *>(std::calloc(flat.size() ? flat.size() : 1, sizeof(*res)));
+        if (!res)
+            throw std::bad_alloc();
+        for (const at::Tensor &t : flat)
+            copy_out(t, &res[nres++]);
+        *out = res;
+        *nout = nres;
+    });
+    if (rc)
+        tsh_tensors_free(res, nres);
+    return rc;
+}
+
+int tsh_call_keep(struct tsh_model *m, const char *method, const struct tsh_arg *args, size_t nargs,
+                  struct tsh_value **value, char **err)
+{
+    *value = nullptr;
+    tsh_value *v = nullptr;
+    int rc = guarded(err, [&] {
+        c10::InferenceMode guard;
+        v = new tsh_value{run_method(m, method, args, nargs)};
+    });
+    if (rc == 0)
+        *value = v;
+    return rc;
+}
+
+size_t tsh_value_nbytes(const struct tsh_value *v)
+{
+    size_t n = 0;
+    try {
+        std::vector<at::Tensor> flat;
+        flatten(v->v, flat);
+        std::unordered_set<const void *> seen;
+        for (const at::Tensor &t : flat)
+            if (t.has_storage() && seen.insert(t.storage().unsafeGetStorageImpl()).second)
+                n += t.storage().nbytes();
+    } catch (...) {
+        /* a value flatten cannot read holds no tensor it can count */
+    }
+    return n;
+}
+
+void tsh_value_free(struct tsh_value *v)
+{
+    try {
+        delete v;
+    } catch (...) {
+        /* as tsh_model_free */
+    }
 }
 
 int tsh_forward_arg_names(struct tsh_model *m, char ***names, size_t *n, char **err)

@@ -108,6 +108,44 @@ int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
                 struct tsh_tensor **out, size_t *nout, char **err);
 void tsh_tensors_free(struct tsh_tensor *t, size_t n);
 
+/* ---- scripted methods other than forward, and values kept between calls ----
+ *
+ * A model may export methods besides forward (@torch.jit.export): a text generator's
+ * new_cache(slots, ctx) and step(cache, ...), say. tsh_call runs one by name with tensors,
+ * integers, floats and kept values as arguments, and copies its result out as tsh_forward does.
+ * tsh_call_keep runs one and keeps its result inside the shim as a struct tsh_value (a KV cache
+ * the model updates in place on later calls), so that no copy of it ever crosses this interface.
+ * A kept value belongs to the caller, who frees it with tsh_value_free, before or after the
+ * model; it holds a reference to the result's storage, never to the model. */
+struct tsh_value;
+
+enum tsh_arg_kind { TSH_ARG_TENSOR = 0, TSH_ARG_INT, TSH_ARG_DOUBLE, TSH_ARG_VALUE };
+
+struct tsh_arg {
+    int kind; /* enum tsh_arg_kind */
+    union {
+        struct tsh_tensor t;     /* TSH_ARG_TENSOR: borrowed for the call, as in tsh_forward */
+        int64_t i;               /* TSH_ARG_INT: a TorchScript int */
+        double d;                /* TSH_ARG_DOUBLE: a TorchScript float */
+        struct tsh_value *value; /* TSH_ARG_VALUE: passed as is (the method may change it) */
+    } u;
+};
+
+/* 1 if the module has a method of that name (forward included), else 0. */
+int tsh_has_method(struct tsh_model *m, const char *method);
+/* Runs method(args...) under InferenceMode; its result is flattened and copied out as in
+ * tsh_forward. An unknown method, or arguments its schema refuses, are errors. */
+int tsh_call(struct tsh_model *m, const char *method, const struct tsh_arg *args, size_t nargs,
+             struct tsh_tensor **out, size_t *nout, char **err);
+/* Runs method(args...) under InferenceMode and keeps its result: *value, freed with
+ * tsh_value_free. */
+int tsh_call_keep(struct tsh_model *m, const char *method, const struct tsh_arg *args, size_t nargs,
+                  struct tsh_value **value, char **err);
+/* Bytes of the tensors a kept value holds (each storage once). */
+size_t tsh_value_nbytes(const struct tsh_value *v);
+/* NULL is a no-op. */
+void tsh_value_free(struct tsh_value *v);
+
 /* Argument names of forward() without `self`, from its schema: *names is a malloc'd array of
  * malloc'd strings; free with tsh_names_free. */
 int tsh_forward_arg_names(struct tsh_model *m, char ***names, size_t *n, char **err);
