@@ -59,7 +59,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 FRONTEND_LIBS := -levent -levent_openssl -lssl -lcrypto -lgrpc -lgpr -labsl_synchronization -lprotobuf-c -llmdb -lyaml -ljansson \
                  -larchive -luuid
-WORKER_LIBS   := -ltorch -ltorch_cpu -lc10 -lstdc++ -llmdb -lyaml -ljansson -luuid -ldl
+WORKER_LIBS   := -ltorch -ltorch_cpu -lc10 -lstdc++ -llmdb -lyaml -ljansson -luuid -ldl -lm
 ARCHIVER_LIBS := -larchive -ljansson -lyaml -luuid
 
 BINS := $(BUILD)/bin/torchserve-c $(BUILD)/bin/torchserve-c-worker $(BUILD)/bin/torchserve-c-archiver

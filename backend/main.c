@@ -102,6 +102,7 @@ static const struct handler_builtin builtins[] = {
     {"char_lm", ts_handler_char_lm},
     {"stateful", ts_handler_stateful},
     {"lstm_stateful", ts_handler_lstm_stateful},
+    {"textgen", ts_handler_textgen},
 };
 
 int main(int argc, char **argv)

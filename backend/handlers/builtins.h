@@ -13,5 +13,6 @@ const struct ts_handler *ts_handler_identity_text(void);
 const struct ts_handler *ts_handler_char_lm(void);
 const struct ts_handler *ts_handler_stateful(void);
 const struct ts_handler *ts_handler_lstm_stateful(void);
+const struct ts_handler *ts_handler_textgen(void);
 
 #endif

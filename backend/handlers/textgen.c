@@ -1,0 +1,552 @@
+/*
+ * textgen: text generation with a KV cache under continuous batching, for TorchScript decoders
+ * over bytes (scripts/models/tiny_gpt: its model.py documents the methods used here).
+ *
+ * The model exports new_cache(slots, ctx), which makes the keys and values of `slots` sequences
+ * of up to `ctx` positions, and step(cache, tokens, slots, pos, n_dec, t_dec, chunks), which runs
+ * one iteration over rows of (token, slot, position), writes their keys and values into the
+ * cache in place and returns the logits the server needs. The cache is made once, at load, with
+ * one slot per request the worker may hold (batchSize) and stays in the worker, inside the shim
+ * (tsh_call_keep): a request owns one slot from its first step until it finishes or is
+ * cancelled, and gets the lowest free one, so that the step's batched attention, which covers
+ * slots 0..max, stays short.
+ *
+ * Every handle() call is one iteration of the running batch, one step() call:
+ *  - each request whose prompt is in the cache feeds its last token (a decode row) and gets the
+ *    next one;
+ *  - prompts are fed in chunks, oldest request first, within a budget of prompt tokens per step
+ *    (chunked prefill): about as many as cost what a step of the decode rows alone costs,
+ *    measured as steps run, so that a joining prompt delays the others by at most about one
+ *    step. With nothing decoding a step takes up to handler.max_prefill_tokens. The last chunk
+ *    of a prompt gives its first token.
+ * A new token goes through the request's stop sequences (common/textstop.h) and is streamed as
+ * one partial result as soon as it is released; the request continues (ts_continue) until
+ * max_new_tokens, a stop sequence, or a full context. Its final response carries the rest of
+ * the text and its usage in headers: x-ts-prompt-tokens (set from its first frame on),
+ * x-ts-completion-tokens and x-ts-finish-reason ("stop" or "length"), which the OpenAI API
+ * reads (docs/openai.md).
+ *
+ * A token is a byte: a prompt is its UTF-8 bytes (an empty one is "\n"), and the streamed text
+ * is held back at an incomplete UTF-8 sequence. Sampling: greedy when temperature is 0 (the
+ * default), else temperature and top_p with a per-request generator seeded from "seed".
+ *
+ * Counters (x-ts-worker-* headers): tokens, steps, prefill_tokens, and slots_in_use, which goes
+ * down again when a request leaves, whether it finished or its client went away.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "handler.h"
+#include "builtins.h"
+#include "log.h"
+#include "textgen_req.h"
+#include "torch/torch_shim.h"
+#include "util.h"
+
+#define VOCAB 256
+#define DEFAULT_MAX_NEW 64
+#define DEFAULT_MAX_PREFILL 512
+#define CHUNK_MIN 8     /* prompt tokens a step takes at least while others decode */
+#define EMA_NEW 0.25    /* weight of a new step time in the running estimates */
+#define WARM_PREFILL 16 /* prompt tokens of the load-time measurement */
+
+struct tg_state {
+    struct ts_ctx *ctx;
+    struct tsh_model *m;
+    struct tsh_value *cache;
+    int slots;
+    int64_t ctx_len;
+    unsigned char *used; /* per slot */
+    long max_new_default;
+    long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
+    long max_prefill;
+    double t_dec_us; /* running estimate: a step of the decode rows alone */
+    double c_pre_us; /* running estimate: one prompt token in a step */
+    uint64_t arrivals;
+    /* the step's rows, grown as needed */
+    int64_t *tok, *slot, *pos;
+    size_t rows_cap;
+    int64_t *chunks;   /* [P, 3]: at most one chunk per slot */
+    size_t *chunk_req; /* request index of each chunk */
+    size_t *dec_req;   /* request index of each decode row */
+};
+
+struct tg_seq {
+    struct tg_state *s;
+    int slot;
+    unsigned char *prompt;
+    int64_t plen, fed; /* prompt tokens, and how many are in the cache */
+    int64_t next;      /* the last token generated, not yet in the cache; -1 before the first */
+    int64_t ncache;    /* positions of the slot in the cache */
+    long generated, max_new;
+    double temperature, top_p;
+    uint64_t rng;
+    uint64_t arrival;
+    struct textstop ts;
+};
+
+static void seq_free(void *p)
+{
+    struct tg_seq *u = p;
+    struct tg_state *s = u->s;
+    s->used[u->slot] = 0;
+    ts_counter_add(s->ctx, "slots_in_use", -1);
+    textstop_free(&u->ts);
+    free(u->prompt);
+    free(u);
+}
+
+static struct tsh_arg targ(int dtype, const void *data, int ndim, int64_t d0, int64_t d1)
+{
+    struct tsh_arg a = {.kind = TSH_ARG_TENSOR};
+    a.u.t.dtype = dtype;
+    a.u.t.ndim = ndim;
+    a.u.t.shape[0] = d0;
+    a.u.t.shape[1] = d1;
+    a.u.t.data = (void *)data;
+    a.u.t.nbytes = (size_t)(d0 * (ndim > 1 ? d1 : 1)) * tsh_dtype_size(dtype);
+    return a;
+}
+
+static struct tsh_arg iarg(int64_t v)
+{
+    struct tsh_arg a = {.kind = TSH_ARG_INT};
+    a.u.i = v;
+    return a;
+}
+
+/* One step() over n rows, n_dec of them decoding, and nchunks chunks: the logits, checked. */
+static int run_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_dec,
+                    const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
+                    char *err, size_t errlen)
+{
+    static const int64_t none = 0;
+    struct tsh_arg a[7];
+    a[0].kind = TSH_ARG_VALUE;
+    a[0].u.value = s->cache;
+    a[1] = targ(TSH_INT64, s->tok, 1, (int64_t)n, 0);
+    a[2] = targ(TSH_INT64, s->slot, 1, (int64_t)n, 0);
+    a[3] = targ(TSH_INT64, s->pos, 1, (int64_t)n, 0);
+    a[4] = iarg((int64_t)n_dec);
+    a[5] = iarg(t_dec);
+    a[6] = targ(TSH_INT64, nchunks ? chunks : &none, 2, (int64_t)nchunks, 3);
+    char *e = NULL;
+    if (tsh_call(s->m, "step", a, 7, out, nout, &e)) {
+        snprintf(err, errlen, "step failed: %s", e);
+        free(e);
+        return -1;
+    }
+    struct tsh_tensor *o = *out;
+    if (*nout != 1 || o->dtype != TSH_FLOAT32 || o->ndim != 2 ||
+        o->shape[0] != (int64_t)(n_dec + nchunks) || o->shape[1] != VOCAB) {
+        snprintf(err, errlen, "step must return logits float32 [%zu, %d]", n_dec + nchunks, VOCAB);
+        tsh_tensors_free(*out, *nout);
+        return -1;
+    }
+    return 0;
+}
+
+static void grow_rows(struct tg_state *s, size_t n)
+{
+    if (n <= s->rows_cap)
+        return;
+    s->rows_cap = n;
+    s->tok = xrealloc(s->tok, n * sizeof(*s->tok));
+    s->slot = xrealloc(s->slot, n * sizeof(*s->slot));
+    s->pos = xrealloc(s->pos, n * sizeof(*s->pos));
+}
+
+static double ema(double old, double v)
+{
+    return old > 0 ? old + EMA_NEW * (v - old) : v;
+}
+
+/* The load-time measurement that seeds the prefill budget (and warms the model up): a chunk of
+ * WARM_PREFILL tokens, then one decode row, each run twice, the second timed. */
+static int warm_up(struct tg_state *s, char *err, size_t errlen)
+{
+    grow_rows(s, WARM_PREFILL);
+    for (int round = 0; round < 2; round++) {
+        for (int64_t i = 0; i < WARM_PREFILL; i++) {
+            s->tok[i] = '\n';
+            s->slot[i] = 0;
+            s->pos[i] = i;
+        }
+        static const int64_t chunk[3] = {0, 0, WARM_PREFILL};
+        struct tsh_tensor *out;
+        size_t nout;
+        int64_t t0 = ts_now_us();
+        if (run_step(s, WARM_PREFILL, 0, 0, chunk, 1, &out, &nout, err, errlen))
+            return -1;
+        int64_t t1 = ts_now_us();
+        tsh_tensors_free(out, nout);
+        s->tok[0] = '\n';
+        s->pos[0] = WARM_PREFILL;
+        if (run_step(s, 1, 1, WARM_PREFILL + 1, NULL, 0, &out, &nout, err, errlen))
+            return -1;
+        int64_t t2 = ts_now_us();
+        tsh_tensors_free(out, nout);
+        s->c_pre_us = (double)(t1 - t0) / WARM_PREFILL;
+        s->t_dec_us = (double)(t2 - t1);
+    }
+    return 0;
+}
+
+static void state_free(struct tg_state *s)
+{
+    tsh_value_free(s->cache);
+    tsh_model_free(s->m);
+    free(s->used);
+    free(s->tok);
+    free(s->slot);
+    free(s->pos);
+    free(s->chunks);
+    free(s->chunk_req);
+    free(s->dec_req);
+    free(s);
+}
+
+static int tg_init(struct ts_ctx *ctx, void **state)
+{
+    const char *file = ts_serialized_file(ctx);
+    if (!*file) {
+        ts_set_load_error(ctx, "MANIFEST.json has no model.serializedFile for textgen");
+        return -1;
+    }
+    struct tg_state *s = xcalloc(1, sizeof(*s));
+    s->ctx = ctx;
+    s->slots = ts_batch_size(ctx);
+    s->max_new_default = ts_config_get_long(ctx, "handler.max_new_tokens", DEFAULT_MAX_NEW);
+    s->chunk_fixed = ts_config_get_long(ctx, "handler.prefill_chunk", 0);
+    s->max_prefill = ts_config_get_long(ctx, "handler.max_prefill_tokens", DEFAULT_MAX_PREFILL);
+    long want_ctx = ts_config_get_long(ctx, "handler.context_length", 0);
+    if (s->max_new_default < 0 || s->max_new_default > TEXTGEN_MAX_NEW_LIMIT ||
+        s->chunk_fixed < 0 || s->max_prefill < 1 || want_ctx < 0) {
+        ts_set_load_error(ctx, "handler.max_new_tokens, handler.prefill_chunk, "
+                               "handler.max_prefill_tokens and handler.context_length must be "
+                               "non-negative integers (max_prefill_tokens at least 1)");
+        free(s);
+        return -1;
+    }
+    char *path = xasprintf("%s/%s", ts_model_dir(ctx), file);
+    char *e = NULL;
+    s->m = tsh_load(path, &e);
+    free(path);
+    if (!s->m) {
+        ts_set_load_error(ctx, "cannot load %s: %s", file, e);
+        free(e);
+        free(s);
+        return -1;
+    }
+    static const char *const need[] = {"new_cache", "step", "context_length"};
+    for (size_t i = 0; i < 3; i++)
+        if (!tsh_has_method(s->m, need[i])) {
+            ts_set_load_error(ctx,
+                              "%s: the model has no method %s(): textgen needs new_cache, step "
+                              "and context_length (scripts/models/tiny_gpt/model.py)",
+                              file, need[i]);
+            goto fail;
+        }
+    struct tsh_tensor *out;
+    size_t nout;
+    if (tsh_call(s->m, "context_length", NULL, 0, &out, &nout, &e)) {
+        ts_set_load_error(ctx, "%s: context_length(): %s", file, e);
+        free(e);
+        goto fail;
+    }
+    int64_t model_ctx = nout == 1 && out[0].dtype == TSH_INT64 ? *(int64_t *)out[0].data : 0;
+    tsh_tensors_free(out, nout);
+    if (model_ctx < 1) {
+        ts_set_load_error(ctx, "%s: context_length() must return a positive int", file);
+        goto fail;
+    }
+    s->ctx_len = want_ctx > 0 && want_ctx < model_ctx ? want_ctx : model_ctx;
+    struct tsh_arg a[2] = {iarg(s->slots), iarg(s->ctx_len)};
+    if (tsh_call_keep(s->m, "new_cache", a, 2, &s->cache, &e)) {
+        ts_set_load_error(ctx, "%s: new_cache(%d, %lld): %s", file, s->slots, (long long)s->ctx_len,
+                          e);
+        free(e);
+        goto fail;
+    }
+    s->used = xcalloc((size_t)s->slots, 1);
+    s->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*s->chunks));
+    s->chunk_req = xmalloc((size_t)s->slots * sizeof(*s->chunk_req));
+    s->dec_req = xmalloc((size_t)s->slots * sizeof(*s->dec_req));
+    char err[512];
+    if (warm_up(s, err, sizeof(err))) {
+        ts_set_load_error(ctx, "%s: %s", file, err);
+        goto fail;
+    }
+    ts_log(ctx, LOG_LEVEL_INFO,
+           "textgen: %d slots of %lld positions, KV cache %.1f MB; a prompt token costs %.0f us, "
+           "a one-row decode step %.0f us",
+           s->slots, (long long)s->ctx_len, (double)tsh_value_nbytes(s->cache) / 1048576.0,
+           s->c_pre_us, s->t_dec_us);
+    *state = s;
+    return 0;
+fail:
+    state_free(s);
+    return -1;
+}
+
+static void set_usage(struct ts_ctx *ctx, size_t i, const char *key, long v)
+{
+    char num[24];
+    snprintf(num, sizeof(num), "%ld", v);
+    ts_set_header(ctx, i, key, num);
+}
+
+/* The request ends: the rest of its text is its final response, with its usage. */
+static void finish(struct ts_ctx *ctx, size_t i, struct tg_seq *u, struct buf *text,
+                   const char *reason)
+{
+    if (strcmp(reason, "stop"))
+        textstop_finish(&u->ts, text);
+    set_usage(ctx, i, "x-ts-completion-tokens", u->generated);
+    ts_set_header(ctx, i, "x-ts-finish-reason", reason);
+    ts_set_response(ctx, i, text->data ? (const char *)text->data : "", text->len);
+}
+
+/* A new request: its parameters, a slot. 0 when it goes on; else it has been answered. */
+static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
+{
+    char err[512];
+    size_t blen = 0;
+    const char *ctype = "";
+    const char *body = ts_get_body(ctx, i, &blen, &ctype);
+    struct textgen_params p;
+    if (textgen_req_parse(body, blen, ctype, ts_get_param(ctx, i, "max_new_tokens", NULL, NULL), &p,
+                          err, sizeof(err))) {
+        ts_set_error(ctx, i, 400, "%s", err);
+        return -1;
+    }
+    ts_set_content_type(ctx, i, "text/plain; charset=utf-8");
+    if (p.plen == 0) {
+        free(p.prompt);
+        p.prompt = xstrdup("\n");
+        p.plen = 1;
+    }
+    if ((int64_t)p.plen > s->ctx_len) {
+        ts_set_error(ctx, i, 400,
+                     "prompt: %zu tokens (bytes), the context holds %lld "
+                     "(handler.context_length)",
+                     p.plen, (long long)s->ctx_len);
+        textgen_params_free(&p);
+        return -1;
+    }
+    long max_new = p.max_new >= 0 ? p.max_new : s->max_new_default;
+    set_usage(ctx, i, "x-ts-prompt-tokens", (long)p.plen);
+    if (max_new == 0) {
+        set_usage(ctx, i, "x-ts-completion-tokens", 0);
+        ts_set_header(ctx, i, "x-ts-finish-reason", "length");
+        ts_set_response(ctx, i, "", 0);
+        textgen_params_free(&p);
+        return -1;
+    }
+    int slot = 0;
+    while (slot < s->slots && s->used[slot])
+        slot++;
+    if (slot == s->slots) {
+        /* the frontend sends a worker at most batchSize requests at once: a handler bug */
+        ts_set_error(ctx, i, 503, "textgen: all %d KV cache slots are in use", s->slots);
+        textgen_params_free(&p);
+        return -1;
+    }
+    struct tg_seq *u = xcalloc(1, sizeof(*u));
+    u->s = s;
+    u->slot = slot;
+    u->prompt = (unsigned char *)p.prompt;
+    u->plen = (int64_t)p.plen;
+    u->next = -1;
+    u->max_new = max_new;
+    u->temperature = p.temperature;
+    u->top_p = p.top_p;
+    if (p.has_seed)
+        u->rng = p.seed;
+    else if (getrandom(&u->rng, sizeof(u->rng), 0) != sizeof(u->rng))
+        u->rng = (uint64_t)ts_now_us() ^ ((uint64_t)s->arrivals << 32);
+    u->arrival = s->arrivals++;
+    const char *stops[TEXTSTOP_MAX];
+    for (size_t k = 0; k < p.nstop; k++)
+        stops[k] = p.stop[k];
+    textstop_init(&u->ts, stops, p.stop_len, p.nstop); /* textgen_req checked the limits */
+    s->used[slot] = 1;
+    ts_counter_add(ctx, "slots_in_use", 1);
+    ts_set_user(ctx, i, u, seq_free);
+    return 0;
+}
+
+/* A token for request i: stream what it releases, or finish. 1 when the request goes on. */
+static int take_token(struct ts_ctx *ctx, size_t i, struct tg_seq *u, int64_t tok)
+{
+    unsigned char b = (unsigned char)tok;
+    struct buf text;
+    buf_init(&text);
+    u->generated++;
+    int stopped = textstop_push(&u->ts, &b, 1, &text);
+    int go = 0;
+    if (stopped)
+        finish(ctx, i, u, &text, "stop");
+    else if (u->generated >= u->max_new || u->ncache >= u->s->ctx_len)
+        finish(ctx, i, u, &text, "length");
+    else {
+        if (text.len)
+            ts_send_intermediate_response(ctx, i, text.data, text.len);
+        u->next = tok;
+        go = 1;
+    }
+    buf_free(&text);
+    return go;
+}
+
+static int by_arrival(const void *a, const void *b, void *arg)
+{
+    struct ts_ctx *ctx = arg;
+    const struct tg_seq *x = ts_get_user(ctx, *(const size_t *)a);
+    const struct tg_seq *y = ts_get_user(ctx, *(const size_t *)b);
+    return x->arrival < y->arrival ? -1 : x->arrival > y->arrival;
+}
+
+/* Prompt tokens this step may take. */
+static long prefill_budget(const struct tg_state *s, size_t n_dec)
+{
+    if (n_dec == 0)
+        return s->max_prefill;
+    long b = s->chunk_fixed;
+    if (!b) {
+        double est = s->c_pre_us > 0 ? s->t_dec_us / s->c_pre_us : CHUNK_MIN;
+        b = est > (double)s->max_prefill ? s->max_prefill : (long)est;
+    }
+    if (b < CHUNK_MIN)
+        b = CHUNK_MIN;
+    return b > s->max_prefill ? s->max_prefill : b;
+}
+
+static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
+{
+    struct tg_state *s = state;
+    size_t *pre = xmalloc((n ? n : 1) * sizeof(*pre));
+    size_t npre = 0, n_dec = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ts_is_cancelled(ctx, i))
+            continue;
+        if (!ts_get_user(ctx, i) && start(ctx, i, s))
+            continue;
+        struct tg_seq *u = ts_get_user(ctx, i);
+        if (u->fed < u->plen)
+            pre[npre++] = i;
+        else
+            s->dec_req[n_dec++] = i; /* one slot each: at most s->slots */
+    }
+    /* the rows: decode rows first, then the oldest prompts' chunks within the budget */
+    long budget = prefill_budget(s, n_dec);
+    if (npre > 1)
+        qsort_r(pre, npre, sizeof(*pre), by_arrival, ctx);
+    size_t nrows = n_dec, nchunks = 0;
+    int64_t t_dec = 0;
+    grow_rows(s, n_dec + (size_t)budget);
+    for (size_t k = 0; k < n_dec; k++) {
+        struct tg_seq *u = ts_get_user(ctx, s->dec_req[k]);
+        s->tok[k] = u->next;
+        s->slot[k] = u->slot;
+        s->pos[k] = u->ncache;
+        if (u->ncache + 1 > t_dec)
+            t_dec = u->ncache + 1;
+    }
+    long left = budget;
+    for (size_t k = 0; k < npre && left > 0; k++) {
+        struct tg_seq *u = ts_get_user(ctx, pre[k]);
+        int64_t take = u->plen - u->fed < left ? u->plen - u->fed : left;
+        int64_t *c = s->chunks + 3 * nchunks;
+        c[0] = u->slot;
+        c[1] = (int64_t)nrows;
+        c[2] = take;
+        s->chunk_req[nchunks++] = pre[k];
+        for (int64_t t = 0; t < take; t++, nrows++) {
+            s->tok[nrows] = u->prompt[u->fed + t];
+            s->slot[nrows] = u->slot;
+            s->pos[nrows] = u->fed + t;
+        }
+        left -= take;
+    }
+    size_t n_pre_rows = nrows - n_dec;
+
+    if (nrows) {
+        struct tsh_tensor *out;
+        size_t nout;
+        char err[512];
+        int64_t t0 = ts_now_us();
+        if (run_step(s, nrows, n_dec, t_dec, s->chunks, nchunks, &out, &nout, err, sizeof(err))) {
+            /* every request of the step fails: the cache may hold half of this step */
+            ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", err);
+            for (size_t k = 0; k < n_dec; k++)
+                ts_set_error(ctx, s->dec_req[k], 500, "%s", err);
+            for (size_t k = 0; k < npre; k++)
+                ts_set_error(ctx, pre[k], 500, "%s", err);
+            npre = 0;
+        } else {
+            double dt = (double)(ts_now_us() - t0);
+            if (nchunks == 0)
+                s->t_dec_us = ema(s->t_dec_us, dt);
+            else if (n_pre_rows && dt > (n_dec ? s->t_dec_us : 0))
+                s->c_pre_us = ema(s->c_pre_us, (dt - (n_dec ? s->t_dec_us : 0)) / n_pre_rows);
+            const float *logits = out[0].data;
+            ts_counter_add(ctx, "steps", 1);
+            ts_counter_add(ctx, "prefill_tokens", (int64_t)n_pre_rows);
+            int64_t ntok = 0;
+            for (size_t k = 0; k < n_dec; k++) {
+                struct tg_seq *u = ts_get_user(ctx, s->dec_req[k]);
+                u->ncache++;
+                int64_t t =
+                    textgen_sample(logits + k * VOCAB, VOCAB, u->temperature, u->top_p, &u->rng);
+                ntok++;
+                if (take_token(ctx, s->dec_req[k], u, t))
+                    ts_continue(ctx, s->dec_req[k], 0);
+            }
+            for (size_t k = 0; k < nchunks; k++) {
+                struct tg_seq *u = ts_get_user(ctx, s->chunk_req[k]);
+                int64_t took = s->chunks[3 * k + 2];
+                u->fed += took;
+                u->ncache += took;
+                if (u->fed < u->plen)
+                    continue; /* continued below with the other waiting prompts */
+                int64_t t = textgen_sample(logits + (n_dec + k) * VOCAB, VOCAB, u->temperature,
+                                           u->top_p, &u->rng);
+                ntok++;
+                if (take_token(ctx, s->chunk_req[k], u, t))
+                    ts_continue(ctx, s->chunk_req[k], 0);
+            }
+            ts_counter_add(ctx, "tokens", ntok);
+            tsh_tensors_free(out, nout);
+        }
+    }
+    /* prompts still being fed wait for the next step */
+    for (size_t k = 0; k < npre; k++) {
+        struct tg_seq *u = ts_get_user(ctx, pre[k]);
+        if (u->fed < u->plen)
+            ts_continue(ctx, pre[k], 0);
+    }
+    free(pre);
+}
+
+static void tg_destroy(void *state)
+{
+    state_free(state);
+}
+
+static const struct ts_handler textgen = {
+    .abi_version = TS_HANDLER_ABI_VERSION,
+    .name = "textgen",
+    .flags = TS_HANDLER_CONTINUOUS,
+    .init = tg_init,
+    .handle = tg_handle,
+    .seq_event = NULL,
+    .destroy = tg_destroy,
+};
+
+const struct ts_handler *ts_handler_textgen(void)
+{
+    return &textgen;
+}
