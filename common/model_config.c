@@ -48,6 +48,16 @@ static const struct mc_key mc_keys[] = {
     {"maxSequenceJobQueueSize", MC_INT, F(max_seq_job_queue), 1, MC_MAX_QUEUE},
     {"maxNumSequence", MC_INT, F(max_num_sequence), 1, MC_MAX_QUEUE},
     {"handler.cache.capacity", MC_INT, F(cache_capacity), 0, MC_MAX_QUEUE},
+    {"openai.enabled", MC_BOOL, F(openai_enabled), 0, 1},
+};
+
+/* The string keys: tensor names (printable ASCII, no spaces, up to MC_NAME_MAX - 1 bytes). */
+static const struct {
+    const char *name;
+    size_t off;
+} mc_names[] = {
+    {"openai.promptInput", F(openai_prompt_input)},
+    {"openai.textOutput", F(openai_text_output)},
 };
 
 void model_config_defaults(struct model_config *mc)
@@ -68,6 +78,9 @@ void model_config_defaults(struct model_config *mc)
     mc->max_seq_job_queue = 1;
     mc->max_num_sequence = -1;
     mc->cache_capacity = -1;
+    mc->openai_enabled = 0;
+    snprintf(mc->openai_prompt_input, sizeof(mc->openai_prompt_input), "prompt");
+    mc->openai_text_output[0] = '\0';
 }
 
 /* YAML 1.1 booleans, as SnakeYAML reads them. */
@@ -141,6 +154,17 @@ static int other_key(const char *name, const struct yflat_entry *e, model_config
         if (!strcmp(mc_keys[i].name, e->path))
             return 0;
     }
+    if (!strcmp(top, "openai")) {
+        static const char *const sub[] = {"openai.enabled", "openai.promptInput",
+                                          "openai.textOutput"};
+        for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++)
+            if (!strcmp(sub[i], e->path))
+                return 0;
+        const char *near = ts_closest(e->path, sub, sizeof sub / sizeof sub[0]);
+        say(warn, arg, "%s:%d: unknown key '%s' (ignored%s%s%s)", name, e->line, e->path,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+        return 0;
+    }
     if (!strcmp(top, "deviceType")) {
         if (is_null(e->value) || !strcasecmp(e->value, "cpu"))
             return 0;
@@ -206,6 +230,24 @@ int model_config_load(const char *path, struct model_config *mc, model_config_wa
             snprintf(err, errlen, "%s:%d: %s: %s, got '%s'", name, e->line, k->name, reason,
                      e->value);
             rc = TS_E_BAD_CONFIG;
+        }
+    }
+    for (size_t i = 0; i < sizeof mc_names / sizeof mc_names[0] && !rc; i++) {
+        const struct yflat_entry *e = yflat_get(&y, mc_names[i].name);
+        if (!e || is_null(e->value))
+            continue;
+        size_t n = strlen(e->value);
+        int ok = n > 0 && n < MC_NAME_MAX;
+        for (size_t k = 0; ok && k < n; k++)
+            ok = e->value[k] > ' ' && e->value[k] < 0x7f;
+        if (!ok) {
+            snprintf(err, errlen,
+                     "%s:%d: %s: expected a tensor name (1 to %d printable bytes, no spaces), "
+                     "got '%s'",
+                     name, e->line, mc_names[i].name, MC_NAME_MAX - 1, e->value);
+            rc = TS_E_BAD_CONFIG;
+        } else {
+            memcpy((char *)mc + mc_names[i].off, e->value, n + 1);
         }
     }
     for (size_t i = 0; i < y.n && !rc; i++)

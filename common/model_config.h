@@ -14,6 +14,7 @@
 #define MC_MAX_DELAY_MS 600000  /* 10 minutes */
 #define MC_MAX_TIMEOUT_S 604800 /* a week */
 #define MC_MAX_QUEUE (1 << 20)
+#define MC_NAME_MAX 64 /* bytes of a tensor name in the openai section, NUL included */
 
 #include <stddef.h>
 
@@ -37,6 +38,11 @@ struct model_config {
     int max_seq_job_queue;   /* maxSequenceJobQueueSize, default 1 */
     int max_num_sequence;    /* maxNumSequence, -1 = unset (batchSize x maxWorkers) */
     int cache_capacity;      /* handler.cache.capacity, -1 = unset */
+    /* the OpenAI-compatible API (docs/openai.md): the model generates text */
+    int openai_enabled;                    /* openai.enabled, 0/1 */
+    char openai_prompt_input[MC_NAME_MAX]; /* openai.promptInput: the OIP input of the prompt */
+    char openai_text_output[MC_NAME_MAX];  /* openai.textOutput: the OIP output of the text,
+                                            * "" = the first BYTES output */
 };
 
 void model_config_defaults(struct model_config *mc);

@@ -172,9 +172,41 @@ TEST(unknown_and_unsupported_keys)
                    "build runs on the CPU only");
 }
 
+/* the openai section: a text generator on the OpenAI-compatible API, its tensor names */
+TEST(openai_section)
+{
+    struct model_config mc;
+    char err[256] = "";
+    write_yaml("batchSize: 2\n");
+    CHECK_EQ_INT(model_config_load(path, &mc, NULL, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(mc.openai_enabled, 0);
+    CHECK_STR(mc.openai_prompt_input, "prompt");
+    CHECK_STR(mc.openai_text_output, "");
+    write_yaml("openai:\n"
+               "  enabled: true\n"
+               "  promptInput: text_input\n"
+               "  textOutput: generated_text\n"
+               "  enable: yes\n");
+    warned[0] = '\0';
+    CHECK_EQ_INT(model_config_load(path, &mc, collect, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(mc.openai_enabled, 1);
+    CHECK_STR(mc.openai_prompt_input, "text_input");
+    CHECK_STR(mc.openai_text_output, "generated_text");
+    CHECK_STR(warned, "model-config.yaml:5: unknown key 'openai.enable' (ignored; did you mean "
+                      "'openai.enabled'?)\n");
+    write_yaml("openai:\n  enabled: maybe\n");
+    CHECK_EQ_INT(model_config_load(path, &mc, NULL, NULL, err, sizeof err), TS_E_BAD_CONFIG);
+    CHECK_STR(err, "model-config.yaml:2: openai.enabled: expected true or false, got 'maybe'");
+    write_yaml("openai:\n  promptInput: two words\n");
+    CHECK_EQ_INT(model_config_load(path, &mc, NULL, NULL, err, sizeof err), TS_E_BAD_CONFIG);
+    CHECK_STR(err, "model-config.yaml:2: openai.promptInput: expected a tensor name (1 to 63 "
+                   "printable bytes, no spaces), got 'two words'");
+}
+
 int main(void)
 {
     tbase_make("test_model_config");
+    RUN(openai_section);
     RUN(defaults);
     RUN(every_key);
     RUN(partial_and_null_keep_defaults);
