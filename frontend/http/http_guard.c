@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "http_openai.h"
+#include "http_openai_out.h"
 #include "http_server.h"
 #include "log.h"
 #include "mgmt/auth.h"
@@ -238,6 +240,9 @@ static int plain_length(const char *v)
 }
 
 /* What is wrong with a request: a status, an exception type and a message for the client. */
+/* the type of a refusal answered in OpenAI's error shape (an OpenAI route's token) */
+#define OPENAI_REFUSAL "openai"
+
 struct problem {
     int status;
     char type[48];
@@ -341,6 +346,12 @@ static void answer(struct evhttp_request *req, const struct problem *pb)
     }
     char rid[40];
     http_request_id(req, rid);
+    if (!strcmp(pb->type, OPENAI_REFUSAL)) {
+        char *body = http_openai_error_json(pb->status, pb->msg, NULL, NULL);
+        http_send(req, rid, pb->status, "application/json", body, strlen(body));
+        free(body);
+        return;
+    }
     http_send_error(req, rid, pb->status, pb->type, "%s", pb->msg);
 }
 
@@ -423,7 +434,10 @@ static int on_head(struct evhttp_request *req, void *http)
             evhttp_request_set_header_cb(req, head_passed);
             return 0;
         }
-        found(&pb, AUTH_FAIL_STATUS, AUTH_FAIL_TYPE, "%s", AUTH_FAIL_MSG);
+        /* the OpenAI API's clients read OpenAI's error object */
+        found(&pb, AUTH_FAIL_STATUS,
+              http_openai_target(evhttp_request_get_uri(req)) ? OPENAI_REFUSAL : AUTH_FAIL_TYPE,
+              "%s", AUTH_FAIL_MSG);
     }
     char v[sizeof(pb.type) + sizeof(pb.msg) + 16];
     snprintf(v, sizeof(v), "%d %s %s", pb.status, pb.type, pb.msg);

@@ -26,6 +26,7 @@
 
 #include "mgmt/auth.h"
 #include "http_oip.h"
+#include "http_openai.h"
 #include "http_server.h"
 #include "http_stream.h"
 #include "core/job.h"
@@ -143,6 +144,9 @@ static void predictions(struct evhttp_request *req, const char *rid, struct http
 
 void http_inference_handle(struct evhttp_request *req)
 {
+    /* the OpenAI routes answer their own errors, the token's included */
+    if (http_openai_target(evhttp_request_get_uri(req)) && http_openai_handle(req))
+        return;
     char rid[40];
     struct http_path p;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);

@@ -284,7 +284,7 @@ static void start_stream(struct http_call *c, const struct otf_prediction *p)
 
 static void write_chunk(struct http_call *c, const char *data, size_t len)
 {
-    if (c->sse) {
+    if (c->sse && !c->sse_raw) {
         sse_write(c, NULL, data, len);
         return;
     }
@@ -353,14 +353,35 @@ static void check_backpressure(struct http_call *c)
     job_pause(c->job, 1);
 }
 
+/* An `event: error` with the error's JSON, or, for sse_raw, data that is already whole events. */
+static void sse_error(struct http_call *c, const char *data, size_t len)
+{
+    if (c->sse_raw) {
+        write_chunk(c, data, len);
+        return;
+    }
+    while (len && data[len - 1] == '\n')
+        len--;
+    sse_write(c, "error", data, len);
+}
+
+/* The reply is complete; a job that goes on (end_now) is cancelled first. */
+static void reply_done(struct http_call *c, int final)
+{
+    if (!final && c->job)
+        job_cancel(c->job);
+    call_done(c);
+}
+
 static void on_frame(struct job *j, const struct otf_prediction *p, int final)
 {
     struct http_call *c = j->sink_arg;
     size_t len = p->body.len > 0 ? (size_t)p->body.len : 0;
     char *tx = c->transform ? c->transform(c, p, final, &len) : NULL;
     const char *data = tx ? tx : p->body.p;
+    int last = final || c->end_now;
 
-    if (c->whole && !final) {
+    if (c->whole && !last) {
         free(tx);
         return;
     }
@@ -370,16 +391,14 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
         if (!c->started) {
             http_send(c->req, c->rid, p->status, "application/json", data, len);
         } else {
-            while (len && data[len - 1] == '\n')
-                len--;
-            sse_write(c, "error", data, len);
+            sse_error(c, data, len);
             evhttp_send_reply_end(c->req);
         }
         free(tx);
         call_done(c);
         return;
     }
-    if (!c->started && final) {
+    if (!c->started && last) {
         int status = p->status > 0 ? p->status : 200;
         struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
         copy_frame_headers(out, p);
@@ -391,25 +410,25 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
             q.ctype = otf_s("");
             start_stream(c, &q);
             if (len)
-                sse_write(c, NULL, data, len);
+                write_chunk(c, data, len);
             evhttp_send_reply_end(c->req);
         } else {
             http_send(c->req, c->rid, status, ct, data, len);
         }
         free(ct);
         free(tx);
-        call_done(c);
+        reply_done(c, final);
         return;
     }
     if (!c->started)
         start_stream(c, p);
-    if (len || c->sse)
-        if (len || !final)
+    if (len || (c->sse && !c->sse_raw))
+        if (len || !last)
             write_chunk(c, data, len);
     free(tx);
-    if (final) {
+    if (last) {
         evhttp_send_reply_end(c->req);
-        call_done(c);
+        reply_done(c, final);
     } else {
         check_backpressure(c);
     }
@@ -429,10 +448,7 @@ static void on_error(struct job *j, int status, const char *type, const char *ms
         return;
     }
     if (c->sse) {
-        size_t n = strlen(body);
-        while (n && body[n - 1] == '\n')
-            n--;
-        sse_write(c, "error", body, n);
+        sse_error(c, body, strlen(body));
         evhttp_send_reply_end(c->req);
         free(body);
         call_done(c);

@@ -52,6 +52,12 @@ struct http_call {
     /* answer once, at the final frame: intermediate frames only go through transform, which
      * keeps what it needs (OIP /infer and /generate on a streaming handler) */
     int whole;
+    /* with sse: transform and error_body return whole SSE events (`data: ...` lines and the
+     * blank line), written as they are (the OpenAI API: its chunks, then `data: [DONE]`) */
+    int sse_raw;
+    /* set by transform: the reply ends with this frame although the job goes on (the OpenAI API
+     * found a stop sequence); the job is then cancelled, which frees its place on the worker */
+    int end_now;
     /* backpressure: the connection's output passed stream_buffer_size, the job is paused */
     int paused;
     struct event *stall;                /* stream_stall_timeout without progress */
