@@ -1,0 +1,321 @@
+"""tiny_gpt under the textgen handler: a transformer with a KV cache per sequence, under
+continuous batching in the worker (scripts/models/tiny_gpt, backend/handlers/textgen.c).
+
+The greedy texts are checked against PyTorch on the model.pt inside model-store/tiny_gpt.mar:
+a plain loop that runs the whole sequence through forward() for every token (no cache), and,
+for the many-stream tests, the model's own step() with one sequence in one slot: the run a stream
+would have alone. A stream of a batch may leave its alone-run only at a step where the alone-run's
+two best logits are closer than 1e-4 (batching changes float rounding); those steps are counted
+and printed (pytest -s).
+
+The textgen handler reports worker counters as response headers: x-ts-worker-tokens,
+x-ts-worker-steps, x-ts-worker-prefill_tokens and x-ts-worker-slots_in_use (KV cache slots held
+when the frame left). A probe request reads them.
+"""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import PYSTUBS, mar_module, start_server  # noqa: E402
+
+TIE = 1e-4
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = open(os.path.join(HERE, "..", "..", "scripts", "models", "char_lm", "corpus.txt")).read()
+
+
+def prompt_of(i, n):
+    """A prompt of n bytes, from the corpus at a place that depends on i."""
+    start = (i * 97) % (len(CORPUS) - n - 1)
+    return CORPUS[start:start + n]
+
+
+_model = None
+
+
+def model():
+    global _model
+    if _model is None:
+        _model = mar_module("tiny_gpt")
+    return _model
+
+
+def plain_loop(prompt, n):
+    """Greedy decode with forward() over the whole sequence for every token: no cache."""
+    import torch
+    x = list(prompt.encode()) or [10]
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            t = int(model()(torch.tensor([x]))[0, -1].argmax())
+            out.append(t)
+            x.append(t)
+    return bytes(out)
+
+
+def alone_run(prompt, n):
+    """The tokens of one sequence alone in the cache (step() with one slot) and, per token, the
+    gap between its two best logits."""
+    import torch
+    m = model()
+    x = list(prompt.encode()) or [10]
+    cache = m.new_cache(1, 512)
+    none = torch.zeros(0, 3, dtype=torch.long)
+    toks, gaps = [], []
+    with torch.no_grad():
+        lg = m.step(cache, torch.tensor(x), torch.zeros(len(x), dtype=torch.long),
+                    torch.arange(len(x)), 0, 0, torch.tensor([[0, 0, len(x)]]))[-1]
+        pos = len(x)
+        for _ in range(n):
+            top = torch.topk(lg, 2).values
+            gaps.append(float(top[0] - top[1]))
+            t = int(lg.argmax())
+            toks.append(t)
+            lg = m.step(cache, torch.tensor([t]), torch.tensor([0]), torch.tensor([pos]), 1,
+                        pos + 1, none)[0]
+            pos += 1
+    return toks, gaps
+
+
+def compare(got, prompt, n, ties):
+    """got (bytes) against the alone-run: equal, or leaving it only at a near tie. Returns the
+    number of steps compared; ties gets (prompt, step, gap) for each near tie met."""
+    want, gaps = alone_run(prompt, n)
+    got = list(got)
+    for k, t in enumerate(want):
+        if gaps[k] < TIE:
+            ties.append((prompt[:20], k, gaps[k]))
+        if k >= len(got) or got[k] != t:
+            assert gaps[k] < TIE, (
+                f"stream for {prompt[:30]!r} left its alone-run at step {k} (gap {gaps[k]:.2e}):"
+                f" got {bytes(got)!r}, alone {bytes(want)!r}")
+            return k
+    assert len(got) == len(want), (bytes(got), bytes(want))
+    return len(want)
+
+
+def generate(srv, prompt, n, **kw):
+    r = srv.post("/predictions/tiny_gpt", json={"prompt": prompt, "max_new_tokens": n, **kw},
+                 stream=True, timeout=120)
+    assert r.status_code == 200, r.text
+    chunks = [c for c in r.iter_content(None)]
+    return b"".join(chunks), chunks, r.headers
+
+
+def probe(srv):
+    """The worker's counters, from a one-token request."""
+    r = srv.post("/predictions/tiny_gpt", json={"prompt": "x", "max_new_tokens": 1})
+    assert r.status_code == 200, r.text
+    return {k[len("x-ts-worker-"):]: int(v) for k, v in r.headers.items()
+            if k.startswith("x-ts-worker-")}
+
+
+@pytest.fixture(scope="module")
+def tg(tmp_path_factory):
+    srv = start_server(str(tmp_path_factory.mktemp("tg")), models=["tiny_gpt"])
+    srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
+    yield srv
+    srv.stop()
+
+
+# ---------------------------------------------------------------- one stream
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("prefill", [512, 7])
+def test_greedy_alone_equals_plain_pytorch_loop(server_factory, prefill):
+    """One stream alone, its prompt in one step or in chunks of 7 tokens: the same tokens as
+    forward() over the whole sequence each time, one streamed chunk per token."""
+    srv = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {
+        "batchSize": 4, "handler": {"max_prefill_tokens": prefill}}})
+    srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
+    prompt = prompt_of(3, 60)
+    text, chunks, headers = generate(srv, prompt, 80)
+    assert text == plain_loop(prompt, 80)
+    assert len(chunks) == 80  # ASCII: a byte per token, a chunk per byte
+    assert headers["transfer-encoding"] == "chunked"
+    assert headers["x-ts-prompt-tokens"] == "60"
+    c = probe(srv)
+    assert c["slots_in_use"] == 1  # the probe's own
+    assert c["prefill_tokens"] == 1 + 60 + 1  # wait_ready's, the prompt, the probe's
+
+
+def test_reachable_over_every_transport(tg):
+    """The same greedy text over /predictions (chunks), OIP generate_stream (SSE), gRPC
+    StreamPredictions and the OpenAI API."""
+    sys.path.insert(0, PYSTUBS)
+    import grpc
+    import inference_pb2
+    import inference_pb2_grpc
+    prompt = "In the village below, the baker"
+    want = plain_loop(prompt, 30).decode()
+    text, _, _ = generate(tg, prompt, 30)
+    assert text.decode() == want
+
+    r = tg.post("/v2/models/tiny_gpt/generate_stream", stream=True,
+                json={"text_input": prompt, "parameters": {"max_tokens": 30}})
+    assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+    events = [json.loads(line[6:]) for line in r.iter_lines(decode_unicode=True)
+              if line.startswith("data: ")]
+    assert "".join(e["text_output"] for e in events) == want
+    assert len(events) == 30
+
+    with grpc.insecure_channel(f"127.0.0.1:{tg.ports['grpc']}") as ch:
+        stub = inference_pb2_grpc.InferenceAPIsServiceStub(ch)
+        req = inference_pb2.PredictionsRequest(model_name="tiny_gpt", input={
+            "data": json.dumps({"prompt": prompt, "max_new_tokens": 30}).encode()})
+        msgs = [m.prediction.decode() for m in stub.StreamPredictions(req, timeout=60)]
+    assert "".join(msgs) == want and len(msgs) >= 30
+
+    r = tg.post("/v1/completions", json={"model": "tiny_gpt", "prompt": prompt,
+                                          "max_tokens": 30, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == want
+
+
+def test_bad_requests_are_refused_by_name(tg):
+    r = tg.post("/predictions/tiny_gpt", json={"prompt": "x", "temperature": -1})
+    assert r.status_code == 400 and "temperature" in r.json()["message"]
+    r = tg.post("/predictions/tiny_gpt", json={"prompt": "x" * 513})
+    assert r.status_code == 400 and "context holds 512" in r.json()["message"]
+    r = tg.post("/predictions/tiny_gpt", json={"prompt": "x", "stop": ["a"] * 5})
+    assert r.status_code == 400 and "stop" in r.json()["message"]
+    # the worker goes on serving
+    assert generate(tg, "The", 5)[0] == plain_loop("The", 5)
+
+
+def test_stop_sequence_and_sampling(tg):
+    prompt = prompt_of(1, 40)
+    full = plain_loop(prompt, 40).decode()
+    stop = full[10:13]
+    cut = full[:full.index(stop)]
+    text, _, _ = generate(tg, prompt, 40, stop=[stop])
+    assert text.decode() == cut
+    a = generate(tg, prompt, 40, temperature=1.0, top_p=0.9, seed=11)[0]
+    b = generate(tg, prompt, 40, temperature=1.0, top_p=0.9, seed=11)[0]
+    c = generate(tg, prompt, 40, temperature=1.0, top_p=0.9, seed=12)[0]
+    assert a == b and a != c and a != full.encode()
+
+
+# ---------------------------------------------------------------- many streams
+
+def run_streams(srv, jobs, join=None):
+    """Runs jobs [(prompt, n)] at once, each on its own connection; join = (prompt, n) starts
+    once the first stream has 10 chunks. Returns the texts, in order (join last)."""
+    out = [None] * (len(jobs) + (1 if join else 0))
+    errors = []
+    started = threading.Event()
+
+    def one(i, prompt, n, first):
+        try:
+            r = srv.post("/predictions/tiny_gpt", json={"prompt": prompt, "max_new_tokens": n},
+                         stream=True, timeout=300)
+            assert r.status_code == 200, r.text
+            got = b""
+            for k, c in enumerate(r.iter_content(None)):
+                got += c
+                if first and k == 9:
+                    started.set()
+            out[i] = got
+        except Exception as e:  # reported by the caller
+            errors.append(e)
+            started.set()
+
+    threads = [threading.Thread(target=one, args=(i, p, n, i == 0)) for i, (p, n) in
+               enumerate(jobs)]
+    for t in threads:
+        t.start()
+    if join:
+        assert started.wait(120)
+        t = threading.Thread(target=one, args=(len(jobs), join[0], join[1], False))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    return out
+
+
+def test_16_streams_and_one_joining_match_their_alone_runs(server_factory):
+    """16 streams of different prompt and output lengths at once, and a long prompt that joins
+    while they decode, fed in chunks of 16 tokens: each gets its alone-run's tokens."""
+    srv = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {
+        "batchSize": 32, "handler": {"prefill_chunk": 16}}})
+    srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
+    before = probe(srv)
+    jobs = [(prompt_of(i, 5 + 13 * i), 40 + 5 * i) for i in range(16)]
+    join = (prompt_of(99, 300), 60)
+    texts = run_streams(srv, jobs, join)
+    after = probe(srv)
+    ties = []
+    compared = sum(compare(t, p, n, ties) for t, (p, n) in zip(texts, jobs + [join]))
+    print(f"\n16+1 streams: {compared} steps compared, {len(ties)} near ties (< {TIE}): {ties}")
+    tokens = after["tokens"] - before["tokens"] - 1
+    steps = after["steps"] - before["steps"] - 1
+    assert tokens == sum(n for _, n in jobs) + join[1]
+    assert tokens / steps > 4, (tokens, steps)  # they ran as one batch
+    assert after["slots_in_use"] == 1
+
+
+def open_stream(port, prompt, n):
+    """A /predictions stream on a raw socket, read up to its first chunk of text."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    body = json.dumps({"prompt": prompt, "max_new_tokens": n}).encode()
+    s.sendall(b"POST /predictions/tiny_gpt HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" +
+              body)
+    got = b""
+    while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < 8:
+        d = s.recv(4096)
+        assert d, got
+        got += d
+    assert got.startswith(b"HTTP/1.1 200"), got
+    return s
+
+
+@pytest.mark.smoke
+def test_client_aborts_free_their_slots(server_factory):
+    """All 4 slots held by long streams whose clients then leave: the slots come back, and the
+    next 4 streams run."""
+    srv = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"batchSize": 4}})
+    srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
+    socks = [open_stream(srv.ports["inference"], prompt_of(i, 30), 480) for i in range(4)]
+    for s in socks:
+        s.close()
+    deadline = time.time() + 30
+    while probe(srv)["slots_in_use"] != 1:  # the cancels reach the worker
+        assert time.time() < deadline, "aborted streams still hold their KV cache slots"
+        time.sleep(0.1)
+    jobs = [(prompt_of(10 + i, 20), 20) for i in range(4)]
+    texts = run_streams(srv, jobs)
+    for t, (p, n) in zip(texts, jobs):
+        assert t == plain_loop(p, n)
+    assert probe(srv)["slots_in_use"] == 1
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_64_streams_finish_with_nothing_leaked(server_factory):
+    """64 streams at once, twice: all finish with their alone-run's tokens, every KV cache slot
+    comes back, and the second round grows neither process."""
+    srv = server_factory(models=["tiny_gpt"])
+    srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
+    jobs = [(prompt_of(i, 1 + (i * 37) % 128), 24 + i % 17) for i in range(64)]
+    ties = []
+    rss = []
+    for _ in range(2):
+        texts = run_streams(srv, jobs)
+        assert probe(srv)["slots_in_use"] == 1
+        rss.append((rss_kb(srv.pid), rss_kb(srv.worker_pids()[0])))
+    compared = sum(compare(t, p, n, ties) for t, (p, n) in zip(texts, jobs))
+    print(f"\n64 streams: {compared} steps compared, {len(ties)} near ties (< {TIE}): {ties}")
+    assert rss[1][0] - rss[0][0] < 8 * 1024, rss  # frontend
+    assert rss[1][1] - rss[0][1] < 16 * 1024, rss  # worker
