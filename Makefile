@@ -5,6 +5,7 @@
 #   make test              install deps, build, run unit and integration tests
 #   make SANITIZE=address,undefined test-unit test-smoke    the same under ASan/UBSan
 #   make bench             run scripts/bench/ (figures for the issues' benchmarks)
+#   make openai-client     npm ci the official openai client into tests/openai/ (the tests need it)
 #   make fuzz FUZZ_S=N     build the libFuzzer targets of tests/fuzz/ (clang, build-fuzz/) and run
 #                          each for N seconds on a copy of its corpus
 
@@ -78,7 +79,7 @@ PY_PKG        := $(patsubst backend/python/%,$(BUILD)/lib/python/%,\
                    $(shell find backend/python/ts backend/python/mlserver backend/python/tsc_runtimes -name '*.py' 2>/dev/null))
 
 .PHONY: all deps models run test test-unit test-integration test-smoke bench clean format \
-        format-check pystubs check-layers fuzz fuzz-build fuzz-run
+        format-check pystubs check-layers fuzz fuzz-build fuzz-run openai-client
 all: $(BINS) $(PY_PLUGIN) $(PY_PKG) pystubs
 
 deps:
@@ -199,7 +200,14 @@ test-unit: $(UNIT_TESTS) $(LSAN_SELFCHECK)
 # other gRPC builds or poll engines get (frontend/grpc/grpc_drive.h)
 GRPC_TESTS := tests/integration/test_grpc.py tests/integration/test_streaming_grpc.py \
               tests/integration/test_sequences_grpc.py
-test-integration: all models
+# the official openai npm client, pinned by tests/openai/package-lock.json: the OpenAI API's
+# acceptance client (tests/integration/test_openai.py)
+OPENAI_CLIENT := tests/openai/node_modules/.package-lock.json
+openai-client: $(OPENAI_CLIENT)
+$(OPENAI_CLIENT): tests/openai/package.json tests/openai/package-lock.json
+	cd tests/openai && npm ci --no-audit --no-fund
+
+test-integration: all models $(OPENAI_CLIENT)
 	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/fault
 	TS_BUILD=$(BUILD) TS_GRPC_DRIVE=thread $(PYTHON) -m pytest -q -p no:cacheprovider $(GRPC_TESTS)

@@ -32,7 +32,14 @@ PKGS="$PKGS python3-pip python3-venv"
 # (tests/integration/test_http_write.py)
 PKGS="$PKGS strace"
 
+# nodejs: the official openai npm client, the OpenAI API's acceptance client (tests/openai/,
+# installed with npm ci by `make openai-client`)
+PKGS="$PKGS nodejs"
+
 missing=""
+# Debian's nodejs comes without npm (its own package); NodeSource's has it built in and conflicts
+# with Debian's npm: ask for npm only when there is none
+command -v npm >/dev/null 2>&1 || missing=" npm"
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
         missing="$missing $p"
