@@ -9,7 +9,9 @@
  * one slot per request the worker may hold (batchSize) and stays in the worker, inside the shim
  * (tsh_call_keep): a request owns one slot from its first step until it finishes or is
  * cancelled, and gets the lowest free one, so that the step's batched attention, which covers
- * slots 0..max, stays short.
+ * slots 0..max, stays short. A model may also export clear_slot(cache, slot), which is called
+ * before a slot's first use: its new_cache may then leave the memory unset, and a worker holds
+ * the pages of the slots it has used, not of all of them.
  *
  * Every handle() call is one iteration of the running batch, one step() call:
  *  - each request whose prompt is in the cache feeds its last token (a decode row) and gets the
@@ -58,7 +60,9 @@ struct tg_state {
     struct tsh_value *cache;
     int slots;
     int64_t ctx_len;
-    unsigned char *used; /* per slot */
+    unsigned char *used;    /* per slot */
+    unsigned char *cleared; /* per slot: clear_slot() ran (new_cache may leave it unset) */
+    int has_clear;          /* the model has clear_slot() */
     long max_new_default;
     long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
     long max_prefill;
@@ -98,6 +102,8 @@ static void seq_free(void *p)
     free(u);
 }
 
+static struct tsh_arg iarg(int64_t v);
+
 static struct tsh_arg targ(int dtype, const void *data, int ndim, int64_t d0, int64_t d1)
 {
     struct tsh_arg a = {.kind = TSH_ARG_TENSOR};
@@ -118,6 +124,26 @@ static struct tsh_arg iarg(int64_t v)
 }
 
 /* One step() over n rows, n_dec of them decoding, and nchunks chunks: the logits, checked. */
+/* Zeros a slot before its first use (the model's clear_slot). */
+static int clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
+{
+    struct tsh_arg a[2];
+    a[0].kind = TSH_ARG_VALUE;
+    a[0].u.value = s->cache;
+    a[1] = iarg(slot);
+    struct tsh_tensor *out;
+    size_t nout;
+    char *e = NULL;
+    if (tsh_call(s->m, "clear_slot", a, 2, &out, &nout, &e)) {
+        snprintf(err, errlen, "clear_slot failed: %s", e);
+        free(e);
+        return -1;
+    }
+    tsh_tensors_free(out, nout);
+    s->cleared[slot] = 1;
+    return 0;
+}
+
 static int run_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_dec,
                     const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
                     char *err, size_t errlen)
@@ -199,6 +225,7 @@ static void state_free(struct tg_state *s)
     tsh_value_free(s->cache);
     tsh_model_free(s->m);
     free(s->used);
+    free(s->cleared);
     free(s->tok);
     free(s->slot);
     free(s->pos);
@@ -270,20 +297,27 @@ static int tg_init(struct ts_ctx *ctx, void **state)
         free(e);
         goto fail;
     }
+    char err[512];
     s->used = xcalloc((size_t)s->slots, 1);
+    s->cleared = xcalloc((size_t)s->slots, 1);
+    s->has_clear = tsh_has_method(s->m, "clear_slot");
+    if (s->has_clear && clear_slot(s, 0, err, sizeof(err))) { /* the warm-up's slot */
+        ts_set_load_error(ctx, "%s: %s", file, err);
+        goto fail;
+    }
     s->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*s->chunks));
     s->chunk_req = xmalloc((size_t)s->slots * sizeof(*s->chunk_req));
     s->dec_req = xmalloc((size_t)s->slots * sizeof(*s->dec_req));
-    char err[512];
     if (warm_up(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s: %s", file, err);
         goto fail;
     }
     ts_log(ctx, LOG_LEVEL_INFO,
-           "textgen: %d slots of %lld positions, KV cache %.1f MB; a prompt token costs %.0f us, "
-           "a one-row decode step %.0f us",
+           "textgen: %d slots of %lld positions, KV cache %.1f MB (%s); a prompt token costs "
+           "%.0f us, a one-row decode step %.0f us",
            s->slots, (long long)s->ctx_len, (double)tsh_value_nbytes(s->cache) / 1048576.0,
-           s->c_pre_us, s->t_dec_us);
+           s->has_clear ? "touched as slots are first used" : "as new_cache made it", s->c_pre_us,
+           s->t_dec_us);
     *state = s;
     return 0;
 fail:
@@ -351,6 +385,11 @@ static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
     if (slot == s->slots) {
         /* the frontend sends a worker at most batchSize requests at once: a handler bug */
         ts_set_error(ctx, i, 503, "textgen: all %d KV cache slots are in use", s->slots);
+        textgen_params_free(&p);
+        return -1;
+    }
+    if (s->has_clear && !s->cleared[slot] && clear_slot(s, slot, err, sizeof(err))) {
+        ts_set_error(ctx, i, 500, "textgen: %s", err);
         textgen_params_free(&p);
         return -1;
     }

@@ -11,8 +11,15 @@ Three scripted entry points:
         reference greedy loop use it.
 
     new_cache(slots: int, ctx: int) -> float32 [LAYERS, 2, slots, HEADS, ctx, HEAD_DIM]
-        zeros: the keys (index 0) and values (1) of every layer for `slots` sequences of up to
-        `ctx` positions. The server allocates it once and keeps it; a sequence owns one slot.
+        the keys (index 0) and values (1) of every layer for `slots` sequences of up to `ctx`
+        positions, uninitialised: the server allocates it once and keeps it, a sequence owns one
+        slot, and a slot's memory is only touched from its first use on, so a server that uses
+        few slots holds few pages of it.
+
+    clear_slot(cache, slot: int)
+        zeros one slot: the server calls it before the slot's first use. Attention reads a slot
+        up to the longest sequence of the step, masked beyond its own length: what lies there
+        must be finite, which zeros are and an earlier sequence's keys and values are.
 
     step(cache, tokens, slots, pos, n_dec: int, t_dec: int, chunks) -> logits [n_dec + P, 256]
         one iteration of continuous batching over N rows, a row being one token of one slot at
@@ -110,7 +117,11 @@ class TinyGPT(nn.Module):
     def new_cache(self, slots: int, ctx: int) -> Tensor:
         if slots < 1 or ctx < 1 or ctx > self.ctx:
             raise RuntimeError("new_cache: slots must be >= 1 and ctx in [1, " + str(self.ctx) + "]")
-        return torch.zeros(self.layers, 2, slots, self.heads, ctx, self.head_dim)
+        return torch.empty(self.layers, 2, slots, self.heads, ctx, self.head_dim)
+
+    @torch.jit.export
+    def clear_slot(self, cache: Tensor, slot: int):
+        cache[:, :, slot].zero_()
 
     @torch.jit.export
     def context_length(self) -> int:
