@@ -373,6 +373,16 @@ void http_api_description(struct evhttp_request *req, const char *rid, int scope
         p = json_object();
         json_object_set_new(p, "post", op_doc("Explain with the default version", "{model_name}"));
         json_object_set_new(paths, "/explanations/{model_name}", p);
+        /* the OpenAI-compatible API (http_openai.c, docs/openai.md) */
+        p = json_object();
+        json_object_set_new(p, "get", op_doc("Models served on the OpenAI API", NULL));
+        json_object_set_new(paths, "/v1/models", p);
+        p = json_object();
+        json_object_set_new(p, "post", op_doc("OpenAI completions", NULL));
+        json_object_set_new(paths, "/v1/completions", p);
+        p = json_object();
+        json_object_set_new(p, "post", op_doc("OpenAI chat completions", NULL));
+        json_object_set_new(paths, "/v1/chat/completions", p);
     }
     p = json_object();
     json_object_set_new(p, "options", op_doc("This document", NULL));
