@@ -17,8 +17,8 @@
  *  - each request whose prompt is in the cache feeds its last token (a decode row) and gets the
  *    next one;
  *  - prompts are fed in chunks, oldest request first, within a budget of prompt tokens per step
- *    (chunked prefill): about as many as cost what a step of the decode rows alone costs,
- *    measured as steps run, so that a joining prompt delays the others by at most about one
+ *    (chunked prefill): about as many as cost what a step of the decode rows alone costs
+ *    (measured at load: calibrate), so that a joining prompt delays the others by about one
  *    step. With nothing decoding a step takes up to handler.max_prefill_tokens. The last chunk
  *    of a prompt gives its first token.
  * A new token goes through the request's stop sequences (common/textstop.h) and is streamed as
@@ -50,9 +50,12 @@
 #define VOCAB 256
 #define DEFAULT_MAX_NEW 64
 #define DEFAULT_MAX_PREFILL 512
-#define CHUNK_MIN 8     /* prompt tokens a step takes at least while others decode */
-#define EMA_NEW 0.25    /* weight of a new step time in the running estimates */
-#define WARM_PREFILL 16 /* prompt tokens of the load-time measurement */
+#define CHUNK_MIN 8 /* prompt tokens a step takes at least while others decode */
+/* the load-time measurement of what a step costs (calibrate) */
+#define CAL_ROWS 8  /* decode rows of its larger decode step */
+#define CAL_POS 128 /* their position: what attention reads */
+#define CAL_PRE 64  /* prompt tokens of its prefill step */
+#define CAL_TRIES 3 /* each step runs this many times; the fastest counts */
 
 struct tg_state {
     struct ts_ctx *ctx;
@@ -66,8 +69,8 @@ struct tg_state {
     long max_new_default;
     long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
     long max_prefill;
-    double t_dec_us; /* running estimate: a step of the decode rows alone */
-    double c_pre_us; /* running estimate: one prompt token in a step */
+    /* a step costs step_us + row_us per decode row + tok_us per prompt token (calibrate) */
+    double step_us, row_us, tok_us;
     uint64_t arrivals;
     /* the step's rows, grown as needed */
     int64_t *tok, *slot, *pos;
@@ -184,39 +187,63 @@ static void grow_rows(struct tg_state *s, size_t n)
     s->pos = xrealloc(s->pos, n * sizeof(*s->pos));
 }
 
-static double ema(double old, double v)
+/* The fastest of CAL_TRIES runs of a step over the rows in s->tok/slot/pos, in us. */
+static double time_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_dec,
+                        const int64_t *chunks, size_t nchunks, char *err, size_t errlen)
 {
-    return old > 0 ? old + EMA_NEW * (v - old) : v;
-}
-
-/* The load-time measurement that seeds the prefill budget (and warms the model up): a chunk of
- * WARM_PREFILL tokens, then one decode row, each run twice, the second timed. */
-static int warm_up(struct tg_state *s, char *err, size_t errlen)
-{
-    grow_rows(s, WARM_PREFILL);
-    for (int round = 0; round < 2; round++) {
-        for (int64_t i = 0; i < WARM_PREFILL; i++) {
-            s->tok[i] = '\n';
-            s->slot[i] = 0;
-            s->pos[i] = i;
-        }
-        static const int64_t chunk[3] = {0, 0, WARM_PREFILL};
+    double best = -1;
+    for (int k = 0; k < CAL_TRIES; k++) {
         struct tsh_tensor *out;
         size_t nout;
         int64_t t0 = ts_now_us();
-        if (run_step(s, WARM_PREFILL, 0, 0, chunk, 1, &out, &nout, err, errlen))
+        if (run_step(s, n, n_dec, t_dec, chunks, nchunks, &out, &nout, err, errlen))
             return -1;
-        int64_t t1 = ts_now_us();
+        double dt = (double)(ts_now_us() - t0);
         tsh_tensors_free(out, nout);
-        s->tok[0] = '\n';
-        s->pos[0] = WARM_PREFILL;
-        if (run_step(s, 1, 1, WARM_PREFILL + 1, NULL, 0, &out, &nout, err, errlen))
-            return -1;
-        int64_t t2 = ts_now_us();
-        tsh_tensors_free(out, nout);
-        s->c_pre_us = (double)(t1 - t0) / WARM_PREFILL;
-        s->t_dec_us = (double)(t2 - t1);
+        if (best < 0 || dt < best)
+            best = dt;
     }
+    return best;
+}
+
+/* What a step costs, measured at load (which also warms the model up): a decode step of one row
+ * and one of CAL_ROWS rows at position CAL_POS give the cost of a step and of a decode row, a
+ * prefill step of CAL_PRE tokens the cost of a prompt token. Each is the fastest of CAL_TRIES
+ * runs, so that a busy machine skews it less. The prefill budget (prefill_budget) follows from
+ * them: a step may take as many prompt tokens as cost what its decode rows cost, so that a
+ * joining prompt delays the others by about one step. Measured once, not as steps run: the cost
+ * of a mixed step does not say which part took the time. */
+static int calibrate(struct tg_state *s, char *err, size_t errlen)
+{
+    int64_t rows = s->slots < CAL_ROWS ? s->slots : CAL_ROWS;
+    int64_t pos = s->ctx_len - 1 < CAL_POS ? s->ctx_len - 1 : CAL_POS;
+    int64_t pre = s->ctx_len < CAL_PRE ? s->ctx_len : CAL_PRE;
+    for (int64_t i = 0; i < rows; i++)
+        if (s->has_clear && !s->cleared[i] && clear_slot(s, (int)i, err, errlen))
+            return -1;
+    grow_rows(s, (size_t)(rows > pre ? rows : pre));
+    for (int64_t i = 0; i < pre; i++) {
+        s->tok[i] = '\n';
+        s->slot[i] = 0;
+        s->pos[i] = i;
+    }
+    int64_t chunk[3] = {0, 0, pre};
+    double tp = time_step(s, (size_t)pre, 0, 0, chunk, 1, err, errlen);
+    for (int64_t i = 0; i < rows; i++) {
+        s->tok[i] = '\n';
+        s->slot[i] = i;
+        s->pos[i] = pos;
+    }
+    double t1 = tp < 0 ? -1 : time_step(s, 1, 1, pos + 1, NULL, 0, err, errlen);
+    double tn =
+        t1 < 0 ? -1 : time_step(s, (size_t)rows, (size_t)rows, pos + 1, NULL, 0, err, errlen);
+    if (tn < 0)
+        return -1;
+    s->row_us = rows > 1 && tn > t1 ? (tn - t1) / (double)(rows - 1) : t1;
+    s->step_us = t1 > s->row_us ? t1 - s->row_us : 0;
+    s->tok_us = tp > s->step_us ? (tp - s->step_us) / (double)pre : tp / (double)pre;
+    if (s->tok_us <= 0)
+        s->tok_us = 1;
     return 0;
 }
 
@@ -301,23 +328,19 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     s->used = xcalloc((size_t)s->slots, 1);
     s->cleared = xcalloc((size_t)s->slots, 1);
     s->has_clear = tsh_has_method(s->m, "clear_slot");
-    if (s->has_clear && clear_slot(s, 0, err, sizeof(err))) { /* the warm-up's slot */
-        ts_set_load_error(ctx, "%s: %s", file, err);
-        goto fail;
-    }
     s->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*s->chunks));
     s->chunk_req = xmalloc((size_t)s->slots * sizeof(*s->chunk_req));
     s->dec_req = xmalloc((size_t)s->slots * sizeof(*s->dec_req));
-    if (warm_up(s, err, sizeof(err))) {
+    if (calibrate(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s: %s", file, err);
         goto fail;
     }
     ts_log(ctx, LOG_LEVEL_INFO,
-           "textgen: %d slots of %lld positions, KV cache %.1f MB (%s); a prompt token costs "
-           "%.0f us, a one-row decode step %.0f us",
+           "textgen: %d slots of %lld positions, KV cache %.1f MB (%s); a step costs %.0f us, "
+           "plus %.0f us per decode row and %.0f us per prompt token",
            s->slots, (long long)s->ctx_len, (double)tsh_value_nbytes(s->cache) / 1048576.0,
-           s->has_clear ? "touched as slots are first used" : "as new_cache made it", s->c_pre_us,
-           s->t_dec_us);
+           s->has_clear ? "touched as slots are first used" : "as new_cache made it", s->step_us,
+           s->row_us, s->tok_us);
     *state = s;
     return 0;
 fail:
@@ -455,7 +478,7 @@ static long prefill_budget(const struct tg_state *s, size_t n_dec)
         return s->max_prefill;
     long b = s->chunk_fixed;
     if (!b) {
-        double est = s->c_pre_us > 0 ? s->t_dec_us / s->c_pre_us : CHUNK_MIN;
+        double est = (s->step_us + s->row_us * (double)n_dec) / s->tok_us;
         b = est > (double)s->max_prefill ? s->max_prefill : (long)est;
     }
     if (b < CHUNK_MIN)
@@ -516,7 +539,6 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         struct tsh_tensor *out;
         size_t nout;
         char err[512];
-        int64_t t0 = ts_now_us();
         if (run_step(s, nrows, n_dec, t_dec, s->chunks, nchunks, &out, &nout, err, sizeof(err))) {
             /* every request of the step fails: the cache may hold half of this step */
             ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", err);
@@ -526,11 +548,6 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
                 ts_set_error(ctx, pre[k], 500, "%s", err);
             npre = 0;
         } else {
-            double dt = (double)(ts_now_us() - t0);
-            if (nchunks == 0)
-                s->t_dec_us = ema(s->t_dec_us, dt);
-            else if (n_pre_rows && dt > (n_dec ? s->t_dec_us : 0))
-                s->c_pre_us = ema(s->c_pre_us, (dt - (n_dec ? s->t_dec_us : 0)) / n_pre_rows);
             const float *logits = out[0].data;
             ts_counter_add(ctx, "steps", 1);
             ts_counter_add(ctx, "prefill_tokens", (int64_t)n_pre_rows);

@@ -1,0 +1,191 @@
+"""tiny_gpt under load (issue 36's benchmark). Prints figures; asserts nothing.
+
+    /usr/bin/python3 scripts/bench/llm_bench.py [BUILD_DIR]   (llm_bench.sh builds the client)
+
+For each number of concurrent streams (CONC, default "1 8 32 64"): that many streams of a
+PROMPT-token prompt (default 128 bytes of scripts/models/char_lm/corpus.txt, a different place
+for each) and NEW new tokens (default 128, greedy), arriving evenly spread over the first
+SPREAD_MS (default 1000) ms, each on its own connection to /predictions/tiny_gpt (one chunk per
+token), read by the C client llm_load (env LLM_LOAD). Reported:
+  - tokens/s: tokens streamed / (last token - first request);
+  - TTFT p50/p99: request sent to first token; inter-token p50/p99/max: gaps between a stream's
+    consecutive tokens, all streams (max: the longest stall);
+  - the limit: the same model's batched greedy loop in plain PyTorch at the same batch size,
+    run in this process on one thread like the worker (all prompts prefilled in one step(),
+    then NEW - 1 decode steps of the whole batch in lockstep): its tokens/s, and the ratio;
+  - the targets: server tokens/s >= 0.85 of the loop's at 32 streams; TTFT p99 <= the prefill
+    of one prompt alone + 3 steps (a step: the server's inter-token p50 at that load);
+  - the worker's mean batch (tokens / steps from its counters) and the CPU seconds of the
+    frontend, the worker and the client per 1000 tokens.
+REPEAT (default 1) runs per load; the run with the best tokens/s is reported. PREFILL_CHUNK sets
+handler.prefill_chunk (default: the model-config's, 0 = measured). The server is
+started like the integration tests start it (tests/integration/conftest.py): batchSize 64,
+worker_threads 1.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if len(sys.argv) > 1:
+    os.environ["TS_BUILD"] = sys.argv[1]
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from conftest import cpu_seconds, mar_module, start_server  # noqa: E402
+
+CONC = [int(x) for x in os.environ.get("CONC", "1 8 32 64").split()]
+PROMPT = int(os.environ.get("PROMPT", "128"))
+NEW = int(os.environ.get("NEW", "128"))
+SPREAD_MS = float(os.environ.get("SPREAD_MS", "1000"))
+REPEAT = int(os.environ.get("REPEAT", "1"))
+LLM_LOAD = os.environ.get("LLM_LOAD", "llm_load")
+
+
+def prompts(n):
+    text = open(os.path.join(ROOT, "scripts", "models", "char_lm", "corpus.txt")).read()
+    return [text[(i * 53) % (len(text) - PROMPT):][:PROMPT] for i in range(n)]
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p / 100 * (len(v) - 1) + 0.5))] if v else float("nan")
+
+
+def counters(srv):
+    import requests
+    r = requests.post(srv.url("/predictions/tiny_gpt"), json={"prompt": "x", "max_new_tokens": 1},
+                      timeout=60)
+    return {k[12:]: int(v) for k, v in r.headers.items() if k.startswith("x-ts-worker-")}
+
+
+def run_load(srv, bodies, n):
+    wpid = srv.worker_pids()[0]
+    c0 = counters(srv)
+    cpu0 = (cpu_seconds(srv.pid), cpu_seconds(wpid))
+    t = time.time()
+    out = subprocess.run([LLM_LOAD, str(srv.ports["inference"]), "/predictions/tiny_gpt", bodies,
+                          str(n), str(SPREAD_MS)], capture_output=True, text=True, timeout=900)
+    wall = time.time() - t
+    if out.returncode:
+        raise SystemExit(f"llm_load failed: {out.stderr}")
+    cpu1 = (cpu_seconds(srv.pid), cpu_seconds(wpid))
+    c1 = counters(srv)
+    ttft, gaps, chunks, ends = [], [], 0, []
+    starts = []
+    for line in out.stdout.splitlines():
+        if not line.startswith("stream "):
+            continue
+        f = line.split()
+        start, first, nch = float(f[3]), float(f[5]), int(f[7])
+        g = [float(x) for x in f[9].split(",")] if len(f) > 9 and f[9] else []
+        starts.append(start)
+        ttft.append((first - start) / 1000)
+        gaps += [x / 1000 for x in g]
+        chunks += nch
+        ends.append(first + sum(g))
+    span = (max(ends) - min(starts)) / 1e6
+    tokens = c1["tokens"] - c0["tokens"] - 1
+    steps = c1["steps"] - c0["steps"] - 1
+    return {"tok_s": chunks / span, "chunks": chunks, "tokens": tokens, "span": span,
+            "ttft50": pct(ttft, 50), "ttft99": pct(ttft, 99), "itl50": pct(gaps, 50),
+            "itl99": pct(gaps, 99), "itlmax": max(gaps) if gaps else float("nan"),
+            "batch": tokens / max(steps, 1), "cpu_f": cpu1[0] - cpu0[0],
+            "cpu_w": cpu1[1] - cpu0[1], "cpu_c": out_cpu(wall)}
+
+
+def out_cpu(_wall):
+    """CPU seconds of the children so far (the client) since the last call."""
+    t = os.times()
+    used = t.children_user + t.children_system
+    prev = getattr(out_cpu, "prev", 0.0)
+    out_cpu.prev = used
+    return used - prev
+
+
+def loop_limit(m, batch, ps):
+    """tokens/s of the batched greedy loop on step(), the prefill time of one prompt alone, and
+    the loop's decode step time."""
+    import torch
+    none = torch.zeros(0, 3, dtype=torch.long)
+    with torch.inference_mode():
+        cache = m.new_cache(batch, PROMPT + NEW)
+        for s in range(batch):
+            m.clear_slot(cache, s)
+        toks = torch.tensor([list(p.encode()) for p in ps[:batch]]).reshape(-1)
+        slots = torch.arange(batch).repeat_interleave(PROMPT)
+        pos = torch.arange(PROMPT).repeat(batch)
+        chunks = torch.tensor([[s, s * PROMPT, PROMPT] for s in range(batch)])
+        t0 = time.perf_counter()
+        lg = m.step(cache, toks, slots, pos, 0, 0, chunks)
+        nxt = lg.argmax(-1)
+        t1 = time.perf_counter()
+        for k in range(NEW - 1):
+            p = PROMPT + k
+            lg = m.step(cache, nxt, torch.arange(batch), torch.full((batch,), p), batch, p + 1,
+                        none)
+            nxt = lg.argmax(-1)
+        t2 = time.perf_counter()
+    return batch * NEW / (t2 - t0), (t2 - t1) / max(NEW - 1, 1)
+
+
+def prefill_alone(m, ps):
+    import torch
+    with torch.inference_mode():
+        cache = m.new_cache(1, PROMPT + NEW)
+        m.clear_slot(cache, 0)
+        x = torch.tensor(list(ps[0].encode()))
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            m.step(cache, x, torch.zeros(PROMPT, dtype=torch.long), torch.arange(PROMPT), 0, 0,
+                   torch.tensor([[0, 0, PROMPT]]))
+            best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main():
+    import torch
+    torch.set_num_threads(1)
+    ps = prompts(max(CONC))
+    tmp = tempfile.mkdtemp(prefix="tsc-llmbench-")
+    bodies = os.path.join(tmp, "bodies.jsonl")
+    with open(bodies, "w") as f:
+        for p in ps:
+            f.write(json.dumps({"prompt": p, "max_new_tokens": NEW}) + "\n")
+    handler = {"prefill_chunk": os.environ["PREFILL_CHUNK"]} if "PREFILL_CHUNK" in os.environ else {}
+    srv = start_server(tmp, models=["tiny_gpt"], yaml={"tiny_gpt": {"batchSize": 64,
+                                                                    "handler": handler}})
+    try:
+        srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
+        run_load(srv, bodies, min(8, max(CONC)))  # warm-up: slots, allocator, estimates
+        server = {}
+        for n in CONC:
+            runs = [run_load(srv, bodies, n) for _ in range(REPEAT)]
+            server[n] = max(runs, key=lambda r: r["tok_s"])
+    finally:
+        srv.stop()
+    m = mar_module("tiny_gpt")
+    pre = prefill_alone(m, ps) * 1000
+    print(f"tiny_gpt: {PROMPT}-token prompts, {NEW} new tokens, arrivals over {SPREAD_MS:.0f} ms;"
+          f" prefill of one prompt alone {pre:.1f} ms (plain PyTorch, 1 thread)")
+    print(f"{'streams':>7} {'tok/s':>7} {'loop':>7} {'ratio':>5} {'ttft50':>7} {'ttft99':>7} "
+          f"{'target':>7} {'itl50':>6} {'itl99':>6} {'itlmax':>7} {'loopstep':>8} {'batch':>5} "
+          f"{'cpu/1k tok: frontend worker client':>34}")
+    for n in CONC:
+        s = server[n]
+        lim, step = loop_limit(m, n, ps)
+        target = pre + 3 * s["itl50"]
+        k = s["chunks"] / 1000
+        print(f"{n:7d} {s['tok_s']:7.0f} {lim:7.0f} {s['tok_s'] / lim:5.2f} {s['ttft50']:7.1f} "
+              f"{s['ttft99']:7.1f} {target:7.1f} {s['itl50']:6.1f} {s['itl99']:6.1f} "
+              f"{s['itlmax']:7.1f} {step * 1000:8.1f} {s['batch']:5.1f} "
+              f"{s['cpu_f'] / k:22.2f} {s['cpu_w'] / k:6.2f} {s['cpu_c'] / k:6.2f}")
+    print("(times in ms; target: TTFT p99 <= prefill alone + 3 x itl50; loopstep: the loop's "
+          "decode step at that batch)")
+
+
+if __name__ == "__main__":
+    main()
