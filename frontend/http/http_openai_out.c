@@ -309,7 +309,7 @@ char *http_openai_out_transform(struct http_call *c, const struct otf_prediction
     int status = r.status;
     const char *msg = r.error ? r.error : "";
     if (status < 400 && frame_text(o, &r, &text, &tn, err, sizeof(err))) {
-        status = 500;
+        status = c->status = 500;
         msg = err;
     }
     if (status >= 400) {

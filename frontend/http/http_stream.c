@@ -380,6 +380,7 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
     char *tx = c->transform ? c->transform(c, p, final, &len) : NULL;
     const char *data = tx ? tx : p->body.p;
     int last = final || c->end_now;
+    int status = c->status ? c->status : p->status > 0 ? p->status : 200;
 
     if (c->whole && !last) {
         free(tx);
@@ -387,19 +388,18 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
     }
     /* a handler error (final frame with an error status) to an SSE client: a plain HTTP error
      * before the stream started, an `event: error` after, never a data event */
-    if (c->sse && final && p->status >= 400) {
+    if (c->sse && last && status >= 400) {
         if (!c->started) {
-            http_send(c->req, c->rid, p->status, "application/json", data, len);
+            http_send(c->req, c->rid, status, "application/json", data, len);
         } else {
             sse_error(c, data, len);
             evhttp_send_reply_end(c->req);
         }
         free(tx);
-        call_done(c);
+        reply_done(c, final);
         return;
     }
     if (!c->started && last) {
-        int status = p->status > 0 ? p->status : 200;
         struct evkeyvalq *out = evhttp_request_get_output_headers(c->req);
         copy_frame_headers(out, p);
         add_seq_header(c);

@@ -58,6 +58,9 @@ struct http_call {
     /* set by transform: the reply ends with this frame although the job goes on (the OpenAI API
      * found a stop sequence); the job is then cancelled, which frees its place on the worker */
     int end_now;
+    /* set by transform with end_now: the reply's HTTP status, in place of the frame's (a frame
+     * the transform could not read is a 500 of ours); 0: the frame's */
+    int status;
     /* backpressure: the connection's output passed stream_buffer_size, the job is paused */
     int paused;
     struct event *stall;                /* stream_stall_timeout without progress */

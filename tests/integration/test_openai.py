@@ -45,6 +45,47 @@ def handle(data, context):
 '''
 
 
+# answers each word as an OIP tensor payload (common/oip_wire.h) with two outputs, the text in
+# the one named "text": what a model answered over OIP tensors looks like to the API
+PY_OIP_HANDLER = '''
+import json
+import struct
+
+from ts.protocol.otf_message_handler import send_intermediate_predict_response
+
+
+def payload(word):
+    w = word.encode()
+    hdr = json.dumps({"outputs": [
+        {"name": "junk", "datatype": "INT32", "shape": [1], "size": 4},
+        {"name": "text", "datatype": "BYTES", "shape": [1], "size": 4 + len(w)}]}).encode()
+    return (b"OIP1" + struct.pack("<I", len(hdr)) + hdr + struct.pack("<i", 7) +
+            struct.pack("<I", len(w)) + w)
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    words = data[0]["body"]["prompt"].split()
+    context.set_response_content_type(0, "application/x-ts-oip")
+    for w in words[:-1]:
+        send_intermediate_predict_response([payload(w + " ")], context.request_ids, "ok", 200,
+                                           context)
+    return [payload(words[-1])]
+'''
+
+
+def write_py_model(store, name, src, yaml):
+    d = os.path.join(store, name)
+    os.makedirs(os.path.join(d, "MAR-INF"))
+    open(os.path.join(d, "handler.py"), "w").write(src)
+    open(os.path.join(d, "model-config.yaml"), "w").write(yaml)
+    json.dump({"runtime": "python", "model": {"modelName": name, "handler": "handler.py",
+                                              "modelVersion": "1.0",
+                                              "configFile": "model-config.yaml"}},
+              open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w"))
+
+
 def store_with_generators(tmp):
     """tiny_gpt, identity_text served on the API (no delay), mlp (not), and the Python one."""
     store = os.path.join(tmp, "store")
@@ -61,21 +102,16 @@ def store_with_generators(tmp):
     m = json.load(open(mf))
     m["model"]["configFile"] = "model-config.yaml"
     json.dump(m, open(mf, "w"))
-    d = os.path.join(store, "pywords")
-    os.makedirs(os.path.join(d, "MAR-INF"))
-    open(os.path.join(d, "handler.py"), "w").write(PY_HANDLER)
-    open(os.path.join(d, "model-config.yaml"), "w").write(
-        "minWorkers: 1\nmaxWorkers: 1\nbatchSize: 1\nopenai:\n  enabled: true\n")
-    json.dump({"runtime": "python", "model": {"modelName": "pywords", "handler": "handler.py",
-                                              "modelVersion": "1.0",
-                                              "configFile": "model-config.yaml"}},
-              open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w"))
+    yaml = "minWorkers: 1\nmaxWorkers: 1\nbatchSize: 1\nopenai:\n  enabled: true\n"
+    write_py_model(store, "pywords", PY_HANDLER, yaml)
+    write_py_model(store, "pyoip", PY_OIP_HANDLER, yaml + "  textOutput: text\n")
+    write_py_model(store, "pyoip_bad", PY_OIP_HANDLER, yaml + "  textOutput: nope\n")
     return store
 
 
 def wait_all(srv):
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
-    for m in ("identity_text", "pywords", "mlp"):
+    for m in ("identity_text", "pywords", "pyoip", "pyoip_bad", "mlp"):
         deadline = time.time() + 60
         while srv.get(f"/v2/models/{m}/ready").status_code != 200:
             assert time.time() < deadline, srv.log()[-3000:]
@@ -85,7 +121,8 @@ def wait_all(srv):
 @pytest.fixture(scope="module")
 def oa(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("oa"))
-    srv = start_server(tmp, models=["tiny_gpt", "identity_text", "pywords", "mlp"],
+    srv = start_server(tmp, models=["tiny_gpt", "identity_text", "pywords", "pyoip", "pyoip_bad",
+                                    "mlp"],
                        store=store_with_generators(tmp))
     wait_all(srv)
     yield srv
@@ -116,7 +153,7 @@ def test_models_lists_the_models_served_on_the_api(oa):
     r = oa.get("/v1/models")
     assert r.status_code == 200
     ids = sorted(m["id"] for m in r.json()["data"])
-    assert ids == ["identity_text", "pywords", "tiny_gpt"]  # not mlp
+    assert ids == ["identity_text", "pyoip", "pyoip_bad", "pywords", "tiny_gpt"]  # not mlp
     one = oa.get("/v1/models/tiny_gpt").json()
     assert one["object"] == "model" and one["owned_by"] == "torchserve-c"
     err(oa.get("/v1/models/nope"), 404, "model", "model_not_found")
@@ -278,6 +315,24 @@ def test_any_text_generator(oa):
     assert o["choices"][0]["message"]["content"] == "echo: user: red"
     assert o["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
     assert o["choices"][0]["finish_reason"] == "length"
+
+
+def test_text_from_a_named_oip_output(oa):
+    """A model answering OIP tensors: the text is its openai.textOutput output; one that does
+    not answer the output it declares is a 500 naming it, in OpenAI's shape."""
+    r = oa.post("/v1/completions", json={"model": "pyoip", "prompt": "sun and sea", "stream": True})
+    ev = sse_events(r)
+    assert "".join(e["choices"][0]["text"] for e in ev[:-1]) == "sun and sea"
+    o = oa.post("/v1/completions", json={"model": "pyoip", "prompt": "sun and sea"}).json()
+    assert o["choices"][0]["text"] == "sun and sea"
+    e = err(oa.post("/v1/completions", json={"model": "pyoip_bad", "prompt": "sun and sea"}), 500)
+    assert e["type"] == "server_error" and "output named nope" in e["message"]
+    r = oa.post("/v1/completions", json={"model": "pyoip_bad", "prompt": "sun", "stream": True})
+    err(r, 500)  # the first frame: before the stream starts
+    r = oa.post("/v1/completions", json={"model": "pyoip_bad", "prompt": "a b", "stream": True})
+    err(r, 500)
+    # the worker goes on serving
+    assert oa.post("/v1/completions", json={"model": "pyoip", "prompt": "x"}).status_code == 200
 
 
 @pytest.mark.smoke
