@@ -1,11 +1,12 @@
 /*
  * textstop: stop sequences and UTF-8 boundaries over streamed text (see textstop.h).
  *
- * Everything pushed goes into `held`; a push then looks for the earliest stop sequence in it.
- * Without one, it keeps back the longest tail of held that is a proper prefix of some stop
- * sequence (no occurrence can start earlier: it would have been found), and an incomplete UTF-8
- * sequence, and releases the rest. held therefore stays shorter than the longest stop sequence
- * plus the last push, and a stop sequence that spans two pushes is still found.
+ * Everything pushed goes into `held`; a push then looks for the stop sequence that was complete
+ * first in it (as generation would meet them, one token at a time). Without one, it keeps back the
+ * longest tail of held that is a proper prefix of some stop sequence (no occurrence can start
+ * earlier: it would have been found), and an incomplete UTF-8 sequence, and releases the rest. held
+ * therefore stays shorter than the longest stop sequence plus the last push, and a stop sequence
+ * that spans two pushes is still found.
  */
 #include "textstop.h"
 
@@ -94,6 +95,8 @@ size_t textstop_utf8(const unsigned char *p, size_t n, int keep_tail, struct buf
 /* Releases held[0..n): as UTF-8 into out, less an incomplete tail when keep_tail. */
 static void release(struct textstop *t, size_t n, int keep_tail, struct buf *out)
 {
+    if (!t->held.data)
+        return; /* nothing was ever pushed */
     size_t done = textstop_utf8(t->held.data, n, keep_tail, out);
     memmove(t->held.data, t->held.data + done, t->held.len - done);
     t->held.len -= done;
@@ -108,13 +111,17 @@ int textstop_push(struct textstop *t, const void *p, size_t n, struct buf *out)
     buf_put(&t->held, p, n);
     const unsigned char *h = t->held.data;
     size_t hl = t->held.len;
-    /* the earliest occurrence of any stop sequence */
-    size_t at = hl;
+    /* the stop sequence that was complete first: the earliest end (generation stops there; a
+     * longer one that started earlier would only have ended later), then the earliest start */
+    size_t at = hl, end = (size_t)-1;
     for (size_t s = 0; s < t->nstop; s++) {
         size_t sl = t->stop_len[s];
-        for (size_t i = 0; i + sl <= hl && i < at; i++)
+        for (size_t i = 0; i + sl <= hl && i + sl <= end; i++)
             if (!memcmp(h + i, t->stop[s], sl)) {
-                at = i;
+                if (i + sl < end || i < at) {
+                    at = i;
+                    end = i + sl;
+                }
                 break;
             }
     }

@@ -8,7 +8,8 @@
  * token). What textstop_push releases is what may go to the client now: the text so far, less
  * (a) a tail that may still become a stop sequence and (b) an incomplete UTF-8 sequence at the
  * end. When a stop sequence appears, the text before it is released and the stream is over: the
- * stop sequence and anything after it are dropped, as OpenAI does. textstop_finish releases
+ * stop sequence and anything after it are dropped, as OpenAI does. Of overlapping ones, the one
+ * complete first counts, as if the text had come a byte at a time. textstop_finish releases
  * what was held back. Released text is always valid UTF-8: a malformed sequence becomes U+FFFD.
  */
 #ifndef TS_TEXTSTOP_H

@@ -221,7 +221,7 @@ def config_seeds():
     put("properties", "java_syntax", "# comment\n! also\nkey1 = value1\nkey2:value2\nkey3 value3\n"
         "long = a\\\n    b\\\n  c\nesc\\ key=\\u0041\\t\\n\nenv=$$HOME$$/x\n"
         "inference_address=https://[::1]:8443/\nmodels={\"mlp\": {\"1.0\": {\"minWorkers\": 1}}}\n")
-    for m in ["mlp", "char_lm", "stateful", "identity_text", "lstm_stateful"]:
+    for m in ["mlp", "char_lm", "stateful", "identity_text", "lstm_stateful", "tiny_gpt"]:
         copy("yaml", m + ".yaml", "scripts/models/%s/model-config.yaml" % m)
     put("yaml", "lists", "minWorkers: 1\nmaxWorkers: 2\ndeviceIds: [0, 1]\nhandler:\n  inputs:\n"
         "    - {name: x, datatype: FP32, shape: [-1, 64]}\n  cache: {capacity: 8}\n"
@@ -240,8 +240,36 @@ def metric_line_seeds():
         "#hostname:h,7")
 
 
+def llm_seeds():
+    # openai_req: the route byte (1: chat), then the body
+    put("openai_req", "completion", b"\0" + json.dumps({
+        "model": "tiny_gpt", "prompt": "The keeper", "max_tokens": 20, "temperature": 0,
+        "stop": ["\n\n", "END"], "seed": 7, "stream": True,
+        "stream_options": {"include_usage": True}}).encode())
+    put("openai_req", "chat", b"\1" + json.dumps({
+        "model": "tiny_gpt", "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Tell me"}]}],
+        "max_completion_tokens": 8, "top_p": 0.9, "n": 1, "logprobs": False,
+        "response_format": {"type": "text"}}).encode())
+    put("openai_req", "refused", b"\0" + json.dumps({
+        "model": "m", "prompt": ["a", "b"], "n": 2, "tools": [], "echo": True}).encode())
+    # textstop: stops count, their lengths, their bytes, the text
+    put("textstop", "two_stops", b"\2\x02\x03\n\nEND" + "one two\n\nthree caf\u00e9".encode())
+    put("textstop", "utf8", b"\0" + "\u20ac\u00e9 \xf0\x9f\x98\x80".encode("utf-8", "surrogatepass")
+        + b"\xc3\x28\xe2\x82")
+    # textgen_req: flags (1: JSON content type, 2: a max_new_tokens parameter), the body
+    put("textgen_req", "json", b"\1" + json.dumps({
+        "prompt": "The keeper", "max_new_tokens": 40, "temperature": 0.8, "top_p": 0.9,
+        "seed": 3, "stop": ["\n"], "parameters": {"seed": 4, "stop": "x"}}).encode())
+    put("textgen_req", "text", b"\2" + b"12\0" + b"plain prompt text")
+    put("textgen_req", "oip_text_body", b"\1" + json.dumps({
+        "text": "p", "prompt": "p", "max_new_tokens": 5, "parameters": {"max_tokens": 5}}).encode())
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    llm_seeds()
     otf_seeds()
     oip_wire_seeds()
     json_seeds()

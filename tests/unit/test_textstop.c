@@ -93,6 +93,21 @@ TEST(earliest_of_several_stops_wins)
     CHECK_STR(got, "a#");
 }
 
+/* "cd" ends before "bcde" would: generation would have stopped at "cd" (a regression the fuzz
+ * target found: the earliest start was taken, in one push, and another cut in pieces) */
+TEST(the_stop_complete_first_wins)
+{
+    char got[256];
+    const char *stop[] = {"bcde", "cd"};
+    run(stop, 2, "abcdef", got, sizeof got);
+    CHECK_STR(got, "ab#");
+    run(stop, 2, "ab|c|d|ef", got, sizeof got);
+    CHECK_STR(got, "a||b|#");
+    const char *same_end[] = {"d", "bcd"};
+    run(same_end, 2, "abcd", got, sizeof got);
+    CHECK_STR(got, "a#"); /* both end at d: the longer one is cut */
+}
+
 TEST(utf8_split_bytes_are_held_until_complete)
 {
     char got[256];
@@ -157,6 +172,7 @@ int main(void)
     RUN(a_prefix_that_does_not_complete_is_released_late);
     RUN(held_prefix_is_released_at_the_end);
     RUN(earliest_of_several_stops_wins);
+    RUN(the_stop_complete_first_wins);
     RUN(utf8_split_bytes_are_held_until_complete);
     RUN(malformed_utf8_becomes_replacement_characters);
     RUN(pushes_after_a_stop_release_nothing);
