@@ -399,6 +399,7 @@ static void submit(struct evhttp_request *req, const char *rid, struct model *m,
     struct oip_request r;
     memset(&r, 0, sizeof(r));
     r.parameters = q->params;
+    r.stream = q->stream; /* a runtime streams (predict_stream, an Inferless stream) or not */
     r.n_inputs = 1;
     r.inputs[0].name = m->mc.openai_prompt_input;
     r.inputs[0].dtype = OIP_BYTES;

@@ -86,6 +86,27 @@ def write_py_model(store, name, src, yaml):
               open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w"))
 
 
+RUNTIMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtimes")
+
+
+def runtime_folders(store):
+    """MLServer's TextModel example (model-settings.json names it text-model) and the Inferless
+    example app, each with a model-config.yaml that serves it on the API: the prompt in the
+    example's input, the text from its output."""
+    d = os.path.join(store, "text-model")
+    shutil.copytree(os.path.join(RUNTIMES, "mlserver_text"), d)
+    mf = os.path.join(d, "model-settings.json")
+    st = json.load(open(mf))
+    st["parameters"]["extra"] = {"delay_s": 0}
+    json.dump(st, open(mf, "w"))
+    open(os.path.join(d, "model-config.yaml"), "w").write(
+        "openai:\n  enabled: true\n  promptInput: prompt\n  textOutput: output\n")
+    d = os.path.join(store, "chat")
+    shutil.copytree(os.path.join(RUNTIMES, "inferless_stream"), d)
+    open(os.path.join(d, "model-config.yaml"), "w").write(
+        "openai:\n  enabled: true\n  promptInput: TEXT\n  textOutput: OUT\n")
+
+
 def store_with_generators(tmp):
     """tiny_gpt, identity_text served on the API (no delay), mlp (not), and the Python one."""
     store = os.path.join(tmp, "store")
@@ -106,12 +127,13 @@ def store_with_generators(tmp):
     write_py_model(store, "pywords", PY_HANDLER, yaml)
     write_py_model(store, "pyoip", PY_OIP_HANDLER, yaml + "  textOutput: text\n")
     write_py_model(store, "pyoip_bad", PY_OIP_HANDLER, yaml + "  textOutput: nope\n")
+    runtime_folders(store)
     return store
 
 
 def wait_all(srv):
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
-    for m in ("identity_text", "pywords", "pyoip", "pyoip_bad", "mlp"):
+    for m in ("identity_text", "pywords", "pyoip", "pyoip_bad", "mlp", "text-model", "chat"):
         deadline = time.time() + 60
         while srv.get(f"/v2/models/{m}/ready").status_code != 200:
             assert time.time() < deadline, srv.log()[-3000:]
@@ -122,7 +144,7 @@ def wait_all(srv):
 def oa(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("oa"))
     srv = start_server(tmp, models=["tiny_gpt", "identity_text", "pywords", "pyoip", "pyoip_bad",
-                                    "mlp"],
+                                    "mlp", "text-model", "chat"],
                        store=store_with_generators(tmp))
     wait_all(srv)
     yield srv
@@ -153,7 +175,8 @@ def test_models_lists_the_models_served_on_the_api(oa):
     r = oa.get("/v1/models")
     assert r.status_code == 200
     ids = sorted(m["id"] for m in r.json()["data"])
-    assert ids == ["identity_text", "pyoip", "pyoip_bad", "pywords", "tiny_gpt"]  # not mlp
+    assert ids == ["chat", "identity_text", "pyoip", "pyoip_bad", "pywords", "text-model",
+                   "tiny_gpt"]  # not mlp
     one = oa.get("/v1/models/tiny_gpt").json()
     assert one["object"] == "model" and one["owned_by"] == "torchserve-c"
     err(oa.get("/v1/models/nope"), 404, "model", "model_not_found")
@@ -333,6 +356,25 @@ def test_text_from_a_named_oip_output(oa):
     err(r, 500)
     # the worker goes on serving
     assert oa.post("/v1/completions", json={"model": "pyoip", "prompt": "x"}).status_code == 200
+
+
+def test_mlserver_runtime_and_inferless_app(oa):
+    """MLServer's TextModel example and the Inferless example app, unchanged, served on the
+    API by their model-config.yaml: a stream comes from predict_stream / the app's events, one
+    chunk per word; a call that does not stream gets the runtime's predict."""
+    q = "What is the capital of France?"
+    r = oa.post("/v1/completions", json={"model": "text-model", "prompt": q, "stream": True})
+    ev = sse_events(r)
+    chunks = [e["choices"][0]["text"] for e in ev[:-2]]
+    assert chunks == ["What", " is", " the", " capital", " of", " France?"]
+    assert ev[-2]["choices"][0]["finish_reason"] == "stop" and ev[-1] == "[DONE]"
+    o = oa.post("/v1/completions", json={"model": "text-model", "prompt": q}).json()
+    assert o["choices"][0]["text"] == q.upper() and o["usage"] is None
+    r = oa.post("/v1/chat/completions", json={"model": "chat", "stream": True, "messages": [
+        {"role": "user", "content": "boil the eggs"}]})
+    ev = sse_events(r)
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in ev[:-2])
+    assert "eggs" in text and "boil" in text, text
 
 
 @pytest.mark.smoke
