@@ -55,7 +55,7 @@
 #define CAL_ROWS 8  /* decode rows of its larger decode step */
 #define CAL_POS 128 /* their position: what attention reads */
 #define CAL_PRE 64  /* prompt tokens of its prefill step */
-#define CAL_TRIES 3 /* each step runs this many times; the fastest counts */
+#define CAL_TRIES 5 /* each step runs this many times; the fastest counts */
 
 struct tg_state {
     struct ts_ctx *ctx;
@@ -242,6 +242,11 @@ static int calibrate(struct tg_state *s, char *err, size_t errlen)
     s->row_us = rows > 1 && tn > t1 ? (tn - t1) / (double)(rows - 1) : t1;
     s->step_us = t1 > s->row_us ? t1 - s->row_us : 0;
     s->tok_us = tp > s->step_us ? (tp - s->step_us) / (double)pre : tp / (double)pre;
+    /* a prompt token never costs more than a decode row (the same products, batched, and a
+     * shorter attention): a slow prefill run on a busy machine must not shrink the budget
+     * below the decode rows */
+    if (s->tok_us > s->row_us)
+        s->tok_us = s->row_us;
     if (s->tok_us <= 0)
         s->tok_us = 1;
     return 0;

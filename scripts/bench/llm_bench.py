@@ -174,8 +174,11 @@ def main():
                 runs.append(run_load(srv, bodies, n))
             server[n] = max(runs, key=lambda r: r["tok_s"])
             limit[n] = max(loops)
+        calib = [line.split("INFO [-] ", 1)[-1] for line in srv.log().splitlines()
+                 if "textgen: " in line]
     finally:
         srv.stop()
+    print("worker:", *calib)
     print(f"tiny_gpt: {PROMPT}-token prompts, {NEW} new tokens, arrivals over {SPREAD_MS:.0f} ms;"
           f" prefill of one prompt alone {pre:.1f} ms (plain PyTorch, 1 thread)")
     print(f"{'streams':>7} {'tok/s':>7} {'loop':>7} {'ratio':>5} {'ttft50':>7} {'ttft99':>7} "
