@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "handler.h"
 #include "builtins.h"
@@ -187,7 +188,15 @@ static void grow_rows(struct tg_state *s, size_t n)
     s->pos = xrealloc(s->pos, n * sizeof(*s->pos));
 }
 
-/* The fastest of CAL_TRIES runs of a step over the rows in s->tok/slot/pos, in us. */
+/* CPU time of the process in us: what a step costs whether or not the machine lets it run */
+static double cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* The cheapest of CAL_TRIES runs of a step over the rows in s->tok/slot/pos, in us of CPU. */
 static double time_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_dec,
                         const int64_t *chunks, size_t nchunks, char *err, size_t errlen)
 {
@@ -195,10 +204,10 @@ static double time_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_de
     for (int k = 0; k < CAL_TRIES; k++) {
         struct tsh_tensor *out;
         size_t nout;
-        int64_t t0 = ts_now_us();
+        double t0 = cpu_us();
         if (run_step(s, n, n_dec, t_dec, chunks, nchunks, &out, &nout, err, errlen))
             return -1;
-        double dt = (double)(ts_now_us() - t0);
+        double dt = cpu_us() - t0;
         tsh_tensors_free(out, nout);
         if (best < 0 || dt < best)
             best = dt;
@@ -208,11 +217,12 @@ static double time_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_de
 
 /* What a step costs, measured at load (which also warms the model up): a decode step of one row
  * and one of CAL_ROWS rows at position CAL_POS give the cost of a step and of a decode row, a
- * prefill step of CAL_PRE tokens the cost of a prompt token. Each is the fastest of CAL_TRIES
- * runs, so that a busy machine skews it less. The prefill budget (prefill_budget) follows from
- * them: a step may take as many prompt tokens as cost what its decode rows cost, so that a
- * joining prompt delays the others by about one step. Measured once, not as steps run: the cost
- * of a mixed step does not say which part took the time. */
+ * prefill step of CAL_PRE tokens the cost of a prompt token. Each is the cheapest of CAL_TRIES
+ * runs in CPU time: on a busy machine the wall time of a long step includes the time others ran,
+ * which made a prompt token look dear and shrank the budget. The prefill budget (prefill_budget)
+ * follows from them: a step may take as many prompt tokens as cost what its decode rows cost, so
+ * that a joining prompt delays the others by about one step. Measured once, not as steps run: the
+ * cost of a mixed step does not say which part took the time. */
 static int calibrate(struct tg_state *s, char *err, size_t errlen)
 {
     int64_t rows = s->slots < CAL_ROWS ? s->slots : CAL_ROWS;
