@@ -27,6 +27,7 @@
 #include "core/model.h"
 #include "core/worker_pool.h"
 #include "grpc/grpc_server.h"
+#include "http/http_metrics.h"
 #include "http/http_server.h"
 #include "http/http_tls.h"
 #include "log.h"

@@ -126,6 +126,9 @@ static const struct key keys[] = {
      * sleep (common/busy_poll.h); 0, the default, never */
     {"busy_poll_us", K_INT, F(busy_poll_us), 0, 10000},
     {"oip_stream_response", K_STR, F(oip_stream_response), 0, 0},
+    /* ours: the workers' debug counters (x-ts-worker-batch, -forward-us, ...) as response
+     * headers, for tests and benchmarks; off, no client sees them (handler_reply.h) */
+    {"worker_debug_headers", K_BOOL, F(worker_debug_headers), 0, 0},
 };
 
 /* TorchServe keys we do not act on. A key whose effect a user relies on (security, where data

@@ -349,6 +349,63 @@ int model_workers_alive(const struct model *m)
     return worker_pool_alive(&m->pool);
 }
 
+int model_ready(const struct model *m)
+{
+    int want = m->min_workers > 1 ? m->min_workers : 1;
+    return worker_pool_ready(&m->pool) >= want;
+}
+
+int model_server_ready(void)
+{
+    for (struct model *m = model_first(); m; m = model_next(m))
+        if (m->min_workers > 0 && worker_pool_ready(&m->pool) < m->min_workers)
+            return 0;
+    return 1;
+}
+
+int model_lookup(const char *name, const char *version, struct model **out, struct submit_error *e)
+{
+    if (version && !*version)
+        version = NULL;
+    int rc = model_find(name ? name : "", version, out);
+    if (rc == 0)
+        return 0;
+    e->status = 404;
+    if (rc == TS_E_VERSION_NOT_FOUND) {
+        e->type = "ModelVersionNotFoundException";
+        snprintf(e->msg, sizeof(e->msg), "Model version: %s does not exist for model: %s", version,
+                 name);
+    } else {
+        e->type = "ModelNotFoundException";
+        snprintf(e->msg, sizeof(e->msg), "Model not found: %s", name ? name : "");
+    }
+    return -1;
+}
+
+int model_lookup_triton(const char *name, const char *version, struct model **out,
+                        struct submit_error *e)
+{
+    int rc = model_lookup(name, version, out, e);
+    if (rc && !strcmp(e->type, "ModelVersionNotFoundException"))
+        snprintf(e->msg, sizeof(e->msg),
+                 "failed to get model version from specified version string '%s': model %s has "
+                 "no such version",
+                 version, name);
+    return rc;
+}
+
+int model_check_body(size_t len, struct submit_error *e)
+{
+    if (len <= (size_t)srv->cfg.max_request_size)
+        return 0;
+    e->status = 413;
+    e->type = "RequestEntityTooLargeException";
+    snprintf(e->msg, sizeof(e->msg),
+             "Request body of %zu bytes exceeds max_request_size (%ld bytes)", len,
+             srv->cfg.max_request_size);
+    return -1;
+}
+
 void model_unregister(struct model *m)
 {
     if (events)

@@ -11,6 +11,7 @@
 #ifndef TS_MODEL_H
 #define TS_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -85,6 +86,15 @@ struct model *model_first(void);
 struct model *model_next(struct model *m);
 /* Workers alive (starting, ready or respawning): 0 means requests would wait forever. */
 int model_workers_alive(const struct model *m);
+
+/* Readiness: the one rule behind GET /ping, /v2/health/ready, /v2/models/M/ready,
+ * /v1/models/M and gRPC Ping, ServerReady and ModelReady. A worker counts once it has loaded
+ * the model (not while it starts or waits to respawn). A model is ready when at least
+ * max(minWorkers, 1) of its workers have loaded; the server is ready when every model has
+ * loaded its minWorkers (a model registered with minWorkers 0 does not hold it back). Liveness
+ * (/v2/health/live) is not this: the process answers. */
+int model_ready(const struct model *m);
+int model_server_ready(void);
 /* When no worker is alive, fails the queued requests (not a sequence's) with 503 "Model \"NAME\"
  * has no worker to serve inference request: WHY": they would wait for ever. */
 void model_fail_if_no_worker(struct model *m, const char *why);
@@ -95,6 +105,19 @@ struct submit_error {
     const char *type; /* TorchServe exception name */
     char msg[512];
 };
+
+/* name + version (NULL or "" = the default version) with TorchServe's errors for every
+ * transport: 0 and *out, or -1 with e = 404 ModelNotFoundException "Model not found: NAME" or
+ * ModelVersionNotFoundException "Model version: V does not exist for model: NAME". */
+int model_lookup(const char *name, const char *version, struct model **out, struct submit_error *e);
+/* The same for the Open Inference Protocol over gRPC, whose clients (Triton's examples) look
+ * for Triton's words when a version does not exist: "failed to get model version from
+ * specified version string 'V': model NAME has no such version". */
+int model_lookup_triton(const char *name, const char *version, struct model **out,
+                        struct submit_error *e);
+/* A request body of len bytes against max_request_size: 0, or -1 with e = 413. Each transport
+ * checks the body it read before it builds a job from it. */
+int model_check_body(size_t len, struct submit_error *e);
 
 /* The entry point for every transport: queues the job on the model's queue, or on its sequence
  * when the model has sequenceBatching (sequence info from the job's headers, named as configured

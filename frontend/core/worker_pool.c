@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "handler_reply.h"
 #include "log.h"
 #include "worker_log.h"
 
@@ -57,6 +58,16 @@ int worker_pool_alive(const struct worker_group *g)
     const struct worker *w;
     TAILQ_FOREACH(w, &g->workers, link)
     if (w->state == WORKER_STARTING || w->state == WORKER_READY || w->state == WORKER_BACKOFF)
+        n++;
+    return n;
+}
+
+int worker_pool_ready(const struct worker_group *g)
+{
+    int n = 0;
+    const struct worker *w;
+    TAILQ_FOREACH(w, &g->workers, link)
+    if (w->state == WORKER_READY)
         n++;
     return n;
 }
@@ -196,8 +207,35 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     free(msg);
 }
 
+/* What handler_reply dropped from an answer: one line per 10 s at most (a handler that sets
+ * Content-Length does it on every answer), with the count of the answers since the last. */
+static void note_dropped(const struct worker *w, const struct job *j,
+                         const struct handler_reply_dropped *d)
+{
+    static int64_t last_us;
+    static long since;
+    int64_t now = ts_now_us();
+    if (last_us && now - last_us < 10000000) {
+        since++;
+        return;
+    }
+    char status[64] = "", fr[128] = "";
+    if (d->status_from)
+        snprintf(status, sizeof(status), " status %d (outside 200..599) became 500;",
+                 (int)d->status_from);
+    if (d->framing)
+        snprintf(fr, sizeof(fr), " %zu framing header(s) dropped ('%s': the server frames it);",
+                 d->framing, d->first_framing);
+    LOG_REQ(LOG_LEVEL_WARN, j ? j->id : "-",
+            "worker %d (model %s): the handler's answer was mended:%s%s %zu malformed header(s) "
+            "dropped (%ld more answers mended since the last line)",
+            w->id, w->group ? w->group->name : "-", status, fr, d->invalid, since);
+    last_us = now;
+    since = 0;
+}
+
 /* Takes the worker's metadata headers out of the prediction (they are never a client's) and
- * hands them to the group. */
+ * hands them to the group; then applies what a handler may not set (handler_reply.h). */
 static void take_metrics(struct worker *w, struct otf_prediction *p, struct job *j)
 {
     struct otf_str records = {NULL, 0};
@@ -220,6 +258,10 @@ static void take_metrics(struct worker *w, struct otf_prediction *p, struct job 
         w->group->step_us = batcher_step_average(w->group->step_us, step.handle_us);
     if ((records.len > 0 || has_step) && w->group && w->group->ops->metrics)
         w->group->ops->metrics(w->group, j, records, has_step ? &step : NULL);
+    struct handler_reply_dropped d;
+    handler_reply_filter(p, srv->cfg.worker_debug_headers, &d);
+    if (d.status_from || d.framing || d.invalid)
+        note_dropped(w, j, &d);
 }
 
 /* What slots() dispatches leaves with the loop turn's other batches (worker_out.c), after this
@@ -233,7 +275,8 @@ static void handle_response(struct worker *w, struct otf_response *r)
     w->served = 1;
     if (r->code != 200 && r->n_preds == 0) {
         char *msg = otf_strdup(r->msg);
-        fail_inflight(w, r->code >= 400 ? r->code : 500, "InternalServerException", msg);
+        fail_inflight(w, r->code >= 400 && r->code <= 599 ? r->code : 500,
+                      "InternalServerException", msg);
         free(msg);
     }
     struct job *few_jobs[ANSWERS_FEW];
@@ -272,7 +315,8 @@ static void handle_response(struct worker *w, struct otf_response *r)
             continue;
         if (r->code != 200) {
             char *msg = otf_strdup(r->msg);
-            job_fail(jobs[i], r->code >= 400 ? r->code : 500, "InternalServerException", msg);
+            job_fail(jobs[i], r->code >= 400 && r->code <= 599 ? r->code : 500,
+                     "InternalServerException", msg);
             free(msg);
         } else {
             job_deliver_frame(jobs[i], &r->preds[i], finals[i]);

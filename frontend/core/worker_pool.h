@@ -141,6 +141,8 @@ void worker_send_input(struct worker *w, struct job *j);
 void worker_cancel_job(struct worker *w, struct job *j);
 /* Number of workers in the group that are alive (starting, ready or respawning). */
 int worker_pool_alive(const struct worker_group *g);
+/* Workers that have loaded the model (WORKER_READY): the ones that can answer now. */
+int worker_pool_ready(const struct worker_group *g);
 /* Stops every worker of every model; returns when all have exited (or were killed). */
 void worker_pool_shutdown(void);
 const char *worker_state_name(const struct worker *w);

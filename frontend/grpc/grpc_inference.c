@@ -280,24 +280,14 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         snprintf(msg, msglen, "Parameter model_name is required.");
         return GS_INVALID_ARGUMENT;
     }
-    const char *version = req->model_version && *req->model_version ? req->model_version : NULL;
     struct model *m;
-    int rc = model_find(req->model_name, version, &m);
-    if (rc == TS_E_MODEL_NOT_FOUND) {
-        snprintf(msg, msglen, "Model not found: %s", req->model_name);
+    struct submit_error e;
+    if (model_lookup(req->model_name, req->model_version, &m, &e) != 0) {
+        snprintf(msg, msglen, "%s", e.msg);
         return GS_NOT_FOUND;
-    }
-    if (rc == TS_E_VERSION_NOT_FOUND) {
-        snprintf(msg, msglen, "Model version: %s does not exist for model: %s", version,
-                 req->model_name);
-        return GS_NOT_FOUND;
-    }
-    if (rc) {
-        snprintf(msg, msglen, "%s", ts_strerror(rc));
-        return GS_INTERNAL;
     }
     struct job *j = job_new(NULL, &grpc_job_sink, c);
-    j->versioned = version != NULL;
+    j->versioned = req->model_version && *req->model_version;
     /* proto3 maps: the last entry of a key wins (a message may hold millions of entries) */
     const char *few_keys[PB_REQ_FEW_KEYS];
     size_t few_keep[PB_REQ_FEW_KEYS];
@@ -333,8 +323,7 @@ static int submit(struct icall *c, const PredReq *req, char *msg, size_t msglen)
         job_add_header(j, srv->cfg.ts_header_key_sequence_end, "true", 4);
     if (input_flag(req, SEQ_HDR_CANCEL))
         job_add_header(j, SEQ_HDR_CANCEL, "true", 4);
-    struct submit_error e;
-    rc = model_submit_request(m, j, &e);
+    int rc = model_submit_request(m, j, &e);
     /* the id the request ran under (generated for a new sequence), echoed in every answer */
     free(c->seq_id);
     c->seq_id = j->seq_id ? xstrdup(j->seq_id) : sid ? xstrdup(sid) : NULL;
@@ -368,11 +357,8 @@ static void ping_message(struct gcall *g, const uint8_t *data, size_t len)
 {
     (void)data;
     (void)len;
-    /* the rule of GET /ping: unhealthy when a model has fewer live workers than minWorkers */
-    int healthy = 1;
-    for (struct model *m = model_first(); m; m = model_next(m))
-        if (m->min_workers > 0 && model_workers_alive(m) < m->min_workers)
-            healthy = 0;
+    /* the rule of GET /ping (model_server_ready) */
+    int healthy = model_server_ready();
     Org__Pytorch__Serve__Grpc__Inference__TorchServeHealthResponse r =
         ORG__PYTORCH__SERVE__GRPC__INFERENCE__TORCH_SERVE_HEALTH_RESPONSE__INIT;
     r.health = healthy ? (char *)"{\n  \"status\": \"Healthy\"\n}"

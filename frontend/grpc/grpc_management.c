@@ -36,7 +36,7 @@ static void on_done(void *arg, int http_status, const char *type, const char *ms
         const char *m = msg;
         int code = grpc_status_from_http(http_status);
         if (http_status == 405 && type && !strcmp(type, "MethodNotAllowedException")) {
-            m = "Model API disabled";
+            m = "Model API disabled; " MGMT_MODEL_API_HOW;
             code = GS_PERMISSION_DENIED;
         }
         LOG_INFO("grpc management call %s: %d %s: %s", gcall_id(c->g), http_status,

@@ -388,16 +388,9 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
     memset(&ps, 0, sizeof(ps));
     buf_init(&ps.raw);
     struct model *mod = NULL;
-    int rc = model_find(q->model_name, *q->model_version ? q->model_version : NULL, &mod);
-    if (rc) {
-        if (rc == TS_E_MODEL_NOT_FOUND)
-            snprintf(err, sizeof(err), "Model %s not found", q->model_name);
-        else /* Triton's words, which its example clients look for */
-            snprintf(err, sizeof(err),
-                     "failed to get model version from specified version string '%s': model %s "
-                     "has no such version",
-                     q->model_version, q->model_name);
-        req_error(q, 404, err);
+    struct submit_error e;
+    if (model_lookup_triton(q->model_name, q->model_version, &mod, &e) != 0) {
+        req_error(q, e.status, e.msg);
         goto out;
     }
     free(q->model_version);
@@ -418,8 +411,7 @@ static struct greq *start_request(struct gcall *c, struct gstream *st, const uin
     }
     if (st && oip_req_reads_stream(mod))
         job_open_input(j);
-    struct submit_error e;
-    rc = model_submit_request(mod, j, &e);
+    int rc = model_submit_request(mod, j, &e);
     if (rc == 0 && st && st->paused)
         job_pause(j, 1);
     if (rc == 0 && j->input_stream)
@@ -579,7 +571,7 @@ static void server_ready(struct gcall *c, const uint8_t *data, size_t len)
     (void)data;
     (void)len;
     Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
-    r.ready = oip_req_server_ready();
+    r.ready = model_server_ready();
     gcall_send(c, &r.base);
     gcall_finish(c, GS_OK, NULL);
 }
@@ -588,25 +580,15 @@ static void server_ready(struct gcall *c, const uint8_t *data, size_t len)
 static struct model *lookup(struct gcall *c, const char *name, const char *version)
 {
     struct model *m;
-    int rc = model_find(name ? name : "", version && *version ? version : NULL, &m);
-    if (rc == TS_E_MODEL_NOT_FOUND) {
-        char *msg = xasprintf("Model %s not found", name ? name : "");
-        gcall_finish(c, GS_NOT_FOUND, msg);
-        free(msg);
-        return NULL;
-    }
-    if (rc) {
-        char *msg = xasprintf("failed to get model version from specified version string '%s': "
-                              "model %s has no such version",
-                              version, name);
-        gcall_finish(c, GS_NOT_FOUND, msg);
-        free(msg);
+    struct submit_error e;
+    if (model_lookup_triton(name, version, &m, &e) != 0) {
+        gcall_finish(c, GS_NOT_FOUND, e.msg);
         return NULL;
     }
     return m;
 }
 
-static void model_ready(struct gcall *c, const uint8_t *data, size_t len)
+static void model_ready_call(struct gcall *c, const uint8_t *data, size_t len)
 {
     Inference__ModelReadyRequest *q = inference__model_ready_request__unpack(NULL, len, data);
     if (!q) {
@@ -616,7 +598,7 @@ static void model_ready(struct gcall *c, const uint8_t *data, size_t len)
     struct model *m = lookup(c, q->name, q->version);
     if (m) {
         Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
-        r.ready = oip_req_model_ready(m);
+        r.ready = model_ready(m);
         gcall_send(c, &r.base);
         gcall_finish(c, GS_OK, NULL);
     }
@@ -727,7 +709,8 @@ static void model_config(struct gcall *c, const uint8_t *data, size_t len)
 const struct grpc_method grpc_oip_methods[] = {
     {SVC "ServerLive", 0, server_live, NULL, NULL, NULL},
     {SVC "ServerReady", 0, server_ready, NULL, NULL, NULL},
-    {SVC "ModelReady", 0, model_ready, NULL, NULL, &inference__model_ready_request__descriptor},
+    {SVC "ModelReady", 0, model_ready_call, NULL, NULL,
+     &inference__model_ready_request__descriptor},
     {SVC "ServerMetadata", 0, server_metadata, NULL, NULL, NULL},
     {SVC "ModelMetadata", 0, model_metadata, NULL, NULL,
      &inference__model_metadata_request__descriptor},
@@ -742,7 +725,8 @@ const struct grpc_method grpc_oip_methods[] = {
 const struct grpc_method grpc_oip_ts_methods[] = {
     {SVC_TS "ServerLive", 0, server_live, NULL, NULL, NULL},
     {SVC_TS "ServerReady", 0, server_ready, NULL, NULL, NULL},
-    {SVC_TS "ModelReady", 0, model_ready, NULL, NULL, &inference__model_ready_request__descriptor},
+    {SVC_TS "ModelReady", 0, model_ready_call, NULL, NULL,
+     &inference__model_ready_request__descriptor},
     {SVC_TS "ServerMetadata", 0, server_metadata, NULL, NULL, NULL},
     {SVC_TS "ModelMetadata", 0, model_metadata, NULL, NULL,
      &inference__model_metadata_request__descriptor},

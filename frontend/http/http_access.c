@@ -13,7 +13,8 @@
 #include <strings.h>
 
 #include "core/access_log.h"
-#include "http_server.h"
+#include "http_access.h"
+#include "http_reply.h"
 #include "util.h"
 
 static const char *method_name(enum evhttp_cmd_type c)

@@ -29,7 +29,8 @@
 #include "core/core.h"
 #include "http_openai.h"
 #include "http_openai_out.h"
-#include "http_server.h"
+#include "http_reply.h"
+#include "http_token.h"
 #include "log.h"
 #include "mgmt/auth.h"
 #include "util.h"
@@ -386,6 +387,18 @@ static int take_refusal(struct evhttp_request *req, struct problem *pb)
     return -1;
 }
 
+/* the check of a head whose path is not parsed yet (on_head) */
+static int token_refused(struct evhttp_request *req, int scope)
+{
+    if (!auth_enabled())
+        return 0;
+    struct http_path p;
+    http_path_parse(req, &p);
+    int refused = http_token_refused(req, &p, scope);
+    http_path_free(&p);
+    return refused;
+}
+
 static int listener_token_scope(const void *http, int *scope)
 {
     for (int i = 0; i < n_served; i++)
@@ -430,7 +443,7 @@ static int on_head(struct evhttp_request *req, void *http)
     if (!chunked && plain_length(cl) && atol(cl) > srv->cfg.max_request_size)
         return 0; /* evhttp refuses it from the headers (413 first, as nginx and Netty) */
     if (!bad) {
-        if (scope == HTTP_NO_TOKEN || !http_token_refused(req, scope)) {
+        if (scope == HTTP_NO_TOKEN || !token_refused(req, scope)) {
             evhttp_request_set_header_cb(req, head_passed);
             return 0;
         }

@@ -58,7 +58,5 @@ void http_guard_attach(struct evhttp *h, struct evhttp_bound_socket *bound, stru
 void http_guard_shutdown(void);
 /* 0 when req may proceed; else it has been answered (4xx/5xx, connection closed). */
 int http_guard_check(struct evhttp_request *req);
-/* The cap in force: the listeners accept while fewer descriptors than this are open. */
-int http_guard_max_connections(void);
 
 #endif

@@ -24,10 +24,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "mgmt/auth.h"
+#include "http_inference.h"
 #include "http_oip.h"
-#include "http_openai.h"
-#include "http_server.h"
+#include "http_reply.h"
 #include "http_stream.h"
 #include "core/job.h"
 #include "log.h"
@@ -35,12 +34,10 @@
 #include "core/core.h"
 #include "core/worker_pool.h"
 
+/* the front door's readiness rule (model_server_ready), in TorchServe's words */
 static void ping(struct evhttp_request *req, const char *rid)
 {
-    int healthy = 1;
-    for (struct model *m = model_first(); m; m = model_next(m))
-        if (m->min_workers > 0 && model_workers_alive(m) < m->min_workers)
-            healthy = 0;
+    int healthy = model_server_ready();
     json_t *o = json_object();
     json_object_set_new(o, "status", json_string(healthy ? "Healthy" : "Unhealthy"));
     http_send_json(req, rid, healthy ? 200 : 500, o);
@@ -62,15 +59,14 @@ static void add_query_params(struct evhttp_request *req, struct job *j)
 }
 
 /* The shared part of every inference entry point: body limits, job creation, submission. */
-void http_submit_predict(struct evhttp_request *req, const char *rid, struct model *m,
-                         const char *url_path, int explain, int versioned)
+static void submit_predict(struct evhttp_request *req, const char *rid, struct model *m,
+                           const char *url_path, int explain, int versioned)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
-    if ((long)len > srv->cfg.max_request_size) {
-        http_send_error(req, rid, 413, "RequestEntityTooLargeException",
-                        "Request body of %zu bytes exceeds max_request_size (%ld bytes)", len,
-                        srv->cfg.max_request_size);
+    struct submit_error e;
+    if (model_check_body(len, &e) != 0) {
+        http_send_refusal(req, rid, &e);
         return;
     }
     struct http_call *c = http_call_new(req, rid, HTTP_STREAM_AUTO);
@@ -95,7 +91,6 @@ void http_submit_predict(struct evhttp_request *req, const char *rid, struct mod
     body[len] = '\0';
     job_add_param_owned(j, "body", ctype ? ctype : "", body, len);
 
-    struct submit_error e;
     int rc = model_submit_request(m, j, &e);
     if (rc == 1) { /* a sequence cancel, carried out by the frontend */
         json_t *o = json_object();
@@ -118,50 +113,34 @@ static void predictions(struct evhttp_request *req, const char *rid, struct http
                         int explain)
 {
     if (p->n < 2) {
-        http_send_error(req, rid, 404, "ResourceNotFoundException",
-                        "Requested resource is not found, please refer to API document.");
+        http_send_not_found(req, rid);
         return;
     }
-    const char *version = p->n >= 3 ? p->seg[2] : NULL;
     struct model *m;
-    int rc = model_find(p->seg[1], version, &m);
-    if (rc == TS_E_MODEL_NOT_FOUND) {
-        http_send_error(req, rid, 404, "ModelNotFoundException", "Model not found: %s", p->seg[1]);
-        return;
-    }
-    if (rc == TS_E_VERSION_NOT_FOUND) {
-        http_send_error(req, rid, 404, "ModelVersionNotFoundException",
-                        "Model version: %s does not exist for model: %s", version, p->seg[1]);
+    struct submit_error e;
+    if (model_lookup(p->seg[1], p->n >= 3 ? p->seg[2] : NULL, &m, &e) != 0) {
+        http_send_refusal(req, rid, &e);
         return;
     }
     struct buf up;
     buf_init(&up);
     for (int i = 3; i < p->n; i++)
         buf_printf(&up, "%s%s", i > 3 ? "/" : "", p->seg[i]);
-    http_submit_predict(req, rid, m, up.len ? (char *)up.data : "", explain, version != NULL);
+    submit_predict(req, rid, m, up.len ? (char *)up.data : "", explain, p->n >= 3);
     buf_free(&up);
 }
 
-void http_inference_handle(struct evhttp_request *req)
+void http_inference_handle(struct evhttp_request *req, const char *rid, struct http_path *p)
 {
-    /* the OpenAI routes answer their own errors, the token's included */
-    if (http_openai_target(evhttp_request_get_uri(req)) && http_openai_handle(req))
-        return;
-    char rid[40];
-    struct http_path p;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    if (http_api_begin(req, rid, &p, AUTH_INFERENCE))
-        ; /* the API description, or a missing or wrong key */
-    else if (p.n == 1 && !strcmp(p.seg[0], "ping"))
+    if (p->n == 1 && !strcmp(p->seg[0], "ping"))
         ping(req, rid);
-    else if (p.n >= 1 && !strcmp(p.seg[0], "predictions") && cmd != EVHTTP_REQ_OPTIONS)
-        predictions(req, rid, &p, 0);
-    else if (p.n >= 1 && !strcmp(p.seg[0], "explanations") && cmd != EVHTTP_REQ_OPTIONS)
-        predictions(req, rid, &p, 1);
-    else if (p.n >= 1 && !strcmp(p.seg[0], "v2"))
-        http_oip_handle(req, rid, &p);
+    else if (p->n >= 1 && !strcmp(p->seg[0], "predictions") && cmd != EVHTTP_REQ_OPTIONS)
+        predictions(req, rid, p, 0);
+    else if (p->n >= 1 && !strcmp(p->seg[0], "explanations") && cmd != EVHTTP_REQ_OPTIONS)
+        predictions(req, rid, p, 1);
+    else if (p->n >= 1 && !strcmp(p->seg[0], "v2"))
+        http_oip_handle(req, rid, p);
     else
-        http_send_error(req, rid, 404, "ResourceNotFoundException",
-                        "Requested resource is not found, please refer to API document.");
-    http_path_free(&p);
+        http_send_not_found(req, rid);
 }

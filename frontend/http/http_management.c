@@ -26,8 +26,8 @@
 #include <strings.h>
 
 #include "mgmt/auth.h"
-#include "http_guard.h"
-#include "http_server.h"
+#include "http_apidoc.h"
+#include "http_management.h"
 #include "log.h"
 #include "mgmt/management.h"
 #include "core/model.h"
@@ -35,7 +35,6 @@
 #include "util.h"
 #include "core/worker_pool.h"
 
-#define NOT_FOUND_MSG "Requested resource is not found, please refer to API document."
 #define NOT_ALLOWED_MSG "Requested method is not allowed, please refer to API document."
 
 /* One REST request waiting for its management operation. */
@@ -205,10 +204,9 @@ static void register_model(struct evhttp_request *req, const char *rid, struct p
     if (is_json(req)) {
         struct evbuffer *in = evhttp_request_get_input_buffer(req);
         size_t len = evbuffer_get_length(in);
-        if ((long)len > srv->cfg.max_request_size) {
-            http_send_error(req, rid, 413, "RequestEntityTooLargeException",
-                            "Request body of %zu bytes exceeds max_request_size (%ld bytes)", len,
-                            srv->cfg.max_request_size);
+        struct submit_error e;
+        if (model_check_body(len, &e) != 0) {
+            http_send_refusal(req, rid, &e);
             return;
         }
         json_error_t je;
@@ -268,134 +266,26 @@ static void token(struct evhttp_request *req, const char *rid, struct params *p)
                         type ? type : "");
         return;
     }
-    if (auth_rotate(s) != 0) {
-        http_send_error(req, rid, 500, "InternalServerException", "Failed to update key file");
+    char key[16], expires[64];
+    int rc = auth_rotate(s, key, expires);
+    if (rc != 0) {
+        LOG_ERROR("%s key not rotated: %s: %s", type, AUTH_KEY_FILE, strerror(-rc));
+        http_send_error(req, rid, 500, "InternalServerException",
+                        "Failed to update key file %s (%s): the %s key is unchanged", AUTH_KEY_FILE,
+                        strerror(-rc), type);
         return;
     }
     LOG_INFO("%s key rotated", type);
-    http_send(req, rid, 200, "application/json", "\n", 1);
-}
-
-/* ---- API description ---- */
-
-/* A compact OpenAPI 3 document: every path with its methods and parameters. */
-static json_t *op_doc(const char *summary, const char *params_csv)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "summary", json_string(summary));
-    json_t *ps = json_array();
-    if (params_csv) {
-        char *copy = xstrdup(params_csv), *save = NULL;
-        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            int in_path = t[0] == '{';
-            char *name = in_path ? xstrndup(t + 1, strlen(t) - 2) : xstrdup(t);
-            json_t *p = json_object();
-            json_object_set_new(p, "name", json_string(name));
-            json_object_set_new(p, "in", json_string(in_path ? "path" : "query"));
-            json_object_set_new(p, "required", json_boolean(in_path || !strcmp(name, "url")));
-            json_t *sch = json_object();
-            json_object_set_new(sch, "type", json_string("string"));
-            json_object_set_new(p, "schema", sch);
-            json_array_append_new(ps, p);
-            free(name);
-        }
-        free(copy);
-    }
-    json_object_set_new(o, "parameters", ps);
-    return o;
-}
-
-void http_api_description(struct evhttp_request *req, const char *rid, int scope)
-{
-    int management = scope == AUTH_MANAGEMENT, metrics = scope == HTTP_NO_TOKEN;
-    json_t *doc = json_object();
-    json_object_set_new(doc, "openapi", json_string("3.0.1"));
-    json_t *info = json_object();
-    json_object_set_new(info, "title",
-                        json_string(management ? "TorchServe-c Management APIs"
-                                    : metrics  ? "TorchServe-c Metrics APIs"
-                                               : "TorchServe-c Inference APIs"));
-    json_object_set_new(info, "version", json_string("0.1.0"));
-    json_object_set_new(doc, "info", info);
-    json_t *paths = json_object();
-    json_t *p;
-    if (management) {
-        p = json_object();
-        json_object_set_new(p, "get", op_doc("List registered models", "limit,next_page_token"));
-        json_object_set_new(p, "post",
-                            op_doc("Register a model",
-                                   "url,model_name,handler,runtime,batch_size,max_batch_delay,"
-                                   "initial_workers,synchronous,response_timeout,"
-                                   "startup_timeout"));
-        json_object_set_new(paths, "/models", p);
-        p = json_object();
-        json_object_set_new(p, "get",
-                            op_doc("Describe the default version", "{model_name},customized"));
-        json_object_set_new(p, "put",
-                            op_doc("Scale the default version's workers",
-                                   "{model_name},min_worker,max_worker,synchronous"));
-        json_object_set_new(p, "delete", op_doc("Unregister the default version", "{model_name}"));
-        json_object_set_new(paths, "/models/{model_name}", p);
-        p = json_object();
-        json_object_set_new(
-            p, "get",
-            op_doc("Describe a version (or all)", "{model_name},{model_version},customized"));
-        json_object_set_new(
-            p, "put",
-            op_doc("Scale a version's workers",
-                   "{model_name},{model_version},min_worker,max_worker,synchronous"));
-        json_object_set_new(p, "delete",
-                            op_doc("Unregister a version", "{model_name},{model_version}"));
-        json_object_set_new(paths, "/models/{model_name}/{model_version}", p);
-        p = json_object();
-        json_object_set_new(p, "put",
-                            op_doc("Set the default version", "{model_name},{model_version}"));
-        json_object_set_new(paths, "/models/{model_name}/{model_version}/set-default", p);
-        p = json_object();
-        json_object_set_new(p, "get", op_doc("Rotate a key (needs the API key)", "type"));
-        json_object_set_new(paths, "/token", p);
-    } else if (metrics) {
-        p = json_object();
-        json_object_set_new(p, "get",
-                            op_doc("The metrics in Prometheus text format 0.0.4", "name[]"));
-        json_object_set_new(paths, "/metrics", p);
-    } else {
-        p = json_object();
-        json_object_set_new(p, "get", op_doc("Health", NULL));
-        json_object_set_new(paths, "/ping", p);
-        p = json_object();
-        json_object_set_new(p, "post", op_doc("Predict with the default version", "{model_name}"));
-        json_object_set_new(paths, "/predictions/{model_name}", p);
-        p = json_object();
-        json_object_set_new(p, "post",
-                            op_doc("Predict with a version", "{model_name},{model_version}"));
-        json_object_set_new(paths, "/predictions/{model_name}/{model_version}", p);
-        p = json_object();
-        json_object_set_new(p, "post", op_doc("Explain with the default version", "{model_name}"));
-        json_object_set_new(paths, "/explanations/{model_name}", p);
-        /* the OpenAI-compatible API (http_openai.c, docs/openai.md) */
-        p = json_object();
-        json_object_set_new(p, "get", op_doc("Models served on the OpenAI API", NULL));
-        json_object_set_new(paths, "/v1/models", p);
-        p = json_object();
-        json_object_set_new(p, "post", op_doc("OpenAI completions", NULL));
-        json_object_set_new(paths, "/v1/completions", p);
-        p = json_object();
-        json_object_set_new(p, "post", op_doc("OpenAI chat completions", NULL));
-        json_object_set_new(paths, "/v1/chat/completions", p);
-    }
-    p = json_object();
-    json_object_set_new(p, "options", op_doc("This document", NULL));
-    json_object_set_new(paths, "/", p);
-    json_object_set_new(doc, "paths", paths);
-    http_send_json(req, rid, 200, doc);
+    /* TorchServe answers an empty body; this one is the key file's entry for the new key */
+    http_send_json(req, rid, 200,
+                   json_pack("{s:{s:s, s:s}}", type, "key", key, "expiration time", expires));
 }
 
 /* ---- routing ---- */
 
 static void not_found(struct evhttp_request *req, const char *rid)
 {
-    http_send_error(req, rid, 404, "ResourceNotFoundException", NOT_FOUND_MSG);
+    http_send_not_found(req, rid);
 }
 
 static void not_allowed(struct evhttp_request *req, const char *rid)
@@ -403,16 +293,23 @@ static void not_allowed(struct evhttp_request *req, const char *rid)
     http_send_error(req, rid, 405, "MethodNotAllowedException", NOT_ALLOWED_MSG);
 }
 
+/* registering and unregistering with enable_model_api off: TorchServe's 405, saying how */
+static void model_api_off(struct evhttp_request *req, const char *rid)
+{
+    http_send_error(req, rid, 405, "MethodNotAllowedException", MGMT_MODEL_API_OFF_MSG);
+}
+
 static void kserve_ready(struct evhttp_request *req, const char *rid, const char *name)
 {
     struct model *m;
-    if (model_find(name, NULL, &m)) {
-        http_send_error(req, rid, 404, "ModelNotFoundException", "Model not found: %s", name);
+    struct submit_error e;
+    if (model_lookup(name, NULL, &m, &e)) {
+        http_send_refusal(req, rid, &e);
         return;
     }
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(name));
-    json_object_set_new(o, "ready", json_boolean(model_workers_alive(m) > 0));
+    json_object_set_new(o, "ready", json_boolean(model_ready(m)));
     http_send_json(req, rid, 200, o);
 }
 
@@ -426,6 +323,8 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
             mgmt_list(param_int(p, "limit", 100), param_int(p, "next_page_token", 0), rest_done, c);
         } else if (cmd == EVHTTP_REQ_POST && srv->cfg.enable_model_api) {
             register_model(req, rid, p);
+        } else if (cmd == EVHTTP_REQ_POST) {
+            model_api_off(req, rid);
         } else {
             not_allowed(req, rid);
         }
@@ -463,7 +362,7 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
     }
     case EVHTTP_REQ_DELETE:
         if (!srv->cfg.enable_model_api) {
-            not_allowed(req, rid);
+            model_api_off(req, rid);
             break;
         }
         c = rest_call_new(req, rid, 0);
@@ -471,8 +370,9 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
         break;
     case EVHTTP_REQ_OPTIONS: {
         struct model *m;
-        if (model_find(name, version, &m))
-            http_send_error(req, rid, 404, "ModelNotFoundException", "Model not found: %s", name);
+        struct submit_error e;
+        if (model_lookup(name, version, &m, &e))
+            http_send_refusal(req, rid, &e);
         else
             http_api_description(req, rid, AUTH_MANAGEMENT);
         break;
@@ -482,27 +382,20 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
     }
 }
 
-void http_management_handle(struct evhttp_request *req)
+void http_management_handle(struct evhttp_request *req, const char *rid, struct http_path *path)
 {
-    char rid[40];
-    struct http_path path;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    if (http_api_begin(req, rid, &path, AUTH_MANAGEMENT)) {
-        http_path_free(&path);
-        return;
-    }
-    int is_token = path.n == 1 && !strcmp(path.seg[0], "token");
+    int is_token = path->n == 1 && !strcmp(path->seg[0], "token");
     struct params p;
     params_parse(req, &p);
     if (is_token && auth_enabled() && cmd == EVHTTP_REQ_GET)
         token(req, rid, &p);
-    else if (path.n >= 1 && path.n <= 4 && !strcmp(path.seg[0], "models"))
-        models(req, rid, &path, &p, cmd);
-    else if (path.n == 3 && !strcmp(path.seg[0], "v1") && !strcmp(path.seg[1], "models") &&
+    else if (path->n >= 1 && path->n <= 4 && !strcmp(path->seg[0], "models"))
+        models(req, rid, path, &p, cmd);
+    else if (path->n == 3 && !strcmp(path->seg[0], "v1") && !strcmp(path->seg[1], "models") &&
              cmd == EVHTTP_REQ_GET)
-        kserve_ready(req, rid, path.seg[2]);
+        kserve_ready(req, rid, path->seg[2]);
     else
         not_found(req, rid);
     evhttp_clear_headers(&p.kv);
-    http_path_free(&path);
 }

@@ -26,8 +26,7 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "core/sequence.h"
-#include "http_guard.h"
-#include "http_server.h"
+#include "http_metrics.h"
 #include "log.h"
 #include "rlog.h"
 
@@ -457,22 +456,12 @@ void http_metrics_log_stop(void)
     log_path = NULL;
 }
 
-void http_metrics_handle(struct evhttp_request *req)
+void http_metrics_handle(struct evhttp_request *req, const char *rid, struct http_path *p)
 {
-    char rid[40];
-    struct http_path p;
-    /* OPTIONS / and /api-description answer the port's API description, as on the others */
-    if (http_api_begin(req, rid, &p, HTTP_NO_TOKEN)) {
-        http_path_free(&p);
+    if (p->n != 1 || strcmp(p->seg[0], "metrics")) {
+        http_send_not_found(req, rid);
         return;
     }
-    if (p.n != 1 || strcmp(p.seg[0], "metrics")) {
-        http_path_free(&p);
-        http_send_error(req, rid, 404, "ResourceNotFoundException",
-                        "Requested resource is not found, please refer to API document.");
-        return;
-    }
-    http_path_free(&p);
     struct out o;
     memset(&o, 0, sizeof(o));
     buf_init(&o.b);

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "http_server.h"
+#include "http_reply.h"
 #include "http_stream.h"
 #include "jnum.h"
 #include "core/job.h"
@@ -327,9 +327,9 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
-    if ((long)len > srv->cfg.max_request_size) {
-        send_error(req, rid, 413, "request body of %zu bytes exceeds max_request_size (%ld bytes)",
-                   len, srv->cfg.max_request_size);
+    struct submit_error e;
+    if (model_check_body(len, &e) != 0) {
+        send_error(req, rid, e.status, "%s", e.msg);
         return;
     }
     const uint8_t *body = evbuffer_pullup(in, -1);
@@ -394,7 +394,6 @@ static void infer(struct evhttp_request *req, const char *rid, struct model *m, 
     c->sse_bare = 1;
     c->whole = !stream;
 
-    struct submit_error e;
     int rc = model_submit_request(m, j, &e);
     if (rc == 1) { /* a sequence cancel (parameters), carried out by the frontend */
         http_call_free(c);
@@ -456,13 +455,9 @@ static struct model *find_model(struct evhttp_request *req, const char *rid, con
                                 const char *version)
 {
     struct model *m;
-    int rc = model_find(name, version, &m);
-    if (rc == TS_E_MODEL_NOT_FOUND) {
-        send_error(req, rid, 404, "Model %s not found", name);
-        return NULL;
-    }
-    if (rc) {
-        send_error(req, rid, 404, "Model %s has no version %s", name, version);
+    struct submit_error e;
+    if (model_lookup(name, version, &m, &e) != 0) {
+        send_error(req, rid, e.status, "%s", e.msg);
         return NULL;
     }
     return m;
@@ -494,7 +489,7 @@ void http_oip_handle(struct evhttp_request *req, const char *rid, const struct h
     }
     if (n == 3 && !strcmp(s[1], "health") && !strcmp(s[2], "ready")) {
         if (method_is(req, rid, EVHTTP_REQ_GET)) {
-            int ready = oip_req_server_ready();
+            int ready = model_server_ready();
             send_json(req, rid, ready ? 200 : 503, json_pack("{s:b}", "ready", ready));
         }
         return;
@@ -532,7 +527,7 @@ void http_oip_handle(struct evhttp_request *req, const char *rid, const struct h
         if (!m)
             return;
         if (*op) {
-            int ready = oip_req_model_ready(m);
+            int ready = model_ready(m);
             send_json(req, rid, ready ? 200 : 503,
                       json_pack("{s:s, s:b}", "name", m->name, "ready", ready));
         } else {

@@ -28,7 +28,8 @@
 #include "core/job.h"
 #include "core/model.h"
 #include "http_openai_out.h"
-#include "http_server.h"
+#include "http_reply.h"
+#include "http_token.h"
 #include "http_stream.h"
 #include "log.h"
 #include "mgmt/auth.h"
@@ -581,7 +582,7 @@ int http_openai_handle(struct evhttp_request *req)
     }
     char rid[40];
     http_request_id(req, rid);
-    if (http_token_refused(req, AUTH_INFERENCE))
+    if (http_token_refused(req, &p, AUTH_INFERENCE))
         send_error(req, rid, AUTH_FAIL_STATUS, NULL, "invalid_api_key", "%s", AUTH_FAIL_MSG);
     else
         route(req, rid, p.seg + skip, p.n - skip, only);

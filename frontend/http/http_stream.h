@@ -77,9 +77,5 @@ void http_call_watch(struct http_call *c);
 void http_call_free(struct http_call *c);
 /* Refuses a job before submission with status/type/msg (the transport's error format). */
 void http_call_reject(struct http_call *c, int status, const char *type, const char *msg);
-/* Builds the job of an HTTP inference request and submits it (sequences included). versioned:
- * the request named the model's version (metrics label the others "default"). */
-void http_submit_predict(struct evhttp_request *req, const char *rid, struct model *m,
-                         const char *url_path, int explain, int versioned);
 
 #endif

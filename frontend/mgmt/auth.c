@@ -71,27 +71,26 @@ static void iso_instant(int64_t ms, char out[64])
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
-/* Called with the lock held. */
-static int write_key_file(void)
+/* Called with the lock held; writes k (indexed by enum auth_scope). */
+static int write_key_file(const struct key *k)
 {
     char em[64], ei[64];
-    iso_instant(keys[AUTH_MANAGEMENT].expires_ms, em);
-    iso_instant(keys[AUTH_INFERENCE].expires_ms, ei);
-    char *body =
-        xasprintf("{\n"
-                  "  \"management\": {\n"
-                  "    \"key\": \"%s\",\n"
-                  "    \"expiration time\": \"%s\"\n"
-                  "  },\n"
-                  "  \"inference\": {\n"
-                  "    \"key\": \"%s\",\n"
-                  "    \"expiration time\": \"%s\"\n"
-                  "  },\n"
-                  "  \"API\": {\n"
-                  "    \"key\": \"%s\"\n"
-                  "  }\n"
-                  "}",
-                  keys[AUTH_MANAGEMENT].k, em, keys[AUTH_INFERENCE].k, ei, keys[AUTH_API].k);
+    iso_instant(k[AUTH_MANAGEMENT].expires_ms, em);
+    iso_instant(k[AUTH_INFERENCE].expires_ms, ei);
+    char *body = xasprintf("{\n"
+                           "  \"management\": {\n"
+                           "    \"key\": \"%s\",\n"
+                           "    \"expiration time\": \"%s\"\n"
+                           "  },\n"
+                           "  \"inference\": {\n"
+                           "    \"key\": \"%s\",\n"
+                           "    \"expiration time\": \"%s\"\n"
+                           "  },\n"
+                           "  \"API\": {\n"
+                           "    \"key\": \"%s\"\n"
+                           "  }\n"
+                           "}",
+                           k[AUTH_MANAGEMENT].k, em, k[AUTH_INFERENCE].k, ei, k[AUTH_API].k);
     char tmp[64];
     snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", AUTH_KEY_FILE, (int)getpid());
     unlink(tmp);
@@ -134,7 +133,7 @@ int auth_init(int on, double exp_min)
         if ((rc = new_key(&keys[AUTH_MANAGEMENT], 1)) == 0 &&
             (rc = new_key(&keys[AUTH_INFERENCE], 1)) == 0 &&
             (rc = new_key(&keys[AUTH_API], 0)) == 0)
-            rc = write_key_file();
+            rc = write_key_file(keys);
     }
     pthread_mutex_unlock(&lock);
     if (on && rc == 0) {
@@ -196,14 +195,24 @@ int auth_check(enum auth_scope scope, const char *authorization)
     return rc;
 }
 
-int auth_rotate(enum auth_scope scope)
+int auth_rotate(enum auth_scope scope, char key[16], char expires[64])
 {
     if (scope != AUTH_MANAGEMENT && scope != AUTH_INFERENCE)
         return -EINVAL;
     pthread_mutex_lock(&lock);
-    int rc = enabled ? new_key(&keys[scope], 1) : -EINVAL;
+    /* the new key goes live only once key_file.json holds it: a file that cannot be written
+     * leaves the old key working and the file as it was, never a key that nobody can read */
+    struct key next[3];
+    memcpy(next, keys, sizeof(next));
+    int rc = enabled ? new_key(&next[scope], 1) : -EINVAL;
     if (rc == 0)
-        rc = write_key_file();
+        rc = write_key_file(next);
+    if (rc == 0) {
+        keys[scope] = next[scope];
+        snprintf(key, 16, "%s", next[scope].k);
+        iso_instant(next[scope].expires_ms, expires);
+    }
+    memset(next, 0, sizeof(next));
     pthread_mutex_unlock(&lock);
     return rc;
 }

@@ -35,8 +35,10 @@ int auth_enabled(void);
 /* authorization: the Authorization header / `authorization` metadata value, NULL if absent.
  * 0 when allowed, -EACCES when missing, malformed, wrong or expired. */
 int auth_check(enum auth_scope scope, const char *authorization);
-/* New key and expiry for AUTH_INFERENCE or AUTH_MANAGEMENT; rewrites the key file. */
-int auth_rotate(enum auth_scope scope);
+/* New key and expiry for AUTH_INFERENCE or AUTH_MANAGEMENT: key_file.json is rewritten first,
+ * and only once it holds the new key does that key replace the old one. 0 with the new key and
+ * its expiry (ISO-8601) in key / expires; else -errno and nothing changed. */
+int auth_rotate(enum auth_scope scope, char key[16], char expires[64]);
 /* Forgets the keys (the key file stays, as TorchServe's; `--stop` removes it). */
 void auth_shutdown(void);
 

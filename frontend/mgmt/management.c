@@ -99,14 +99,9 @@ static int find_or_fail(const char *name, const char *version, struct model **m,
         fail(done, arg, 400, "BadRequestException", "Parameter model_name is required.");
         return -1;
     }
-    int rc = model_find(name, version, m);
-    if (rc == TS_E_MODEL_NOT_FOUND) {
-        fail(done, arg, 404, "ModelNotFoundException", "Model not found: %s", name);
-        return -1;
-    }
-    if (rc) {
-        fail(done, arg, 404, "ModelVersionNotFoundException",
-             "Model version: %s does not exist for model: %s", version ? version : "", name);
+    struct submit_error e;
+    if (model_lookup(name, version, m, &e)) {
+        fail(done, arg, e.status, e.type, "%s", e.msg);
         return -1;
     }
     return 0;
@@ -421,8 +416,7 @@ void mgmt_scale_from_grpc(struct mgmt_scale_args *a, const char *model_name,
 
 static void model_api_disabled(mgmt_done_fn *done, void *arg)
 {
-    fail(done, arg, 405, "MethodNotAllowedException",
-         "Requested method is not allowed, please refer to API document.");
+    fail(done, arg, 405, "MethodNotAllowedException", "%s", MGMT_MODEL_API_OFF_MSG);
 }
 
 /* model_register's error codes as TorchServe's exceptions (see model.h). */
@@ -742,13 +736,13 @@ struct mgmt_op *mgmt_set_default(const char *name, const char *version, mgmt_don
                                  void *arg)
 {
     struct model *m, *def;
-    if (model_find(name ? name : "", NULL, &def) == TS_E_MODEL_NOT_FOUND) {
-        fail(done, arg, 404, "ModelNotFoundException", "Model not found: %s", name ? name : "");
+    struct submit_error e;
+    if (model_lookup(name, NULL, &def, &e) == 0 && (!version || !*version)) {
+        fail(done, arg, 400, "BadRequestException", "Parameter model_version is required.");
         return NULL;
     }
-    if (!version || !*version || model_find(name, version, &m)) {
-        fail(done, arg, 404, "ModelVersionNotFoundException",
-             "Model version %s does not exist for model %s", version ? version : "", name);
+    if (model_lookup(name, NULL, &def, &e) || model_lookup(name, version, &m, &e)) {
+        fail(done, arg, e.status, e.type, "%s", e.msg);
         return NULL;
     }
     for (struct model *o = model_first(); o; o = model_next(o))

@@ -31,6 +31,15 @@
 struct model;
 struct mgmt_op;
 
+/* The 405 of register and unregister while the model API is off (TorchServe's default), for
+ * every transport (gRPC: PERMISSION_DENIED "Model API disabled; ..."): it says how to turn it on.
+ */
+#define MGMT_MODEL_API_HOW                                                                         \
+    "enable it with enable_model_api=true in config.properties or --enable-model-api at start"
+#define MGMT_MODEL_API_OFF_MSG                                                                     \
+    "Requested method is not allowed: the model API (register, unregister) is "                    \
+    "disabled; " MGMT_MODEL_API_HOW
+
 typedef void mgmt_done_fn(void *arg, int http_status, const char *exception_type, const char *msg);
 
 /* POST /models, RegisterModel. Unset = the value mgmt_register_init gives. */

@@ -46,19 +46,6 @@ const char *oip_req_platform(const struct model *m)
     return buf;
 }
 
-int oip_req_model_ready(const struct model *m)
-{
-    return model_workers_alive(m) > 0;
-}
-
-int oip_req_server_ready(void)
-{
-    for (struct model *m = model_first(); m; m = model_next(m))
-        if (m->min_workers > 0 && model_workers_alive(m) < m->min_workers)
-            return 0;
-    return 1;
-}
-
 json_t *oip_req_server_metadata(void)
 {
     json_t *o = json_object();

@@ -107,10 +107,7 @@ void oip_req_metadata_job(struct job *j);
 void oip_req_metadata_merge(json_t *md, const struct otf_prediction *p);
 /* "pytorch_torchscript" for TorchScript handlers, "torchserve-c_<handler>" otherwise. */
 const char *oip_req_platform(const struct model *m);
-/* The model has a worker that loaded it. */
-int oip_req_model_ready(const struct model *m);
-/* Every model with minWorkers > 0 has them all up (the same rule as /ping). */
-int oip_req_server_ready(void);
+/* Readiness is the core's one rule: model_ready, model_server_ready (core/model.h). */
 /* {"name","version","extensions"} */
 json_t *oip_req_server_metadata(void);
 

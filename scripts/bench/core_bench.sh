@@ -99,6 +99,7 @@ metrics_address=http://127.0.0.1:$(free_port)
 grpc_inference_port=$(free_port)
 grpc_management_port=$(free_port)
 disable_token_authorization=true
+worker_debug_headers=true
 EOF
     local t0; t0=$(now_us)
     (cd "$d" && TMPDIR=$d exec "$BUILD/bin/torchserve-c" --start --foreground --model-store store \

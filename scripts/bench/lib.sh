@@ -74,6 +74,7 @@ start_mlp() {
         echo "grpc_inference_port=$(free_port)"
         echo "grpc_management_port=$(free_port)"
         echo "disable_token_authorization=true"
+        echo "worker_debug_headers=true" # seq_client reads x-ts-worker-forward-us
         # EXTRA_CONFIG: more config.properties lines, ';'-separated (an A/B of a setting)
         knob_lines "${EXTRA_CONFIG:-}"
     } > "$d/config.properties"

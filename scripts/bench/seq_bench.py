@@ -33,7 +33,7 @@ def bench(batch, sync, args):
                               "maxSequenceJobQueueSize": args.sequences,
                               "handler": {"state_sync": "true" if sync else "false"}}}
     srv = start_server(tmp, models=["lstm_stateful"], yaml=yaml,
-                       config={"default_workers_per_model": 2})
+                       config={"default_workers_per_model": 2, "worker_debug_headers": True})
     try:
         # warm up: both workers loaded and past their first forward
         deadline = time.time() + 60

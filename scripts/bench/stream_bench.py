@@ -242,7 +242,8 @@ def model_worker_pid(srv, model):
 def main():
     tmp = tempfile.mkdtemp(prefix="tsc-sbench-")
     try:
-        srv = start_server(tmp, models=["identity_text", "char_lm"], yaml={
+        srv = start_server(tmp, models=["identity_text", "char_lm"], config={
+            "worker_debug_headers": True}, yaml={
             "identity_text": {"batchSize": 8, "handler": {"delay_ms": 0}},
             "char_lm": {"batchSize": 32, "minWorkers": 1, "maxWorkers": 1,
                         "handler": {"delay_ms": 0}},

@@ -207,6 +207,18 @@ class Server:
             time.sleep(0.1)
         raise AssertionError(f"model {model} not ready: {last}\n{self.log()[-3000:]}")
 
+    def wait_healthy(self, headers=None, timeout=60):
+        """Polls GET /ping until 200: every model has loaded its minWorkers (workers load in
+        the background; before that /ping answers 500 "Unhealthy")."""
+        deadline = time.time() + timeout
+        r = None
+        while time.time() < deadline:
+            r = requests.get(self.url("/ping"), headers=headers, timeout=5)
+            if r.status_code == 200:
+                return r
+            time.sleep(0.1)
+        raise AssertionError(f"not healthy: {r.status_code if r else None}\n{self.log()[-3000:]}")
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

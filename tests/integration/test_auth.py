@@ -30,9 +30,11 @@ def bearer(k):
 
 @pytest.fixture
 def srv(server_factory):
-    return server_factory(models=["identity_text"],
-                          config={"disable_token_authorization": "false",
-                                  "enable_model_api": "true"})
+    s = server_factory(models=["identity_text"],
+                       config={"disable_token_authorization": "false",
+                               "enable_model_api": "true"})
+    s.wait_healthy(headers=bearer(keys(s)["inference"]["key"]))
+    return s
 
 
 @pytest.mark.smoke
@@ -89,6 +91,9 @@ def test_rotation(srv):
     assert r.status_code == 200
     k2 = keys(srv)
     assert k2["inference"]["key"] != inf and k2["management"]["key"] == mgmt
+    # TorchServe answers a JSON content type with the body "\n"; ours is the new key's entry
+    assert r.headers["Content-Type"] == "application/json"
+    assert r.json() == {"inference": k2["inference"]}, r.text
     assert k2["API"]["key"] == api
     assert stat.S_IMODE(os.stat(os.path.join(srv.tmp, "key_file.json")).st_mode) == 0o600
     assert srv.get("/ping", headers=bearer(inf)).status_code == 401

@@ -90,7 +90,8 @@ def srv():
     """One mlp server (batchSize 1) shared by the quick checks; max_request_size is small so an
     oversized body is cheap to send."""
     tmp = tempfile.mkdtemp(prefix="tsc-core-")
-    s = start_server(tmp, models=["mlp"], config={"max_request_size": 4096})
+    s = start_server(tmp, models=["mlp"], config={"max_request_size": 4096,
+                                                  "worker_debug_headers": True})
     try:
         s.wait_ready("mlp", body={"json": SAMPLE})
         yield s
@@ -114,7 +115,7 @@ def test_correct_batch_size_1(srv, mlp_ref):
 
 
 def test_correct_batch_size_8_concurrent(server_factory, mlp_ref):
-    s = server_factory(models=["mlp"],
+    s = server_factory(models=["mlp"], config={"worker_debug_headers": True},
                        yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 10}})
     s.wait_ready("mlp", body={"json": SAMPLE})
     x = random_inputs(100, seed=2)

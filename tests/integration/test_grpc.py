@@ -542,7 +542,9 @@ def test_model_api_disabled_and_token_auth():
             # the model API is off by default
             e = rpc_error(mg.RegisterModel, mpb.RegisterModelRequest(url="mlp.mar"),
                           metadata=md(mgmt_key), timeout=10)
-            assert e.code() == C.PERMISSION_DENIED and e.details() == "Model API disabled"
+            assert e.code() == C.PERMISSION_DENIED and e.details() == (
+                "Model API disabled; enable it with enable_model_api=true in config.properties "
+                "or --enable-model-api at start")
             e = rpc_error(mg.UnregisterModel, mpb.UnregisterModelRequest(model_name="mlp"),
                           metadata=md(mgmt_key), timeout=10)
             assert e.code() == C.PERMISSION_DENIED

@@ -16,8 +16,10 @@ from conftest import MODEL_STORE, start_server
 SAMPLE = json.load(open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "scripts", "models", "mlp", "sample.json")))
 
-NOT_ALLOWED = {"code": 405, "type": "MethodNotAllowedException",
-               "message": "Requested method is not allowed, please refer to API document."}
+MODEL_API_OFF = {"code": 405, "type": "MethodNotAllowedException",
+                 "message": "Requested method is not allowed: the model API (register, "
+                            "unregister) is disabled; enable it with enable_model_api=true in "
+                            "config.properties or --enable-model-api at start"}
 
 
 def make_store(tmp, v2=False):
@@ -320,9 +322,9 @@ def test_model_api_disabled_by_default(server_factory):
     s = server_factory(models=["identity_text"], yaml={"identity_text": {"minWorkers": 1}},
                        config={"default_workers_per_model": 1})
     r = s.post("/models?url=mlp.mar", api="management")
-    assert r.status_code == 405 and r.json() == NOT_ALLOWED
+    assert r.status_code == 405 and r.json() == MODEL_API_OFF
     r = s.delete("/models/identity_text")
-    assert r.status_code == 405 and r.json() == NOT_ALLOWED
+    assert r.status_code == 405 and r.json() == MODEL_API_OFF
     # scale, describe and list still work
     assert s.get("/models", api="management").status_code == 200
     assert s.get("/models/identity_text", api="management").status_code == 200

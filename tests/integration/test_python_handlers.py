@@ -138,7 +138,7 @@ def test_mlp_py_equals_torch_and_only_python_workers_map_libpython(server_factor
 
 
 def test_mlp_py_batch8_under_16_clients(server_factory):
-    srv = server_factory(models=["mlp_py"],
+    srv = server_factory(models=["mlp_py"], config={"worker_debug_headers": True},
                          yaml={"mlp_py": {"batchSize": 8, "maxBatchDelay": 300}})
     x = inputs(16 * 4, seed=2)
     srv.wait_ready("mlp_py", body={"json": x[0].tolist()})

@@ -129,7 +129,7 @@ def srv():
     from conftest import start_server
     tmp = tempfile.mkdtemp(prefix="tsc-test-")
     # maxBatchDelay long enough that 8 concurrent requests always meet in one batch
-    s = start_server(tmp, models=["resnet18"],
+    s = start_server(tmp, models=["resnet18"], config={"worker_debug_headers": True},
                      yaml={"resnet18": {"batchSize": 8, "maxBatchDelay": 3000}})
     try:
         predict_until_ready(s, "resnet18", make_image(0, "PNG"))

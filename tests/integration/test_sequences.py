@@ -172,7 +172,8 @@ def test_no_crosstalk_64_sequences(server_factory):
     every answer is that sequence's running sum, and batches held several sequences."""
     yaml = dict(PLAIN, batchSize=8, minWorkers=2, maxWorkers=2, maxNumSequence=64,
                 maxBatchDelay=20)
-    srv = server_factory(models=["stateful"], yaml={"stateful": yaml})
+    srv = server_factory(models=["stateful"], yaml={"stateful": yaml},
+                         config={"worker_debug_headers": True})
     wait_ready(srv)
     rng = random.Random(5)
     plans = [[rng.randint(1, 1000) for _ in range(6)] for _ in range(64)]
@@ -421,7 +422,7 @@ def test_lstm_matches_torch_over_whole_sequence(server_factory):
     """20 steps through lstm_stateful (state carried by the server, several sequences sharing
     each forward) equal the same LSTM run over the whole sequence in torch within 1e-5."""
     torch = pytest.importorskip("torch")
-    srv = server_factory(models=["lstm_stateful"],
+    srv = server_factory(models=["lstm_stateful"], config={"worker_debug_headers": True},
                          yaml={"lstm_stateful": {"minWorkers": 1, "maxWorkers": 1,
                                                  "batchSize": 4, "maxBatchDelay": 20}})
     # the reference: the scripted module's weights in plain nn.LSTM / nn.Linear modules

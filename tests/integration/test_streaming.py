@@ -174,7 +174,9 @@ def ref():
 def server():
     """identity_text (delay 200 ms) and char_lm, one worker each, batchSize 8."""
     tmp = tempfile.mkdtemp(prefix="tsc-stream-")
-    srv = start_server(tmp, models=["identity_text", "char_lm"], yaml={
+    # worker_debug_headers: counters() reads the char_lm worker's x-ts-worker-* counters
+    srv = start_server(tmp, models=["identity_text", "char_lm"], config={
+        "worker_debug_headers": True}, yaml={
         "identity_text": {"batchSize": 8, "handler": {"delay_ms": DELAY_MS}},
         "char_lm": {"batchSize": 8, "minWorkers": 1, "maxWorkers": 1,
                     "handler": {"delay_ms": 0}},
