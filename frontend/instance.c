@@ -7,16 +7,25 @@
  * whose pid the kernel has since given to another program, is stale, never a target for
  * --stop. Records are written to a temporary name and renamed, so a reader never sees half of
  * one.
+ *
+ * Pidfiles live in ${TMPDIR:-/tmp}/torchserve-c-<uid>, a directory only this user can write
+ * (created 0700; used only when it is a real directory, owned by us, with no group or other
+ * write bit). The temporary name is mkstemp's (O_EXCL: a name planted in advance, a symlink
+ * included, is never opened), and rename replaces a link at the final name instead of
+ * following it. A record is read with O_NOFOLLOW. So a link another user plants cannot make a
+ * server, root included, write or read through it.
  */
 #include "instance.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -32,6 +41,36 @@ static const char *tmp_dir(void)
     return t && *t ? t : "/tmp";
 }
 
+/* The directory of this user's pidfiles (malloc'd). */
+static char *pid_dir(void)
+{
+    return xasprintf("%s/torchserve-c-%u", tmp_dir(), (unsigned)geteuid());
+}
+
+/* 0 when dir is a directory that only we can write (created 0700 if missing and create), else
+ * -errno after saying why on stderr: a link, another owner or a group/other write bit would let
+ * someone else plant files where we write. */
+static int private_dir(const char *dir, int create)
+{
+    if (create && mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        int e = errno;
+        fprintf(stderr, "torchserve-c: cannot create %s: %s\n", dir, strerror(e));
+        return -e;
+    }
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
+        fprintf(stderr,
+                "torchserve-c: %s is not a directory that only uid %u can write (%s, owner %u, "
+                "mode %03o): refusing to use it for pidfiles; remove it or set TMPDIR\n",
+                dir, (unsigned)geteuid(), S_ISLNK(st.st_mode) ? "a link" : "found",
+                (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+        return -EPERM;
+    }
+    return 0;
+}
+
 static char *pidfile_for(const struct config *cfg)
 {
     const struct listen_addr *a = &cfg->inference_address;
@@ -40,7 +79,10 @@ static char *pidfile_for(const struct config *cfg)
     for (const char *p = a->host ? a->host : ""; *p && k < sizeof(key) - 1; p++)
         key[k++] = isalnum((unsigned char)*p) || *p == '.' || *p == '-' ? *p : '_';
     key[k] = '\0';
-    return xasprintf("%s/.torchserve-c.%s_%d.pid", tmp_dir(), key, a->port);
+    char *dir = pid_dir();
+    char *path = xasprintf("%s/%s_%d.pid", dir, key, a->port);
+    free(dir);
+    return path;
 }
 
 /* The start time of pid in clock ticks after boot (field 22 of /proc/PID/stat); 0 when there
@@ -108,9 +150,13 @@ static int is_torchserve_c(pid_t pid)
 static int owner_read(const char *path, pid_t *pid, unsigned long long *start, char *cwd,
                       size_t cwdlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return -1;
+    }
     long p = 0;
     unsigned long long s = 0;
     int ok = fscanf(f, "%ld %llu", &p, &s) == 2 && p > 0;
@@ -137,16 +183,21 @@ static int owner_write(const char *path)
     char cwd[4096];
     if (!getcwd(cwd, sizeof(cwd)))
         snprintf(cwd, sizeof(cwd), ".");
-    char *tmp = xasprintf("%s.%d.tmp", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
+    char *tmp = xasprintf("%s.XXXXXX", path);
+    int fd = mkostemp(tmp, O_CLOEXEC); /* O_CREAT | O_EXCL, mode 0600 */
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     int rc = -1;
     if (f) {
+        fchmod(fd, 0644); /* --stop of another user may read who runs where */
         fprintf(f, "%d %llu\n%s\n", (int)getpid(), proc_start_time(getpid()), cwd);
         rc = fclose(f) == 0 && rename(tmp, path) == 0 ? 0 : -1;
+    } else if (fd >= 0) {
+        close(fd);
     }
     if (rc != 0) {
         rc = -errno;
-        unlink(tmp);
+        if (fd >= 0)
+            unlink(tmp);
     }
     free(tmp);
     return rc;
@@ -154,6 +205,11 @@ static int owner_write(const char *path)
 
 int instance_acquire(const struct config *cfg)
 {
+    char *dir = pid_dir();
+    int prc = private_dir(dir, 1);
+    free(dir);
+    if (prc != 0)
+        return -1;
     char *path = pidfile_for(cfg);
     pid_t pid;
     unsigned long long start;
@@ -265,20 +321,23 @@ int instance_find(const struct config *cfg, struct instance_info *out, int max)
         free(path);
         return n;
     }
-    DIR *d = opendir(tmp_dir());
-    if (!d)
+    char *dir = pid_dir();
+    DIR *d = private_dir(dir, 0) == 0 ? opendir(dir) : NULL;
+    if (!d) {
+        free(dir);
         return 0;
+    }
     int n = 0;
     struct dirent *e;
     while (n < max && (e = readdir(d))) {
         size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, ".torchserve-c.", 14) || len < 19 ||
-            strcmp(e->d_name + len - 4, ".pid"))
+        if (len < 5 || e->d_name[0] == '.' || strcmp(e->d_name + len - 4, ".pid"))
             continue;
-        char *path = xasprintf("%s/%s", tmp_dir(), e->d_name);
+        char *path = xasprintf("%s/%s", dir, e->d_name);
         n += check_pidfile(path, &out[n]);
         free(path);
     }
     closedir(d);
+    free(dir);
     return n;
 }

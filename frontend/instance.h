@@ -2,7 +2,8 @@
  * instance: what tells one running torchserve-c from another on the same machine.
  *
  * An instance is identified by its inference address (host and port): two servers can never
- * share it. Its pidfile is ${TMPDIR:-/tmp}/.torchserve-c.<host>_<port>.pid and holds the pid, the
+ * share it. Its pidfile is ${TMPDIR:-/tmp}/torchserve-c-<uid>/<host>_<port>.pid (a directory
+ * only that user can write) and holds the pid, the
  * process's start time (so a recycled pid is never mistaken for it) and the instance's working
  * directory (where its key_file.json is). `--stop` signals a pid only after checking that it is
  * a live torchserve-c with that start time. Each instance's scratch directory

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
@@ -292,6 +293,55 @@ static int version_problem(const struct evhttp_request *req, struct problem *pb)
                  req->minor);
 }
 
+/* RFC 9110 section 5.6.2: a field name is a token. 1 for the bytes a token may hold. */
+static const unsigned char tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1,  ['~'] = 1, ['0'] = 1,
+    ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1,  ['7'] = 1, ['8'] = 1,
+    ['9'] = 1, ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1,  ['F'] = 1, ['G'] = 1,
+    ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1,  ['N'] = 1, ['O'] = 1,
+    ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1,  ['V'] = 1, ['W'] = 1,
+    ['X'] = 1, ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1,  ['d'] = 1, ['e'] = 1,
+    ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1,  ['l'] = 1, ['m'] = 1,
+    ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1,  ['t'] = 1, ['u'] = 1,
+    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
+/* The name as the client wrote it, printable, for a message. */
+static const char *printable(const char *s, char out[48])
+{
+    size_t i = 0;
+    for (; s[i] && i < 40; i++)
+        out[i] = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f ? s[i] : '?';
+    out[i] = '\0';
+    return out;
+}
+
+/* A header line evhttp kept that RFC 9112 says to refuse. "Transfer-Encoding : chunked" (a
+ * space before the colon) is a header named "Transfer-Encoding " to evhttp, which then reads no
+ * body, and the chunks would run as the next request; a NUL in a value ("Bearer KEY\0junk")
+ * would end the C string that the token check reads. NUL bytes reach this check as DEL
+ * (evbuffer_readln below). */
+static int field_problem(const struct evkeyval *h, struct problem *pb)
+{
+    char nm[48];
+    const unsigned char *k = (const unsigned char *)h->key;
+    if (!*k)
+        return found(pb, 400, BAD, "A request header has an empty name");
+    for (; *k; k++)
+        if (!tchar[*k])
+            return found(pb, 400, BAD,
+                         "Invalid request header name '%s': a name is a token, with no space "
+                         "(none before the colon either) or control character",
+                         printable(h->key, nm));
+    for (const unsigned char *v = (const unsigned char *)h->value; *v; v++)
+        if ((*v < 0x20 && *v != '\t') || *v == 0x7f)
+            return found(pb, 400, BAD,
+                         "Request header '%s' contains a NUL or another control character",
+                         printable(h->key, nm));
+    return 0;
+}
+
 /* Also gives, when the headers pass, the Content-Length (NULL if none) and whether the body is
  * chunked. */
 static int headers_scan(const struct evkeyvalq *hs, struct problem *pb, const char **length,
@@ -307,6 +357,8 @@ static int headers_scan(const struct evkeyvalq *hs, struct problem *pb, const ch
         if (strlen(h->key) + strlen(h->value) + 2 > HTTP_LINE_MAX)
             return found(pb, 431, HEADERS_TOO_LARGE,
                          "Request header '%.40s' is longer than %d bytes", h->key, HTTP_LINE_MAX);
+        if (field_problem(h, pb))
+            return -1;
         char k0 = (char)(h->key[0] | 0x20); /* most headers are neither: skip strcasecmp */
         if (k0 == 'c' && !strcasecmp(h->key, "Content-Length")) {
             if (!plain_length(h->value))
@@ -481,6 +533,34 @@ struct evhttp_request *evhttp_request_new(void (*cb)(struct evhttp_request *, vo
     if (req && listener_token_scope(arg, &scope))
         evhttp_request_set_header_cb(req, on_head);
     return req;
+}
+
+/*
+ * libevent 2.1 reads every line of a request (the request line, each header, chunk sizes and
+ * trailers) with evbuffer_readln, through its PLT, and then treats it as a C string: a NUL in
+ * a line would cut what every check after it sees ("Authorization: Bearer KEY\0junk" is read as
+ * "Bearer KEY"). This definition in the executable (linked with -rdynamic) calls libevent's and
+ * turns each NUL of a line into DEL (0x7f), which no request line, header or chunk size may hold
+ * either: the checks above refuse it (400), and the string is the whole line again.
+ */
+typedef char *(*readln_fn)(struct evbuffer *, size_t *, enum evbuffer_eol_style);
+
+char *evbuffer_readln(struct evbuffer *buffer, size_t *n_read_out, enum evbuffer_eol_style eol)
+{
+    static readln_fn next;
+    if (!next && !(*(void **)&next = dlsym(RTLD_NEXT, "evbuffer_readln"))) {
+        LOG_ERROR("evbuffer_readln: %s", dlerror());
+        abort();
+    }
+    size_t n = 0;
+    char *line = next(buffer, &n, eol);
+    if (line)
+        for (char *p = memchr(line, '\0', n); p;
+             p = memchr(p + 1, '\0', n - (size_t)(p + 1 - line)))
+            *p = 0x7f;
+    if (n_read_out)
+        *n_read_out = n;
+    return line;
 }
 
 /*

@@ -474,8 +474,9 @@ def test_two_instances_each_stopped_by_its_config(tmp_path):
             p = subprocess.run([FRONTEND, "--start", "--model-store", str(store), "--ts-config",
                                 cfg], cwd=d, env=_env(tmp), capture_output=True, timeout=60)
             assert p.returncode == 0, p.stderr
-            pids.append(_pidfile_pid(os.path.join(tmp, f".torchserve-c.127.0.0.1_"
-                                                  f"{a_port if d == a_dir else b_port}.pid")))
+            pids.append(_pidfile_pid(os.path.join(tmp, f"torchserve-c-{os.geteuid()}",
+                                                  f"127.0.0.1_{a_port if d == a_dir else b_port}"
+                                                  ".pid")))
         assert all(_alive(p) for p in pids)
         assert os.path.exists(os.path.join(a_dir, "key_file.json"))
         assert os.path.exists(os.path.join(b_dir, "key_file.json"))
@@ -505,7 +506,7 @@ def test_two_instances_each_stopped_by_its_config(tmp_path):
             if not _alive(pids[1]):
                 break
             time.sleep(0.05)
-        b_pidfile = os.path.join(tmp, f".torchserve-c.127.0.0.1_{b_port}.pid")
+        b_pidfile = os.path.join(tmp, f"torchserve-c-{os.geteuid()}", f"127.0.0.1_{b_port}.pid")
         stale_dirs = [d for d in os.listdir(tmp) if d.startswith("torchserve-c.")]
         assert stale_dirs, "the killed instance's scratch directory should still be there"
         # a pidfile that points at a live process which is not torchserve-c is not a target
@@ -595,7 +596,8 @@ def test_scratch_dir_of_a_frontend_under_a_tool_survives_another_start(tmp_path,
                             "--disable-token-auth"], cwd=b_dir, env=_env(tmp),
                            capture_output=True, timeout=60)
         assert p.returncode == 0, p.stderr
-        b_pid = _pidfile_pid(os.path.join(tmp, f".torchserve-c.127.0.0.1_{b_port}.pid"))
+        b_pid = _pidfile_pid(os.path.join(tmp, f"torchserve-c-{os.geteuid()}",
+                                         f"127.0.0.1_{b_port}.pid"))
 
         assert os.path.isdir(a_scratch), "starting a second instance removed the first's scratch"
         assert os.listdir(os.path.join(a_scratch, "models"))
@@ -639,7 +641,8 @@ def test_launcher_pipe_not_inherited_by_workers(tmp_path):
                             "mlp.mar", "--ts-config", cfg, "--disable-token-auth"], cwd=d,
                            env=_env(tmp), capture_output=True, timeout=60)
         assert p.returncode == 0, p.stderr
-        pid = _pidfile_pid(os.path.join(tmp, f".torchserve-c.127.0.0.1_{port}.pid"))
+        pid = _pidfile_pid(os.path.join(tmp, f"torchserve-c-{os.geteuid()}",
+                                        f"127.0.0.1_{port}.pid"))
         deadline = time.time() + 60
         while not _children(pid) and time.time() < deadline:
             time.sleep(0.1)
@@ -695,7 +698,7 @@ def test_cli_start_pidfile_stop(tmp_path):
         p = subprocess.run(args, cwd=tmp, env=_env(tmp), capture_output=True, timeout=60)
         assert p.returncode == 0, p.stderr
         assert p.stdout.decode().strip().endswith("Model server started.")
-        pidfile = os.path.join(tmp, f".torchserve-c.127.0.0.1_{port}.pid")
+        pidfile = os.path.join(tmp, f"torchserve-c-{os.geteuid()}", f"127.0.0.1_{port}.pid")
         pid = _pidfile_pid(pidfile)
         assert _alive(pid)
         url = f"http://127.0.0.1:{port}/predictions/mlp"

@@ -205,6 +205,41 @@ def test_transfer_encoding_not_chunked_501(srv):
     still_answers(srv)
 
 
+# ---------------------------------------------------------- header lines RFC 9112 refuses
+
+def test_space_before_colon_400_not_smuggled(srv):
+    """'Transfer-Encoding : chunked' was a header named 'Transfer-Encoding ' to evhttp: no body,
+    and the chunk's bytes ran as a second request (here a GET /ping answered after the POST)."""
+    req = (b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n"
+           b"1f\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n\r\n0\r\n\r\n")
+    assert_json_error(raw(srv, req), 400, "transfer-encoding", "no space")
+    still_answers(srv)
+
+
+@pytest.mark.parametrize("line", [b"X Bad: v", b"X-Bad\t: v", b": v", b"X(y): v"])
+def test_header_name_not_a_token_400(srv, line):
+    r = raw(srv, b"GET /ping HTTP/1.1\r\nHost: x\r\n" + line + b"\r\n\r\n")
+    assert_json_error(r, 400, "header")
+    still_answers(srv)
+
+
+@pytest.mark.smoke
+def test_nul_in_header_value_400(server_factory):
+    """'Authorization: Bearer KEY\\0junk' was accepted as the key: the check read a C string."""
+    s = server_factory(models=[], config={"disable_token_authorization": "false"})
+    key = json.load(open(os.path.join(s.tmp, "key_file.json")))["inference"]["key"].encode()
+    ok = raw(s, b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer "
+             + key + b"\r\n\r\n")
+    assert ok[0] == 200, ok
+    for value in (b"Bearer " + key + b"\0junk", b"Bearer " + key + b"\x01", b"Bearer " + key + b"\x7f"):
+        r = raw(s, b"GET /ping HTTP/1.1\r\nHost: x\r\nAuthorization: " + value + b"\r\n\r\n")
+        assert_json_error(r, 400, "authorization", "control character")
+    # in another header, and with a body (judged from the head, before the body is read)
+    r = raw(s, b"POST /predictions/x HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\nContent-Length: 3\r\n"
+               b"Authorization: Bearer " + key + b"\r\n\r\nabc")
+    assert_json_error(r, 400, "x-a", "NUL")
+
+
 # -------------------------------------------------------------- what libevent used to answer
 
 @pytest.mark.smoke

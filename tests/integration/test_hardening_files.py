@@ -1,0 +1,90 @@
+"""What a local attacker or a hostile archive can plant, and what goes into the logs (issue 34,
+points 9 to 12): pidfiles never written through a planted link, manifest paths inside the
+model's directory, control characters escaped in every log, and model-config.yaml / snapshot
+values held to the management API's bounds."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import BIN, MODEL_STORE, free_port, start_server  # noqa: E402
+
+SAMPLE = {"data": [0.25] * 64}
+
+
+# ----------------------------------------------------------------------------------- pidfiles
+
+def test_pidfile_never_written_through_a_planted_link(tmp_path):
+    """The pidfile's temporary name was predictable (PIDFILE.<pid>.tmp in the shared TMPDIR)
+    and opened with fopen: a link planted there made a root server overwrite the link's
+    target. Now pidfiles live in TMPDIR/torchserve-c-<uid> (0700), the temporary file is
+    mkstemp's, and a directory another user could write is refused by name."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    port = free_port()
+    name = f".torchserve-c.127.0.0.1_{port}.pid"
+    # every pid the server may get (pids are handed out in order) has its link waiting
+    last = int(open("/proc/sys/kernel/ns_last_pid").read())
+    for pid in range(last + 1, last + 3000):
+        os.symlink(victim, shared / f"{name}.{pid}.tmp")
+    os.symlink(victim, shared / name)
+    run = tmp_path / "run"
+    run.mkdir()
+    s = start_server(str(run), config={"inference_address": f"http://127.0.0.1:{port}"},
+                     env={"TMPDIR": str(shared)})
+    try:
+        assert victim.read_text() == "precious\n"
+        d = shared / f"torchserve-c-{os.geteuid()}"
+        st = os.lstat(d)
+        assert (st.st_mode & 0o7777) == 0o700 and st.st_uid == os.geteuid()
+        pidfile = d / f"127.0.0.1_{port}.pid"
+        assert pidfile.read_text().split()[0] == str(s.pid)
+        assert not [p for p in os.listdir(d) if p != pidfile.name], os.listdir(d)
+    finally:
+        s.stop()
+    assert victim.read_text() == "precious\n"
+    assert not pidfile.exists()
+
+
+@pytest.mark.parametrize("plant", ["link", "other_owner", "group_writable"])
+def test_pidfile_directory_someone_else_could_write_refused(tmp_path, plant):
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    d = shared / f"torchserve-c-{os.geteuid()}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if plant == "link":
+        os.symlink(elsewhere, d)
+    else:
+        d.mkdir(mode=0o700)
+        if plant == "other_owner":
+            os.chown(d, 65534, 65534)
+        else:
+            d.chmod(0o770)
+    cfg = tmp_path / "config.properties"
+    port = free_port()
+    cfg.write_text(f"inference_address=http://127.0.0.1:{port}\n"
+                   f"management_address=http://127.0.0.1:{free_port()}\n"
+                   f"metrics_address=http://127.0.0.1:{free_port()}\n"
+                   f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n"
+                   "disable_token_authorization=true\n")
+    store = tmp_path / "store"
+    store.mkdir()
+    p = subprocess.run([os.path.join(BIN, "torchserve-c"), "--start", "--foreground",
+                        "--model-store", str(store), "--ts-config", str(cfg)],
+                       cwd=tmp_path, env=dict(os.environ, TMPDIR=str(shared)),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "Model server started" not in p.stdout, p.stdout
+    assert f"{d} is not a directory that only uid {os.geteuid()} can write" in p.stderr, p.stderr
+    assert os.listdir(elsewhere) == []
