@@ -285,6 +285,123 @@ static int install_requirements(struct model *m, char *err, size_t errlen)
     return rc;
 }
 
+/* ---- what a manifest may name: files inside the model's directory ---- */
+
+/* rel (a manifest field, or the register call's handler file) must name something inside the
+ * model's directory: relative, with no ".." segment, and, once links are followed, inside the
+ * directory whose real path is root. A file that does not exist passes: the worker says so. */
+static int inside_model_dir(const char *dir, const char *root, const char *what, const char *rel,
+                            char *err, size_t errlen)
+{
+    if (!rel || !*rel)
+        return 0;
+    if (rel[0] == '/') {
+        snprintf(err, errlen, "%s '%s' is an absolute path: it must name a file of the model", what,
+                 rel);
+        return TS_E_BAD_ARCHIVE;
+    }
+    for (const char *p = rel; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.') {
+            snprintf(err, errlen, "%s '%s' leads out of the model's directory (..)", what, rel);
+            return TS_E_BAD_ARCHIVE;
+        }
+        p += n;
+        p += *p == '/';
+    }
+    char *full = xasprintf("%s/%s", dir, rel);
+    char real[PATH_MAX];
+    int rc = 0;
+    size_t rl = strlen(root);
+    if (realpath(full, real) &&
+        !(strncmp(real, root, rl) == 0 && (real[rl] == '/' || real[rl] == '\0'))) {
+        snprintf(err, errlen, "%s '%.200s' resolves to %.200s, outside the model's directory", what,
+                 rel, real);
+        rc = TS_E_BAD_ARCHIVE;
+    }
+    free(full);
+    return rc;
+}
+
+/* The file part of a handler spec: "handler.py[:fn]", "lib.so[:sym]" or a path; NULL for a
+ * built-in name (torchscript, image_classifier, ...), which names no file. */
+static char *handler_file(const char *spec)
+{
+    if (!spec || !*spec)
+        return NULL;
+    size_t n = strcspn(spec, ":");
+    int file = memchr(spec, '/', n) != NULL || (n > 3 && !strncmp(spec + n - 3, ".py", 3)) ||
+               (n > 3 && !strncmp(spec + n - 3, ".so", 3));
+    return file ? xstrndup(spec, n) : NULL;
+}
+
+/* What a link walk found: the first link out of the directory. */
+static const char *walk_root;
+static char walk_bad[PATH_MAX];
+static char walk_target[PATH_MAX];
+static size_t walk_count;
+
+#define WALK_MAX_ENTRIES 100000
+
+static int walk_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (++walk_count > WALK_MAX_ENTRIES)
+        return 2;
+    if (flag != FTW_SL)
+        return 0;
+    char real[PATH_MAX];
+    size_t rl = strlen(walk_root);
+    if (realpath(path, real) && strncmp(real, walk_root, rl) == 0 &&
+        (real[rl] == '/' || real[rl] == '\0'))
+        return 0;
+    snprintf(walk_bad, sizeof(walk_bad), "%s", path);
+    ssize_t n = readlink(path, walk_target, sizeof(walk_target) - 1);
+    walk_target[n > 0 ? n : 0] = '\0';
+    return 1;
+}
+
+/* Every path the manifest names, and every link of the model's directory (a directory in the
+ * store is served in place: a link in it to /etc/shadow or another model's files would be read
+ * by the worker), stays inside the directory. Registration runs on one thread at a time (the
+ * registration thread, or the loop before it exists), so the walk's statics are not shared. */
+static int check_model_paths(const struct model *m, const char *handler, char *err, size_t errlen)
+{
+    char root[PATH_MAX];
+    if (!realpath(m->dir, root)) {
+        snprintf(err, errlen, "%s: %s", m->dir, strerror(errno));
+        return TS_E_BAD_ARCHIVE;
+    }
+    const struct manifest *mf = &m->manifest;
+    char *hf = handler_file(handler);
+    int rc = inside_model_dir(m->dir, root, "serializedFile", mf->serialized_file, err, errlen);
+    if (!rc)
+        rc = inside_model_dir(m->dir, root, "configFile", mf->config_file, err, errlen);
+    if (!rc)
+        rc = inside_model_dir(m->dir, root, "modelFile", mf->model_file, err, errlen);
+    if (!rc)
+        rc = inside_model_dir(m->dir, root, "requirementsFile", mf->requirements_file, err, errlen);
+    if (!rc)
+        rc = inside_model_dir(m->dir, root, "handler", hf, err, errlen);
+    free(hf);
+    if (rc)
+        return rc;
+    walk_root = root;
+    walk_count = 0;
+    int w = nftw(root, walk_entry, 16, FTW_PHYS);
+    if (w == 1) {
+        snprintf(err, errlen, "%.200s is a link to %.200s, outside the model's directory: refused",
+                 walk_bad + strlen(root) + (walk_bad[strlen(root)] == '/'), walk_target);
+        return TS_E_BAD_ARCHIVE;
+    }
+    if (w == 2) {
+        snprintf(err, errlen, "the model's directory holds more than %d entries", WALK_MAX_ENTRIES);
+        return TS_E_BAD_ARCHIVE;
+    }
+    return 0;
+}
+
 /* The disk part of a registration: resolve, extract, read the manifest and the yaml, name the
  * model. Touches nothing shared but the immutable config and model store path, so it runs on
  * the registration thread. */
@@ -358,6 +475,11 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
             free(m->manifest.config_file);
             m->manifest.config_file = xstrdup("model-config.yaml");
         }
+    }
+    if ((rc = check_model_paths(m, r->handler && *r->handler ? r->handler : m->manifest.handler,
+                                merr, sizeof(merr)))) {
+        snprintf(err, errlen, "%s: %s", r->url, merr);
+        goto fail;
     }
     model_config_defaults(&m->mc);
     if (m->manifest.config_file && *m->manifest.config_file) {

@@ -84,7 +84,81 @@ def test_pidfile_directory_someone_else_could_write_refused(tmp_path, plant):
     p = subprocess.run([os.path.join(BIN, "torchserve-c"), "--start", "--foreground",
                         "--model-store", str(store), "--ts-config", str(cfg)],
                        cwd=tmp_path, env=dict(os.environ, TMPDIR=str(shared)),
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "Model server started" not in p.stdout, p.stdout
     assert f"{d} is not a directory that only uid {os.geteuid()} can write" in p.stderr, p.stderr
     assert os.listdir(elsewhere) == []
+
+
+# ---------------------------------------------------------------------------- manifest paths
+
+def dir_model(store, name, manifest_model, files=None, links=None):
+    """A model directory in the store: MANIFEST.json with these "model" fields, files (name ->
+    bytes) and links (name -> target)."""
+    d = os.path.join(store, name)
+    os.makedirs(os.path.join(d, "MAR-INF"))
+    m = {"modelName": name, "modelVersion": "1.0", "handler": "torchscript"}
+    m.update(manifest_model)
+    with open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w") as f:
+        json.dump({"runtime": "python", "model": m}, f)
+    for fname, data in (files or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(d, fname)), exist_ok=True)
+        with open(os.path.join(d, fname), "wb") as f:
+            f.write(data)
+    for fname, target in (links or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(d, fname)), exist_ok=True)
+        os.symlink(target, os.path.join(d, fname))
+    return d
+
+
+@pytest.fixture(scope="module")
+def reg_srv(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reg")
+    store = tmp / "store"
+    store.mkdir()
+    secret = tmp / "secret.yaml"
+    secret.write_text("minWorkers: 3\n")
+    s = start_server(str(tmp), store=str(store), config={"enable_model_api": True,
+                                                         "default_workers_per_model": 0})
+    s.secret = str(secret)
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("case,manifest,links,needle", [
+    ("serialized_up", {"serializedFile": "../secret.pt"}, None, "serializedFile '../secret.pt'"),
+    ("serialized_abs", {"serializedFile": "/etc/hostname"}, None, "absolute path"),
+    ("config_up", {"configFile": "sub/../../../secret.yaml"}, None, "configFile"),
+    ("model_file", {"modelFile": "/usr/lib/python3/dist-packages/x.py"}, None, "modelFile"),
+    ("handler_up", {"handler": "../../handler.py:handle"}, None, "handler '../../handler.py'"),
+    ("requirements", {"requirementsFile": "../../r.txt"}, None, "requirementsFile"),
+    ("config_link", {"configFile": "model-config.yaml"}, {"model-config.yaml": "SECRET"},
+     "resolves to"),
+    ("extra_link", {}, {"extra/vocab.json": "/etc/hostname"}, "extra/vocab.json is a link"),
+])
+def test_manifest_paths_stay_inside_the_model(reg_srv, case, manifest, links, needle):
+    """MANIFEST.json's serializedFile, configFile (read by the frontend itself), modelFile,
+    handler and requirementsFile, and the links of a directory model, could name any file of
+    the machine; each is now refused at registration with the field named."""
+    links = {k: (reg_srv.secret if v == "SECRET" else v) for k, v in (links or {}).items()}
+    dir_model(reg_srv.store, case, manifest, links=links)
+    r = requests.post(reg_srv.url("/models", "management"), params={"url": case}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.json()["type"] == "InvalidModelException" and needle in r.json()["message"], r.text
+    assert requests.get(reg_srv.url(f"/models/{case}", "management"), timeout=10).status_code == 404
+
+
+def test_manifest_paths_inside_are_served(reg_srv):
+    """A link that stays inside the model, and names in subdirectories, are fine."""
+    import torch
+    d = dir_model(reg_srv.store, "inside", {"serializedFile": "weights/m.pt",
+                                            "configFile": "model-config.yaml"},
+                  files={"model-config.yaml": b"minWorkers: 1\nmaxWorkers: 1\n"},
+                  links={"current.pt": "weights/m.pt"})
+    os.makedirs(os.path.join(d, "weights"), exist_ok=True)
+    torch.jit.script(torch.nn.Linear(3, 2)).save(os.path.join(d, "weights", "m.pt"))
+    r = requests.post(reg_srv.url("/models", "management"),
+                      params={"url": "inside", "synchronous": "true"}, timeout=60)
+    assert r.status_code == 200, r.text
+    r = requests.post(reg_srv.url("/predictions/inside"), json={"data": [[1, 2, 3]]}, timeout=30)
+    assert r.status_code == 200, r.text
