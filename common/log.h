@@ -1,6 +1,7 @@
 /*
  * log: one logger for both processes. Line format: `pid:role time level [request-id] message`,
- * role 'F' frontend, 'W' worker. The level is checked before formatting (LOG_* macros).
+ * role 'F' frontend, 'W' worker. The level is checked before formatting (LOG_* macros), and
+ * control characters in a line are escaped (log_escape).
  * Thread-safe (one fprintf per line). Pure modules never log; their callers do.
  */
 #ifndef TS_LOG_H
@@ -11,6 +12,13 @@
 enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
 extern int log_min_level;
+
+/* Copies s[0..n) into dst (at most cap bytes, an escape never cut) with what could forge or
+ * hide a log line escaped: control characters (CR, LF, ESC, BEL, NUL, ...; not TAB) and DEL as
+ * \r, \n or \xNN, and the UTF-8 C1 controls (U+0080..U+009F, which terminals also obey) as
+ * \xC2\xNN. Returns the bytes written. Every log line goes through it (log_write, the workers'
+ * output, the access log), whatever a URL, a name, a header or a handler's print held. */
+size_t log_escape(char *dst, size_t cap, const char *s, size_t n);
 
 /* role: 'F' or 'W'. out: the stream to write to (stderr by default). */
 void log_init(char role, FILE *out);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core.h"
+#include "log.h"
 #include "rlog.h"
 #include "util.h"
 
@@ -29,9 +30,10 @@ static void put(struct line *l, const char *s, size_t n)
     l->n += n;
 }
 
+/* What a client chose (a target, a request id): escaped, it cannot forge a line. */
 static void puts_(struct line *l, const char *s)
 {
-    put(l, s, strlen(s));
+    l->n += log_escape(l->b + l->n, sizeof(l->b) - 1 - l->n, s, strlen(s));
 }
 
 static void put_u64(struct line *l, uint64_t v, int min_digits)

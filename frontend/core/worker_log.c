@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "log.h"
 #include "metric_line.h"
 #include "rlog.h"
 #include "util.h"
@@ -39,7 +40,8 @@ int worker_log_pipe(int *wr)
     return p[0];
 }
 
-/* One line (without its newline) to model_log.log and stderr. */
+/* One line (without its newline) to model_log.log and stderr, tagged with its worker, with
+ * control characters escaped (log_escape): a handler's print cannot forge or hide a line. */
 static void emit(struct worker_log *l, const char *s, size_t n)
 {
     size_t pl = sizeof(METRIC_LINE_PREFIX) - 1;
@@ -47,14 +49,13 @@ static void emit(struct worker_log *l, const char *s, size_t n)
         l->on_metric(l->arg, s + pl, n - pl);
         return;
     }
-    char out[WORKER_LOG_LINE_MAX + sizeof(l->tag) + 2];
+    static char out[WORKER_LOG_LINE_MAX * 4 + sizeof(l->tag) + 2]; /* loop thread only */
     memcpy(out, l->tag, l->tag_len);
-    memcpy(out + l->tag_len, s, n);
-    out[l->tag_len + n] = '\n';
+    size_t m = l->tag_len + log_escape(out + l->tag_len, sizeof(out) - l->tag_len - 1, s, n);
+    out[m++] = '\n';
     if (srv->model_log)
-        rlog_write(srv->model_log, out, l->tag_len + n + 1);
-    fwrite(s, 1, n, stderr);
-    fputc('\n', stderr);
+        rlog_write(srv->model_log, out, m);
+    fwrite(out, 1, m, stderr);
 }
 
 /* Emits the complete lines of l->line (all of it when flush), keeping a partial last one. */

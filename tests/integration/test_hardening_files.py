@@ -4,8 +4,8 @@ model's directory, control characters escaped in every log, and model-config.yam
 values held to the management API's bounds."""
 import json
 import os
-import shutil
-import signal
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -162,3 +162,79 @@ def test_manifest_paths_inside_are_served(reg_srv):
     assert r.status_code == 200, r.text
     r = requests.post(reg_srv.url("/predictions/inside"), json={"data": [[1, 2, 3]]}, timeout=30)
     assert r.status_code == 200, r.text
+
+
+# -------------------------------------------------------------------------------------- logs
+
+PRINTER = """
+import os
+
+def handle(data, context):
+    if data is None:
+        return None
+    # what a handler (or its input) may print: a fake line, a terminal escape, a bell
+    os.write(1, b"before\\r2026-01-01 INFO [x] forged line\\x1b[2J\\x07\\x00 after\\xc2\\x9bC1\\n")
+    os.write(2, b"err\\x1b]0;title\\x07 end\\n")
+    return ["ok" for _ in data]
+"""
+
+CTRL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
+
+
+def wait_for(path, needle, timeout=10):
+    deadline = time.time() + timeout
+    data = b""
+    while time.time() < deadline:
+        try:
+            data = open(path, "rb").read()
+        except FileNotFoundError:
+            data = b""
+        if needle in data:
+            return data
+        time.sleep(0.1)
+    raise AssertionError(f"{path}: {needle!r} not in {data[-2000:]!r}")
+
+
+def test_logs_not_injectable(tmp_path):
+    """CR, LF, ESC, BEL, NUL and C1 controls from a request id, a request target and a
+    handler's output reached the logs raw: a handler could forge a line of the server's log or
+    send escapes to the terminal of whoever reads it. Now they are escaped (\\r, \\x1b, ...),
+    and the workers' lines are tagged with their worker in the server's log too."""
+    store = str(tmp_path / "store")
+    d = os.path.join(store, "printer")
+    os.makedirs(os.path.join(d, "MAR-INF"))
+    with open(os.path.join(d, "handler.py"), "w") as f:
+        f.write(PRINTER)
+    with open(os.path.join(d, "model-config.yaml"), "w") as f:
+        f.write("minWorkers: 1\nmaxWorkers: 1\n")
+    with open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w") as f:
+        json.dump({"runtime": "python", "model": {"modelName": "printer", "handler": "handler.py",
+                                                  "modelVersion": "1.0",
+                                                  "configFile": "model-config.yaml"}}, f)
+    s = start_server(str(tmp_path), store=store, models=["printer"])
+    try:
+        s.wait_healthy()
+        # a control character in a header is refused (400) now; a C1 control, in UTF-8, is not
+        rid = "evil\xc2\x9b31mid"
+        r = requests.post(s.url("/predictions/printer"), data=b"x",
+                          headers={"x-request-id": rid}, timeout=30)
+        assert r.status_code == 200 and r.text == "ok", (r.text, s.log()[-3000:])
+        # a refused target with an ESC and a BEL in it (400) is still logged
+        with socket.create_connection(("127.0.0.1", s.ports["inference"]), timeout=10) as c:
+            c.sendall(b"GET /ping\x1b[2J\x07 HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert c.recv(64).startswith(b"HTTP/1.1 400")
+        logs = os.path.join(s.tmp, "logs")
+        access = wait_for(os.path.join(logs, "access_log.log"), b"ping\\x1b[2J\\x07")
+        assert b"evil\\xc2\\x9b31mid" in access
+        model = wait_for(os.path.join(logs, "model_log.log"), b"forged line")
+        server = wait_for(s.log_path, b"forged line")
+        for text in (access, model, server):
+            assert not CTRL.search(text), CTRL.search(text)
+        forged = [ln for ln in model.splitlines() + server.splitlines() if b"forged" in ln]
+        assert forged and all(ln.startswith(b"W-") and
+                              b"before\\r2026-01-01 INFO [x] forged line\\x1b[2J\\x07\\x00 after"
+                              b"\\xc2\\x9bC1" in ln for ln in forged), forged
+        errs = [ln for ln in server.splitlines() if b"err\\x1b]0;title\\x07 end" in ln]
+        assert errs and all(ln.startswith(b"W-") for ln in errs), errs
+    finally:
+        s.stop()
