@@ -19,6 +19,7 @@
 #include "core/model.h"
 #include "core/worker_pool.h"
 #include "log.h"
+#include "model_config.h"
 #include "model_register.h"
 #include "properties.h"
 #include "util.h"
@@ -59,8 +60,17 @@ void snapshot_shutdown(void)
 
 /* ---- reading ---- */
 
-static const char *const int_fields[] = {"minWorkers",    "maxWorkers",      "batchSize",
-                                         "maxBatchDelay", "responseTimeout", "startupTimeout"};
+/* The numbers a snapshot (or models=) sets, held to the bounds model-config.yaml and the
+ * management API hold them to (model_config.h): a snapshot of minWorkers 66 or batchSize 1e9
+ * is refused at start with the field named, as a register call with those values is. */
+static const struct {
+    const char *name;
+    long min, max;
+} int_fields[] = {
+    {"minWorkers", 0, MC_MAX_WORKERS},        {"maxWorkers", 0, MC_MAX_WORKERS},
+    {"batchSize", 1, MC_MAX_BATCH_SIZE},      {"maxBatchDelay", 0, MC_MAX_DELAY_MS},
+    {"responseTimeout", 0, MC_MAX_TIMEOUT_S}, {"startupTimeout", 0, MC_MAX_TIMEOUT_S},
+};
 
 static json_t *models_of(json_t *root, int models_only)
 {
@@ -111,14 +121,30 @@ int snapshot_check(const char *json, int models_only, char *why, size_t whylen)
                 goto out;
             }
             for (size_t i = 0; i < sizeof int_fields / sizeof int_fields[0]; i++) {
-                json_t *f = json_object_get(v, int_fields[i]);
-                if (f && (!json_is_integer(f) || json_integer_value(f) < 0 ||
-                          json_integer_value(f) > 1000000000)) {
-                    snprintf(why, whylen,
-                             "model %.64s version %.64s: \"%s\" must be a non-negative integer",
-                             name, version, int_fields[i]);
+                json_t *f = json_object_get(v, int_fields[i].name);
+                if (f && !json_is_integer(f)) {
+                    snprintf(why, whylen, "model %.64s version %.64s: \"%s\" must be an integer",
+                             name, version, int_fields[i].name);
                     goto out;
                 }
+                json_int_t n = f ? json_integer_value(f) : int_fields[i].min;
+                if (n < int_fields[i].min || n > int_fields[i].max) {
+                    snprintf(why, whylen,
+                             "model %.64s version %.64s: \"%s\" %lld is outside %ld..%ld (the "
+                             "bounds of model-config.yaml and the management API)",
+                             name, version, int_fields[i].name, (long long)n, int_fields[i].min,
+                             int_fields[i].max);
+                    goto out;
+                }
+            }
+            json_t *mn = json_object_get(v, "minWorkers"), *mx = json_object_get(v, "maxWorkers");
+            if (mn && mx && json_integer_value(mx) < json_integer_value(mn)) {
+                snprintf(why, whylen,
+                         "model %.64s version %.64s: \"maxWorkers\" %lld is less than "
+                         "\"minWorkers\" %lld",
+                         name, version, (long long)json_integer_value(mx),
+                         (long long)json_integer_value(mn));
+                goto out;
             }
             json_t *d = json_object_get(v, "defaultVersion");
             if (d && !json_is_boolean(d)) {

@@ -238,3 +238,24 @@ def test_logs_not_injectable(tmp_path):
         assert errs and all(ln.startswith(b"W-") for ln in errs), errs
     finally:
         s.stop()
+
+
+# ------------------------------------------------------------------- model-config.yaml bounds
+
+@pytest.mark.parametrize("key,value,bound", [("minWorkers", 66, 64),
+                                             ("batchSize", 1000000000, 1024),
+                                             ("maxBatchDelay", 1000000000, 600000),
+                                             ("responseTimeout", 1000000000, 604800)])
+def test_model_config_values_held_to_the_api_bounds(reg_srv, key, value, bound):
+    """model-config.yaml goes through the same bounds as register and scale: refused (400,
+    InvalidModelException) with file, line and key named."""
+    import torch
+    name = f"mc_{key}"
+    d = dir_model(reg_srv.store, name, {"serializedFile": "m.pt",
+                                        "configFile": "model-config.yaml"},
+                  files={"model-config.yaml": f"maxWorkers: 1\n{key}: {value}\n".encode()})
+    torch.jit.script(torch.nn.Linear(3, 2)).save(os.path.join(d, "m.pt"))
+    r = requests.post(reg_srv.url("/models", "management"), params={"url": name}, timeout=60)
+    assert r.status_code == 400, r.text
+    msg = r.json()["message"]
+    assert "model-config.yaml:2" in msg and key in msg and f"at most {bound}" in msg, msg

@@ -119,6 +119,18 @@ def test_snapshot_restores_models_and_ncs_does_not(tmp_path):
     ('{"models": {"../x": {"1.0": {"marName": "mlp.mar"}}}}', "Invalid model name"),
     ('{"models": {"mlp": {"1/../../x": {"marName": "mlp.mar"}}}}', "Invalid model version"),
     ('{"models": ', "invalid JSON"),
+    # the bounds of model-config.yaml and the management API (minWorkers 66 spawned 66
+    # workers; 1e9 was accepted for each of these)
+    ('{"models": {"mlp": {"1.0": {"marName": "mlp.mar", "minWorkers": 66, "maxWorkers": 66}}}}',
+     '"minWorkers" 66 is outside 0..64'),
+    ('{"models": {"mlp": {"1.0": {"marName": "mlp.mar", "batchSize": 1000000000}}}}',
+     '"batchSize" 1000000000 is outside 1..1024'),
+    ('{"models": {"mlp": {"1.0": {"marName": "mlp.mar", "maxBatchDelay": 1000000000}}}}',
+     '"maxBatchDelay" 1000000000 is outside 0..600000'),
+    ('{"models": {"mlp": {"1.0": {"marName": "mlp.mar", "responseTimeout": 1000000000}}}}',
+     '"responseTimeout" 1000000000 is outside 0..604800'),
+    ('{"models": {"mlp": {"1.0": {"marName": "mlp.mar", "minWorkers": 3, "maxWorkers": 2}}}}',
+     '"maxWorkers" 2 is less than "minWorkers" 3'),
 ])
 def test_corrupt_snapshot_refuses_the_start(tmp_path, bad, needle):
     tmp = str(tmp_path)
