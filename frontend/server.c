@@ -27,6 +27,7 @@
 #include "core/model.h"
 #include "core/worker_pool.h"
 #include "grpc/grpc_server.h"
+#include "core/conn_budget.h"
 #include "http/http_metrics.h"
 #include "http/http_server.h"
 #include "http/http_tls.h"
@@ -430,6 +431,7 @@ int server_main(const struct server_opts *o)
         LOG_ERROR("cannot write %s in the working directory: %s", AUTH_KEY_FILE, strerror(errno));
         goto out;
     }
+    conn_budget_init(srv->cfg.max_connections); /* HTTP's and gRPC's, before any listener */
     if (http_servers_start() != 0)
         goto out;
     if (srv->cfg.enable_grpc && srv->cfg.enable_grpc_ssl) {

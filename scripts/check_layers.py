@@ -63,7 +63,7 @@ RANKS = {
 ORDERS = {
     "frontend/core": [
         ("core", "config", "batcher", "ev_mem", "loop_wait", "metrics", "model_metrics",
-         "metrics_config", "proc_info", "worker_progress", "handler_reply"),
+         "metrics_config", "proc_info", "worker_progress", "handler_reply", "conn_budget"),
         ("job", "access_log", "worker_log", "worker_out"),
         ("worker_pool",),
         ("sequence",),

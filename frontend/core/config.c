@@ -129,6 +129,9 @@ static const struct key keys[] = {
     /* ours: the workers' debug counters (x-ts-worker-batch, -forward-us, ...) as response
      * headers, for tests and benchmarks; off, no client sees them (handler_reply.h) */
     {"worker_debug_headers", K_BOOL, F(worker_debug_headers), 0, 0},
+    /* ours: what unfinished (so unauthenticated) request heads may hold together on the HTTP
+     * listeners; past it the largest are closed (http/http_heads.h) */
+    {"max_pending_heads_size", K_SIZE, F(max_pending_heads_size), 0, 0},
 };
 
 /* TorchServe keys we do not act on. A key whose effect a user relies on (security, where data
@@ -225,6 +228,7 @@ void config_defaults(struct config *c)
     c->state_dir = NULL; /* default: <run dir>/state, see server.c */
     c->log_location = xstrdup("logs/");
     c->log_max_size = 100L << 20;
+    c->max_pending_heads_size = 64L << 20;
     c->log_max_files = 5;
     c->enable_access_log = 1;
     c->sched_batch = 1;

@@ -78,7 +78,8 @@ struct config {
     int install_py_dep_per_model; /* a model's requirements.txt into its own venv (false) */
     char **env_keys;              /* the keys the environment set (config_from_env) */
     size_t n_env_keys;
-    int worker_debug_headers; /* our key: pass the workers' x-ts-worker-* counters (false) */
+    int worker_debug_headers;    /* our key: pass the workers' x-ts-worker-* counters (false) */
+    long max_pending_heads_size; /* our key: unfinished request heads together (64 MiB) */
 };
 
 typedef void config_warn_fn(const char *msg, void *arg);

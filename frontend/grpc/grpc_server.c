@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/conn_budget.h"
 #include "core/core.h"
+#include "grpc_accept.h"
 #include "grpc_call.h"
 #include "grpc_drive.h"
 #include "log.h"
@@ -33,12 +35,37 @@
 /* requests armed per server: new calls wait in gRPC only if this many arrive in one loop turn */
 #define ARMED_CALLS 32
 
+/* What gRPC core 1.51 lets a server bound before a call is authorized (docs/grpc.md, "Limits"):
+ * streams at once on one connection (its default is unlimited), the request headers, and the
+ * time a connection may take for its TLS and HTTP/2 handshakes (default 120 s). Connections are
+ * bounded by the connection budget (grpc_accept.h). */
+#define GRPC_MAX_STREAMS 128
+#define GRPC_MAX_METADATA (8 * 1024) /* gRPC's own default, said explicitly */
+#define GRPC_HANDSHAKE_MS 10000
+/* gRPC buffers a whole message before max_receive_message_length refuses it (1.51 has no hook
+ * on a message's length prefix): a memory quota over everything its transports hold bounds
+ * that. Over it, gRPC resets the streams that hold the most (RST_STREAM ENHANCE_YOUR_CALM, the
+ * client's RESOURCE_EXHAUSTED). At least GRPC_QUOTA_MIN, and room for a few messages of
+ * max_request_size. */
+#define GRPC_QUOTA_MIN (64L << 20)
+#define GRPC_QUOTA_MESSAGES 4
+
 static struct {
     int started;
     grpc_completion_queue *cq;
     struct gsrv srv[2];
     int n_srv;
+    grpc_resource_quota *quota;
 } G;
+
+static grpc_arg int_arg(const char *key, int value)
+{
+    grpc_arg a;
+    a.type = GRPC_ARG_INTEGER;
+    a.key = (char *)key;
+    a.value.integer = value;
+    return a;
+}
 
 static void arm_new_call(struct gsrv *s)
 {
@@ -114,30 +141,29 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
     s->methods = methods;
     s->scope = scope;
     s->shutdown_tag = (struct gtag){NULL, TAG_SHUTDOWN};
-    grpc_arg arg[4];
-    arg[0].type = GRPC_ARG_INTEGER;
-    arg[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    arg[0].value.integer =
-        srv->cfg.max_request_size > 0x7fffffff ? 0x7fffffff : (int)srv->cfg.max_request_size;
+    grpc_arg arg[10];
+    size_t n = 0;
+    arg[n++] = int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, srv->cfg.max_request_size > 0x7fffffff
+                                                                ? 0x7fffffff
+                                                                : (int)srv->cfg.max_request_size);
     /* gRPC binds with SO_REUSEPORT by default: a second server on a taken port would then
      * silently share it instead of failing */
-    arg[1].type = GRPC_ARG_INTEGER;
-    arg[1].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
-    arg[1].value.integer = 0;
+    arg[n++] = int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    arg[n++] = int_arg(GRPC_ARG_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS);
+    arg[n++] = int_arg(GRPC_ARG_MAX_METADATA_SIZE, GRPC_MAX_METADATA);
+    arg[n++] = int_arg(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, GRPC_HANDSHAKE_MS);
+    arg[n].type = GRPC_ARG_POINTER;
+    arg[n].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+    arg[n].value.pointer.p = G.quota;
+    arg[n++].value.pointer.vtable = grpc_resource_quota_arg_vtable();
     /* TorchServe's grpc_*_max_connection_age(_grace)_ms: clients reconnect (and rebalance) */
-    size_t n = 2, which = scope == AUTH_MANAGEMENT;
+    size_t which = scope == AUTH_MANAGEMENT;
     int age = srv->cfg.grpc_max_connection_age_ms[which];
     int grace = srv->cfg.grpc_max_connection_age_grace_ms[which];
-    if (age > 0) {
-        arg[n].type = GRPC_ARG_INTEGER;
-        arg[n].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_MS;
-        arg[n++].value.integer = age;
-    }
-    if (grace > 0) {
-        arg[n].type = GRPC_ARG_INTEGER;
-        arg[n].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS;
-        arg[n++].value.integer = grace;
-    }
+    if (age > 0)
+        arg[n++] = int_arg(GRPC_ARG_MAX_CONNECTION_AGE_MS, age);
+    if (grace > 0)
+        arg[n++] = int_arg(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, grace);
     grpc_channel_args args = {n, arg};
     s->server = grpc_server_create(&args, NULL);
     grpc_server_register_completion_queue(s->server, G.cq, NULL);
@@ -161,6 +187,7 @@ static int add_server(struct gsrv *s, const char *name, const char *addr, int po
         s->server = NULL;
         return -1;
     }
+    grpc_accept_watch_port(bound);
     grpc_server_start(s->server);
     for (int i = 0; i < ARMED_CALLS; i++)
         arm_new_call(s);
@@ -174,6 +201,15 @@ int grpc_servers_start(void)
     if (!srv->cfg.enable_grpc)
         return 0;
     grpc_drive_init();
+    grpc_accept_init();
+    long quota = GRPC_QUOTA_MESSAGES * srv->cfg.max_request_size;
+    if (quota < GRPC_QUOTA_MIN)
+        quota = GRPC_QUOTA_MIN;
+    G.quota = grpc_resource_quota_create("torchserve-c");
+    grpc_resource_quota_resize(G.quota, (size_t)quota);
+    LOG_INFO("gRPC: at most %d streams per connection, %d connections, %ld MiB held by its "
+             "transports",
+             GRPC_MAX_STREAMS, conn_budget_grpc_max(), quota >> 20);
     G.cq = grpc_completion_queue_create_for_next(NULL);
     gcall_setup();
     G.started = 1;
@@ -229,6 +265,10 @@ void grpc_servers_stop(void)
            GRPC_QUEUE_SHUTDOWN)
         ;
     grpc_completion_queue_destroy(G.cq);
+    if (G.quota)
+        grpc_resource_quota_unref(G.quota);
+    G.quota = NULL;
+    grpc_accept_shutdown();
     gcall_teardown();
     grpc_shutdown();
     LOG_INFO("gRPC servers stopped");

@@ -2,6 +2,7 @@
  * http_guard: request and connection limits (see http_guard.h).
  */
 #include "http_guard.h"
+#include "http_heads.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -14,7 +15,6 @@
 #include <event2/http_struct.h> /* the request's HTTP version (libevent 2.1 has no getter) */
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <openssl/ssl.h>
 #include <stdarg.h>
@@ -23,10 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/conn_budget.h"
 #include "core/core.h"
 #include "http_openai.h"
 #include "http_openai_out.h"
@@ -41,7 +41,6 @@
 
 static struct evconnlistener *listeners[MAX_LISTENERS];
 static int n_listeners;
-static int fd_cap; /* accept while the lowest free descriptor is below this */
 static int paused; /* listeners disabled: EMFILE or the cap */
 static struct event *resume_ev;
 static int64_t last_log_us;
@@ -57,57 +56,6 @@ static int heads_seen; /* the head hook runs (evhttp_request_new is ours) */
 /* the chunk-size line refused last (printable copy), "" when none: read by evhttp_send_error,
  * which libevent calls at once for it, and cleared there and at each new head */
 static char bad_chunk_size[40];
-
-int http_guard_max_connections(void)
-{
-    return fd_cap;
-}
-
-static int lowest_free_fd(void)
-{
-    int fd = n_listeners ? fcntl(evconnlistener_get_fd(listeners[0]), F_DUPFD_CLOEXEC, 0)
-                         : open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return INT_MAX; /* EMFILE itself: full */
-    close(fd);
-    return fd;
-}
-
-void http_guard_init(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rlim_t want = rl.rlim_max;
-        if (want == RLIM_INFINITY || want > (1u << 20))
-            want = 1u << 20; /* select()-era code in libraries is not our concern; memory is */
-        if (want > rl.rlim_cur) {
-            rl.rlim_cur = want;
-            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-                LOG_WARN("cannot raise the fd limit to %lu: %s", (unsigned long)want,
-                         strerror(errno));
-        }
-    }
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        rl.rlim_cur = 1024;
-    long lim = rl.rlim_cur == RLIM_INFINITY ? (1L << 20) : (long)rl.rlim_cur;
-    /* a reserve for what is not a connection: worker sockets and pipes, LMDB, gRPC, logs */
-    long reserve = lim / 8;
-    if (reserve < 64)
-        reserve = 64;
-    if (reserve > 1024)
-        reserve = 1024;
-    /* max_connections counts the descriptors opened after this point: connections, and also
-     * the sockets and pipes of workers started later (a small number next to connections) */
-    long base = lowest_free_fd();
-    long cap = srv->cfg.max_connections > 0 ? base + srv->cfg.max_connections : lim - reserve;
-    if (cap > lim - 16)
-        cap = lim - 16;
-    if (cap < base + 16)
-        cap = base + 16;
-    fd_cap = (int)cap;
-    LOG_INFO("fd limit %ld; the HTTP listeners accept while fewer than %d descriptors are open",
-             lim, fd_cap);
-}
 
 /* at most one line per second; the lines in between are counted */
 static void log_limited(const char *what)
@@ -125,8 +73,6 @@ static void log_limited(const char *what)
     last_log_us = now;
     suppressed = 0;
 }
-
-/* The lowest free descriptor: the kernel hands out the lowest, so every one below it is open. */
 
 static void set_accepting(int on)
 {
@@ -152,7 +98,7 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     (void)arg;
-    if (lowest_free_fd() >= fd_cap) {
+    if (conn_budget_full()) {
         log_limited("at the connection cap (max_connections)");
         pause_accepting();
         return;
@@ -177,7 +123,7 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
 static struct bufferevent *on_connection(struct event_base *base, void *arg)
 {
     SSL_CTX *tls = arg;
-    if (!paused && lowest_free_fd() >= fd_cap) {
+    if (!paused && conn_budget_full()) {
         log_limited("at the connection cap (max_connections)");
         pause_accepting();
     }
@@ -473,6 +419,7 @@ static int head_passed(struct evhttp_request *req, void *arg)
 static int on_head(struct evhttp_request *req, void *http)
 {
     heads_seen = 1;
+    http_heads_done(req);
     bad_chunk_size[0] = '\0';
     int scope;
     if (!listener_token_scope(http, &scope))
@@ -530,8 +477,10 @@ struct evhttp_request *evhttp_request_new(void (*cb)(struct evhttp_request *, vo
     }
     struct evhttp_request *req = next(cb, arg);
     int scope;
-    if (req && listener_token_scope(arg, &scope))
+    if (req && listener_token_scope(arg, &scope)) {
         evhttp_request_set_header_cb(req, on_head);
+        http_heads_track(req); /* its head is in progress: the heads' budget counts it */
+    }
     return req;
 }
 

@@ -25,10 +25,10 @@
  *     limits, a method we do not serve) become our JSON error body: the frontend defines
  *     evhttp_send_error, which libevent calls through its PLT (see http_guard.c).
  *
- * Connections. At start the soft fd limit is raised to the hard limit. The HTTP listeners stop
- * accepting while the process holds max_connections descriptors (config; by default the fd limit
- * less a reserve for workers, LMDB and gRPC), and pause for 100 ms on EMFILE or ENFILE instead
- * of spinning on accept(), logging at most once per second.
+ * Connections. The HTTP listeners stop accepting while connections hold the descriptors of
+ * the budget they share with gRPC (core/conn_budget.h: max_connections, or the fd limit less a
+ * reserve for workers, LMDB and gRPC's own), and pause for 100 ms on EMFILE or ENFILE instead of
+ * spinning on accept(), logging at most once per second.
  * Loop thread only.
  */
 #ifndef TS_HTTP_GUARD_H
@@ -43,8 +43,6 @@ struct evhttp_bound_socket;
 #define HTTP_HEAD_MAX 65536
 #define HTTP_HEADERS_MAX 100
 
-/* Raises the fd limit and derives the connection cap. */
-void http_guard_init(void);
 /* token_scope of a listener whose requests need no token (metrics) */
 #define HTTP_NO_TOKEN (-1)
 

@@ -23,6 +23,7 @@
 #include "http_apidoc.h"
 #include "http_flush.h"
 #include "http_guard.h"
+#include "http_heads.h"
 #include "http_inference.h"
 #include "http_management.h"
 #include "http_metrics.h"
@@ -145,7 +146,6 @@ static struct evhttp *listen_on(const struct listen_addr *a,
 int http_servers_start(void)
 {
     const struct config *c = &srv->cfg;
-    http_guard_init();
     if (http_flush_init() != 0)
         return -1;
     if (!strcmp(c->inference_address.scheme, "https") ||
@@ -166,11 +166,13 @@ int http_servers_start(void)
     if (c->enable_metrics_api &&
         !(http_metrics = listen_on(&c->metrics_address, on_metrics, HTTP_NO_TOKEN)))
         return -1;
+    http_heads_start();
     return 0;
 }
 
 void http_servers_stop(void)
 {
+    http_heads_stop();
     http_guard_shutdown();
     http_flush_stop();
     if (tls_ctx)
