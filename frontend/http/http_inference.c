@@ -25,6 +25,7 @@
 #include <strings.h>
 
 #include "http_inference.h"
+#include "http_multipart.h"
 #include "http_oip.h"
 #include "http_reply.h"
 #include "http_stream.h"
@@ -58,6 +59,31 @@ static void add_query_params(struct evhttp_request *req, struct job *j)
     evhttp_clear_headers(&kv);
 }
 
+/* A multipart/form-data body as TorchServe passes it on: one parameter per part, named by its
+ * form field, instead of "body" (http_multipart.h). 0, or -1 with e = 400 naming the problem. */
+static int add_form_params(struct job *j, const char *ctype, struct evbuffer *in, size_t len,
+                           struct submit_error *e)
+{
+    const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    struct http_part *parts = xmalloc(HTTP_MULTIPART_MAX_PARTS * sizeof(*parts));
+    int n = http_multipart_parse(ctype, body, len, parts, HTTP_MULTIPART_MAX_PARTS, e->msg,
+                                 sizeof(e->msg));
+    if (n < 0) {
+        e->status = 400;
+        e->type = "BadRequestException";
+        free(parts);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        char *v = xmalloc(parts[i].len + 1);
+        memcpy(v, parts[i].data, parts[i].len);
+        v[parts[i].len] = '\0';
+        job_add_param_owned(j, parts[i].name, parts[i].ctype, v, parts[i].len);
+    }
+    free(parts);
+    return 0;
+}
+
 /* The shared part of every inference entry point: body limits, job creation, submission. */
 static void submit_predict(struct evhttp_request *req, const char *rid, struct model *m,
                            const char *url_path, int explain, int versioned)
@@ -86,10 +112,17 @@ static void submit_predict(struct evhttp_request *req, const char *rid, struct m
     job_add_header(j, "url_path", url_path ? url_path : "", url_path ? strlen(url_path) : 0);
     job_add_header(j, "explain", explain ? "True" : "False", explain ? 4 : 5);
     add_query_params(req, j);
-    char *body = xmalloc(len + 1);
-    evbuffer_remove(in, body, len);
-    body[len] = '\0';
-    job_add_param_owned(j, "body", ctype ? ctype : "", body, len);
+    if (http_multipart_is_form(ctype)) {
+        if (add_form_params(j, ctype, in, len, &e) != 0) {
+            http_call_reject(c, e.status, e.type, e.msg);
+            return;
+        }
+    } else {
+        char *body = xmalloc(len + 1);
+        evbuffer_remove(in, body, len);
+        body[len] = '\0';
+        job_add_param_owned(j, "body", ctype ? ctype : "", body, len);
+    }
 
     int rc = model_submit_request(m, j, &e);
     if (rc == 1) { /* a sequence cancel, carried out by the frontend */

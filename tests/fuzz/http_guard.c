@@ -4,7 +4,8 @@
  * as evhttp hands them over. Input: the first line is the target, each further line a header
  * "name: value" (a line without ':' is a name with an empty value). A request the checks let
  * through must have a target of at most HTTP_LINE_MAX bytes without control bytes or "%00", at
- * most HTTP_HEADERS_MAX headers, plain and agreeing Content-Lengths, at most one
+ * most HTTP_HEADERS_MAX headers, each named by a token and valued without control characters
+ * (TAB aside), plain and agreeing Content-Lengths, at most one
  * Transfer-Encoding, which is "chunked", and never both.
  * The first line is also read as a chunk-size line (evutil_strtoll, base 16): accepted, it is
  * hex digits worth at most 2^63-1, then blanks and an optional ";extension", and the value is
@@ -87,6 +88,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         {
             count++;
             FUZZ_CHECK(strlen(h->key) + strlen(h->value) + 2 <= HTTP_LINE_MAX);
+            /* a token name; a value without control characters (TAB aside) */
+            FUZZ_CHECK(h->key[0]);
+            for (const char *c = h->key; *c; c++)
+                FUZZ_CHECK(isalnum((unsigned char)*c) || strchr("!#$%&'*+-.^_`|~", *c));
+            for (const char *c = h->value; *c; c++)
+                FUZZ_CHECK(((unsigned char)*c >= 0x20 || *c == '\t') && *c != 0x7f);
             if (!strcasecmp(h->key, "Content-Length")) {
                 FUZZ_CHECK(digits_only(h->value));
                 FUZZ_CHECK(!cl || !strcmp(cl, h->value));
