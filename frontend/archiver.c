@@ -20,6 +20,7 @@
 
 #include "mgmt/archive.h"
 #include "manifest.h"
+#include "py_builtins.h"
 #include "util.h"
 #include "yaml_flat.h"
 
@@ -184,12 +185,7 @@ static int stage_extra(const char *staging, const char *src)
 /* TorchServe's built-in Python handlers: names, not files, served by our ts package. */
 static int is_python_builtin(const char *h)
 {
-    static const char *const names[] = {"base_handler", "image_classifier", "object_detector",
-                                        "image_segmenter", "text_classifier"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(h, names[i]))
-            return 1;
-    return 0;
+    return py_builtin_handler(h, strlen(h));
 }
 
 /* A Python handler file: "path/handler.py" or "path/handler.py:function". It must exist; it is

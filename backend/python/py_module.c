@@ -6,6 +6,7 @@
  * copied by the worker (handler.h), so nothing here outlives a call.
  */
 #include "py_handler.h"
+#include "py_builtins.h"
 #include "py_json.h"
 
 #include <errno.h>
@@ -298,5 +299,17 @@ static struct PyModuleDef module = {
 
 PyObject *pyh_module_init(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    /* the built-in handler names, from the list the loader and the archiver read */
+    PyObject *names = PyTuple_New((Py_ssize_t)PY_BUILTIN_HANDLERS_N);
+    for (size_t i = 0; names && i < PY_BUILTIN_HANDLERS_N; i++)
+        PyTuple_SET_ITEM(names, (Py_ssize_t)i, PyUnicode_FromString(PY_BUILTIN_HANDLERS[i]));
+    if (!names || PyModule_AddObject(m, "BUILTIN_HANDLERS", names) != 0) {
+        Py_XDECREF(names);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

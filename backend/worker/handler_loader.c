@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "py_builtins.h"
 #include "util.h"
 
 static const struct handler_builtin *builtins;
@@ -99,22 +100,14 @@ static const struct ts_handler *load_library(const char *spec, const char *model
     return h;
 }
 
-/* TorchServe's built-in Python handlers, served by the Python plugin. */
-static const char *const python_builtins[] = {
-    "base_handler",    "image_classifier", "object_detector",
-    "image_segmenter", "text_classifier",  "vision_handler",
-};
-
 static int is_python(const char *spec, size_t modlen, const char *runtime)
 {
     if (runtime && (!strcmp(runtime, "python") || !strcmp(runtime, "python3")))
         return 1;
     if (has_suffix(spec, modlen, ".py"))
         return 1;
-    for (size_t i = 0; i < sizeof(python_builtins) / sizeof(python_builtins[0]); i++)
-        if (strlen(python_builtins[i]) == modlen && !memcmp(spec, python_builtins[i], modlen))
-            return 1;
-    return 0;
+    /* TorchServe's built-in Python handlers, served by the Python plugin */
+    return py_builtin_handler(spec, modlen);
 }
 
 /* The Python plugin lives next to the worker: <dir of the executable>/../lib. Loaded only here,

@@ -36,8 +36,7 @@ static int ref_eq(const char *k, size_t n, const char *name)
 }
 
 /* the rules again, written plainly */
-static enum handler_header reference(const char *k, size_t kn, const char *v, size_t vn,
-                                     int debug)
+static enum handler_header reference(const char *k, size_t kn, const char *v, size_t vn, int debug)
 {
     if (!ref_is_token(k, kn))
         return HANDLER_HEADER_INVALID;

@@ -1,10 +1,10 @@
 /*
  * multipart: multipart/form-data bodies (frontend/http/http_multipart.c). Input: the first line
  * is the Content-Type value (the boundary), the rest the body. Parts the parser returns lie
- * inside the body, have a non-empty name without control characters (TAB aside, as in any header line), no content type longer
- * than their buffer, and no delimiter line inside their content; a file always has a content
- * type. Round trip: the parts written again as a canonical body (CRLF, quoted names, the same
- * boundary) parse to the same parts. A refusal says what is wrong.
+ * inside the body, have a non-empty name without control characters (TAB aside, as in any header
+ * line), no content type longer than their buffer, and no delimiter line inside their content; a
+ * file always has a content type. Round trip: the parts written again as a canonical body (CRLF,
+ * quoted names, the same boundary) parse to the same parts. A refusal says what is wrong.
  */
 #include "../../frontend/http/http_multipart.h"
 

@@ -278,3 +278,26 @@ def test_key_rotation_is_atomic(server_factory):
     assert new != inf and r.json()["inference"]["key"] == new
     assert s.get("/ping", headers={"Authorization": f"Bearer {inf}"}).status_code == 401
     assert s.get("/ping", headers={"Authorization": f"Bearer {new}"}).status_code == 200
+
+
+# ----------------------------------------------------------------- one list of built-in names
+
+def test_python_builtin_names_one_list(tmp_path):
+    """The built-in Python handler names were written three times (archiver, the worker's
+    loader, the ts package), and the archiver's list lacked vision_handler. Each name of the
+    one list (common/py_builtins.h) is now archived as a Python model by name."""
+    import re
+    import subprocess
+    import zipfile
+    from conftest import BIN, ROOT
+    header = open(os.path.join(ROOT, "common", "py_builtins.h")).read()
+    names = re.findall(r'"(\w+)"', header[header.index("PY_BUILTIN_HANDLERS[]"):])
+    assert "image_classifier" in names and "vision_handler" in names, names
+    for name in names:
+        r = subprocess.run([os.path.join(BIN, "torchserve-c-archiver"), "--model-name", name,
+                            "--handler", name, "--export-path", str(tmp_path)],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        with zipfile.ZipFile(tmp_path / f"{name}.mar") as z:
+            m = json.loads(z.read("MAR-INF/MANIFEST.json"))
+        assert m["runtime"] == "python" and m["model"]["handler"] == name, m

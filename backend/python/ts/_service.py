@@ -28,14 +28,9 @@ from ts.context import Context, RequestProcessor
 from ts.protocol.otf_message_handler import default_content_type, encode_value
 from ts.utils.util import PredictionException, single_class
 
-BUILTIN_HANDLERS = (
-    "base_handler",
-    "image_classifier",
-    "object_detector",
-    "image_segmenter",
-    "text_classifier",
-    "vision_handler",
-)
+# TorchServe's built-in handlers (ts.torch_handler.<name>): the list the worker's loader and the
+# archiver read too (common/py_builtins.h), handed over by the plugin
+BUILTIN_HANDLERS = _ts_worker.BUILTIN_HANDLERS
 # third-party modules come from Debian's python3-* packages, or from the model's requirements.txt
 # when the server installs it (install_py_dep_per_model=true: the worker then runs in the
 # model's virtual environment, whose path the frontend passes in TS_WORKER_VENV)
