@@ -189,13 +189,15 @@ class Server:
         return sorted(pids)
 
     def wait_ready(self, model, timeout=60, body=None, path=None):
-        """Polls until a prediction on model succeeds (workers load in the background)."""
+        """Polls until a prediction on model succeeds (workers load in the background); without
+        a body, until /ping is 200 (every model has loaded its minWorkers)."""
         deadline = time.time() + timeout
         last = None
         while time.time() < deadline:
             try:
-                r = requests.get(self.url("/ping"), timeout=5)
-                if r.status_code == 200 and body is not None:
+                # a prediction tells that this model is served, whatever the other models do
+                r = requests.get(self.url("/ping"), timeout=5) if body is None else None
+                if body is not None:
                     r = requests.post(self.url(path or f"/predictions/{model}"), timeout=30, **body)
                     if r.status_code == 200:
                         return r

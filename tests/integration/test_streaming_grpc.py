@@ -39,7 +39,9 @@ def ref():
 @pytest.fixture(scope="module")
 def gsrv():
     tmp = tempfile.mkdtemp(prefix="tsc-gstream-")
-    srv = start_server(tmp, models=["identity_text", "char_lm", "mlp"], yaml={
+    # worker_debug_headers: counters() reads the char_lm worker's x-ts-worker-* counters
+    srv = start_server(tmp, models=["identity_text", "char_lm", "mlp"],
+                       config={"worker_debug_headers": True}, yaml={
         "identity_text": {"batchSize": 8, "handler": {"delay_ms": DELAY_MS}},
         "char_lm": {"batchSize": 8, "handler": {"delay_ms": STEP_MS}},
         "mlp": {"batchSize": 1},
