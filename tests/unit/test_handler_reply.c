@@ -23,9 +23,15 @@ TEST(status_outside_200_599_is_500)
 
 TEST(framing_headers_in_any_case)
 {
-    const char *const names[] = {"Content-Length",   "content-length", "TRANSFER-ENCODING",
-                                 "Connection",       "Keep-Alive",     "Upgrade",
-                                 "TE",               "Trailer",        "Proxy-Connection"};
+    const char *const names[] = {"Content-Length",
+                                 "content-length",
+                                 "TRANSFER-ENCODING",
+                                 "Connection",
+                                 "Keep-Alive",
+                                 "Upgrade",
+                                 "TE",
+                                 "Trailer",
+                                 "Proxy-Connection"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         CHECK_EQ_INT(verdict(names[i], "x", 1), HANDLER_HEADER_FRAMING);
     CHECK_EQ_INT(verdict("Content-Type", "text/plain", 0), HANDLER_HEADER_KEEP);
@@ -57,9 +63,12 @@ TEST(debug_counters_only_when_asked)
 TEST(filter_compacts_in_order_and_counts)
 {
     struct otf_kv kv[6] = {
-        {otf_s("Content-Length"), otf_s("5")}, {otf_s("X-A"), otf_s("1")},
-        {otf_s("x-ts-worker-batch"), otf_s("2")}, {otf_s("Bad Name"), otf_s("v")},
-        {otf_s("X-B"), otf_s("2")}, {otf_s("connection"), otf_s("close")},
+        {otf_s("Content-Length"), otf_s("5")},
+        {otf_s("X-A"), otf_s("1")},
+        {otf_s("x-ts-worker-batch"), otf_s("2")},
+        {otf_s("Bad Name"), otf_s("v")},
+        {otf_s("X-B"), otf_s("2")},
+        {otf_s("connection"), otf_s("close")},
     };
     struct otf_prediction p;
     memset(&p, 0, sizeof(p));

@@ -24,10 +24,11 @@ TEST(is_form)
 
 TEST(curl_upload_and_field)
 {
-    int n = parse("multipart/form-data; boundary=----b",
-                  "------b\r\nContent-Disposition: form-data; name=\"data\"; "
-                  "filename=\"kitten.jpg\"\r\nContent-Type: image/jpeg\r\n\r\nJPEG\r\nBYTES\r\n"
-                  "------b\r\nContent-Disposition: form-data; name=\"k\"\r\n\r\nv\r\n------b--\r\n");
+    int n =
+        parse("multipart/form-data; boundary=----b",
+              "------b\r\nContent-Disposition: form-data; name=\"data\"; "
+              "filename=\"kitten.jpg\"\r\nContent-Type: image/jpeg\r\n\r\nJPEG\r\nBYTES\r\n"
+              "------b\r\nContent-Disposition: form-data; name=\"k\"\r\n\r\nv\r\n------b--\r\n");
     CHECK_EQ_INT(n, 2);
     CHECK_STR(parts[0].name, "data");
     CHECK_STR(parts[0].ctype, "image/jpeg");
