@@ -453,7 +453,9 @@ def test_official_client_on_torchserve_urls(oa, node_client):
 def test_official_client_abort_frees_the_slot(server_factory, node_client):
     """Four streams the client aborts after five chunks, with the model's 4 slots: each abort
     gives its KV cache slot back, so the next ones run and, after them, none is held."""
-    srv = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"batchSize": 4}})
+    # probe() reads the worker's x-ts-worker-* counters: only sent with worker_debug_headers
+    srv = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"batchSize": 4}},
+                         config={"worker_debug_headers": True})
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
     res = node_client(srv.url("/v1"), "tiny_gpt", *["abort"] * 4)
     assert 5 <= res["abort"]["chunks"] < 50

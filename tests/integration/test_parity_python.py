@@ -256,7 +256,9 @@ def test_micro_batching_example_answers_as_the_plain_classifier(tmp_path):
     manifest["model"].update({"modelName": "resnet18_mb", "handler": "micro_batching_handler.py",
                               "configFile": "config.yaml"})
     (d / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(manifest))
-    srv = start_server(str(tmp_path), store=str(store), models=["resnet18", "resnet18_mb"])
+    # worker_debug_headers: the answers' x-ts-worker-batch says whether the 8 ran as one batch
+    srv = start_server(str(tmp_path), store=str(store), models=["resnet18", "resnet18_mb"],
+                       config={"worker_debug_headers": True})
     try:
         images = [make_image(i) for i in range(8)]
         for m in ("resnet18", "resnet18_mb"):

@@ -28,6 +28,8 @@ from conftest import PYSTUBS, mar_module, start_server  # noqa: E402
 TIE = 1e-4
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = open(os.path.join(HERE, "..", "..", "scripts", "models", "char_lm", "corpus.txt")).read()
+# probe() reads the textgen worker's x-ts-worker-* counters: only sent with this key
+DEBUG = {"worker_debug_headers": True}
 
 
 def prompt_of(i, n):
@@ -118,7 +120,7 @@ def probe(srv):
 
 @pytest.fixture(scope="module")
 def tg(tmp_path_factory):
-    srv = start_server(str(tmp_path_factory.mktemp("tg")), models=["tiny_gpt"])
+    srv = start_server(str(tmp_path_factory.mktemp("tg")), models=["tiny_gpt"], config=DEBUG)
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
     yield srv
     srv.stop()
@@ -131,7 +133,7 @@ def tg(tmp_path_factory):
 def test_greedy_alone_equals_plain_pytorch_loop(server_factory, prefill):
     """One stream alone, its prompt in one step or in chunks of 7 tokens: the same tokens as
     forward() over the whole sequence each time, one streamed chunk per token."""
-    srv = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {
+    srv = server_factory(models=["tiny_gpt"], config=DEBUG, yaml={"tiny_gpt": {
         "batchSize": 4, "handler": {"max_prefill_tokens": prefill}}})
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
     prompt = prompt_of(3, 60)
@@ -244,7 +246,7 @@ def run_streams(srv, jobs, join=None):
 def test_16_streams_and_one_joining_match_their_alone_runs(server_factory):
     """16 streams of different prompt and output lengths at once, and a long prompt that joins
     while they decode, fed in chunks of 16 tokens: each gets its alone-run's tokens."""
-    srv = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {
+    srv = server_factory(models=["tiny_gpt"], config=DEBUG, yaml={"tiny_gpt": {
         "batchSize": 32, "handler": {"prefill_chunk": 16}}})
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
     before = probe(srv)
@@ -282,7 +284,7 @@ def open_stream(port, prompt, n):
 def test_client_aborts_free_their_slots(server_factory):
     """All 4 slots held by long streams whose clients then leave: the slots come back, and the
     next 4 streams run."""
-    srv = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"batchSize": 4}})
+    srv = server_factory(models=["tiny_gpt"], config=DEBUG, yaml={"tiny_gpt": {"batchSize": 4}})
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
     socks = [open_stream(srv.ports["inference"], prompt_of(i, 30), 480) for i in range(4)]
     for s in socks:
@@ -306,7 +308,7 @@ def rss_kb(pid):
 def test_64_streams_finish_with_nothing_leaked(server_factory):
     """64 streams at once, twice: all finish with their alone-run's tokens, every KV cache slot
     comes back, and the second round grows neither process."""
-    srv = server_factory(models=["tiny_gpt"])
+    srv = server_factory(models=["tiny_gpt"], config=DEBUG)
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
     jobs = [(prompt_of(i, 1 + (i * 37) % 128), 24 + i % 17) for i in range(64)]
     ties = []
