@@ -605,6 +605,13 @@ void ts_set_error(struct ts_ctx *ctx, size_t idx, int status, const char *fmt, .
     struct wreq *r = ctx_req_at(ctx, idx);
     if (!r)
         return;
+    /* an error is never a success: a status that is not one (0 would read as "none set", 200) is
+     * a handler bug, answered as the frontend answers any status outside 200-599 */
+    if (status < 200 || status > 599) {
+        LOG_REQ(LOG_LEVEL_WARN, r->id, "handler %s: error status %d is not an HTTP status; 500",
+                ctx->h->name, status);
+        status = 500;
+    }
     char *body = ctx_error_json(status, msg);
     ts_set_response(ctx, idx, body, strlen(body));
     free(body);

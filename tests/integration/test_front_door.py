@@ -190,10 +190,11 @@ def test_handler_cannot_set_framing_headers(framing_srv):
     assert "framing header(s) dropped ('Content-Length'" in s.log()
 
 
-@pytest.mark.parametrize("code,want", [(99999, 500), (101, 500), (-5, 500), (199, 500),
+@pytest.mark.parametrize("code,want", [(99999, 500), (101, 500), (-5, 500), (199, 500), (0, 500),
                                        (418, 418), (507, 507)])
 def test_prediction_exception_status_bounded(framing_srv, code, want):
-    """PredictionException(code=99999), 101 and -5 used to answer "200 OK"."""
+    """PredictionException(code=99999), 101 and -5 used to answer "200 OK"; code 0 too (the
+    worker took an error's 0 for "no status set")."""
     r = framing_srv.post("/predictions/framing", data=f"code:{code}".encode(),
                          headers={"Content-Type": "text/plain"})
     assert r.status_code == want, (r.status_code, r.text)
