@@ -1,5 +1,11 @@
 # torchserve-c build. `make run` and `make test` are the two commands a new user needs.
 #   make                   build the three binaries into build/bin/
+#   make TORCH_DIR=DIR PYTHON=PATH
+#                          the worker against another libtorch (a libtorch tree or a pip torch's
+#                          package directory; CUDA when it has libtorch_cuda.so) and the Python
+#                          plugin against another Python (a venv's or conda env's python too)
+#   make worker plugin     only the worker and the Python plugin (what a GPU host builds:
+#                          scripts/gpu/check.sh)
 #   make models            build the example models into model-store/ (python3-torch + our archiver)
 #   make run               install deps, build, build models, serve them in the foreground
 #   make test              install deps, build, run unit and integration tests
@@ -9,7 +15,10 @@
 #   make fuzz FUZZ_S=N     build the libFuzzer targets of tests/fuzz/ (clang, build-fuzz/) and run
 #                          each for N seconds on a copy of its corpus
 
+# the Python the plugin embeds (its headers, libpython, its sys.executable); the tests and tools
+# run on Debian's python3 whatever it is
 PYTHON   := /usr/bin/python3
+TEST_PYTHON := /usr/bin/python3
 CC       := gcc
 CXX      := g++
 SANITIZE ?=
@@ -25,12 +34,52 @@ SANITIZE := address,undefined
 endif
 
 CFLAGS   := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
-            -Icommon -Ibackend -Ifrontend -I$(BUILD)/gen
+            -Icommon -Ibackend -Ifrontend -I$(BUILD)/gen $(DEPS_CFLAGS)
 # e.g. EXTRA_CFLAGS=-DTS_METRICS_OFF BUILD=build-nometrics: the metrics' A/B baseline
 CFLAGS   += $(EXTRA_CFLAGS)
+# libtorch: Debian's by default (headers in /usr/include, libraries in the multiarch dir), or
+# TORCH_DIR's include/ and lib/ (a libtorch tree or a pip torch), found at run time by an rpath.
+# The torch libraries are linked with --no-as-needed: nothing calls libtorch_cuda directly, but
+# loading it is what registers CUDA (dropped, the worker would see no GPU). DEPS_PREFIX: a
+# private prefix with the worker's other libraries (LMDB, libyaml, jansson, libuuid; include/ and
+# lib/), for a host without them (scripts/gpu/).
+TORCH_DIR   ?=
+ifeq ($(TORCH_DIR),)
+TORCH_INCDIR := /usr/include
+TORCH_INC    := -I$(TORCH_INCDIR)/torch/csrc/api/include
+TORCH_LIBDIR := /usr/lib/$(shell $(CC) -print-multiarch)
+TORCH_CMAKE  := $(TORCH_LIBDIR)/cmake/Torch/TorchConfig.cmake
+TORCH_RPATH  :=
+else
+TORCH_INCDIR := $(abspath $(TORCH_DIR))/include
+TORCH_INC    := -I$(TORCH_INCDIR) -I$(TORCH_INCDIR)/torch/csrc/api/include
+TORCH_LIBDIR := $(abspath $(TORCH_DIR))/lib
+TORCH_CMAKE  := $(abspath $(TORCH_DIR))/share/cmake/Torch/TorchConfig.cmake
+TORCH_RPATH  := -Wl,-rpath,$(TORCH_LIBDIR)
+endif
+TORCH_CUDA   := $(wildcard $(TORCH_LIBDIR)/libtorch_cuda.so)
+# the C++ ABI libtorch was built with (std::string crosses the shim's calls into it)
+TORCH_ABI    := $(shell sed -n 's/.*_GLIBCXX_USE_CXX11_ABI=\([01]\).*/\1/p' \
+                  $(wildcard $(TORCH_CMAKE)) /dev/null | head -n 1)
+TORCH_LIBS   := -L$(TORCH_LIBDIR) $(TORCH_RPATH) -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 \
+                $(if $(TORCH_CUDA),-ltorch_cuda -lc10_cuda) -Wl,--as-needed
+# CUDA graphs (backend/torch/torch_graph.cpp) need the CUDA runtime's headers besides libtorch's:
+# the toolkit's (CUDA_HOME) or the ones pip's nvidia packages put next to torch. Without them,
+# or with a CPU libtorch, torch_graph_none.cpp says so when a model asks for graphs.
+CUDA_HOME    ?= /usr/local/cuda
+CUDA_RUNTIME_H := $(firstword $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h \
+                    $(if $(TORCH_DIR),$(abspath $(TORCH_DIR))/../nvidia/*/include/cuda_runtime_api.h)))
+CUDA_GRAPHS  ?= $(if $(and $(TORCH_CUDA),$(CUDA_RUNTIME_H)),1,0)
+TORCH_GRAPH  := backend/torch/torch_graph$(if $(filter 1,$(CUDA_GRAPHS)),,_none).cpp
+DEPS_PREFIX  ?=
+ifneq ($(DEPS_PREFIX),)
+DEPS_CFLAGS  := -I$(abspath $(DEPS_PREFIX))/include
+DEPS_LDFLAGS := -L$(abspath $(DEPS_PREFIX))/lib -Wl,-rpath,$(abspath $(DEPS_PREFIX))/lib
+endif
 CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -Ibackend/torch \
-            -I/usr/include/torch/csrc/api/include -Wno-unused-parameter
-LDFLAGS  := -pthread -rdynamic
+            $(TORCH_INC) -Wno-unused-parameter \
+            $(if $(TORCH_ABI),-D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI))
+LDFLAGS  := -pthread -rdynamic $(DEPS_LDFLAGS)
 ifneq ($(SANITIZE),)
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 CFLAGS   += $(SANFLAGS)
@@ -60,27 +109,33 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 FRONTEND_LIBS := -levent -levent_openssl -lssl -lcrypto -lgrpc -lgpr -labsl_synchronization -lprotobuf-c -llmdb -lyaml -ljansson \
                  -larchive -luuid
-WORKER_LIBS   := -ltorch -ltorch_cpu -lc10 -lstdc++ -llmdb -lyaml -ljansson -luuid -ldl -lm
+WORKER_LIBS   := $(TORCH_LIBS) -lstdc++ -llmdb -lyaml -ljansson -luuid -ldl -lm
 ARCHIVER_LIBS := -larchive -ljansson -lyaml -luuid
 
 BINS := $(BUILD)/bin/torchserve-c $(BUILD)/bin/torchserve-c-worker $(BUILD)/bin/torchserve-c-archiver
 
 # The Python handler: a plugin the worker dlopens only for a Python model (backend/python/), and
-# our `ts` package next to it in $(BUILD)/lib/python/. Debian's libpython3.11, never the python
-# first on PATH.
-PYTHON_CONFIG := /usr/bin/python3.11-config
-# what code embedding CPython compiles and links with (the Python handler, test_py_json, the
-# py_json fuzz target); recursive, so python3.11-config runs only when one of them is built
-PY_INCLUDES = $(shell $(PYTHON_CONFIG) --includes)
-PY_EMBED_LDFLAGS = $(shell $(PYTHON_CONFIG) --embed --ldflags)
+# our `ts` package next to it in $(BUILD)/lib/python/. Built against PYTHON (default Debian's
+# /usr/bin/python3): its headers, its shared libpython and its sys.executable, all from its
+# sysconfig (scripts/python_embed.py), so that any Python 3 works, a venv's or conda env's
+# included. $(BUILD)/lib/libts_python.info tells the frontend which interpreter that is.
+# Recursive, so PYTHON runs only when one of them is built.
+PY_EMBED         = $(or $(shell $(PYTHON) scripts/python_embed.py $(1)),\
+                        $(error PYTHON=$(PYTHON): scripts/python_embed.py $(1) failed))
+PY_INCLUDES      = $(call PY_EMBED,cflags)
+PY_EMBED_LDFLAGS = $(call PY_EMBED,ldflags)
+PY_EXECUTABLE    = $(call PY_EMBED,executable)
 PY_SRCS       := $(wildcard backend/python/*.c)
 PY_PLUGIN     := $(BUILD)/lib/libts_python.so
 PY_PKG        := $(patsubst backend/python/%,$(BUILD)/lib/python/%,\
                    $(shell find backend/python/ts backend/python/mlserver backend/python/tsc_runtimes -name '*.py' 2>/dev/null))
+PY_INFO       := $(BUILD)/lib/libts_python.info
 
 .PHONY: all deps models run test test-unit test-integration test-smoke bench clean format \
-        format-check pystubs check-layers fuzz fuzz-build fuzz-run openai-client
-all: $(BINS) $(PY_PLUGIN) $(PY_PKG) pystubs
+        format-check pystubs check-layers fuzz fuzz-build fuzz-run openai-client worker plugin
+all: $(BINS) plugin pystubs
+worker: $(BUILD)/bin/torchserve-c-worker
+plugin: $(PY_PLUGIN) $(PY_PKG) $(PY_INFO)
 
 deps:
 	@scripts/install-deps.sh
@@ -118,25 +173,48 @@ $(BUILD)/bin/torchserve-c: $(call obj,$(FRONTEND_SRCS) $(COMMON_SRCS)) $(FRONTEN
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FRONTEND_LIBS)
 
-$(BUILD)/obj/backend/torch/torch_shim.o: backend/torch/torch_shim.cpp backend/torch/torch_shim.h
+# the shim's objects are rebuilt, and the worker relinked, when another libtorch is named (the
+# flag file holds what was built with); torch_graph.o is either source (TORCH_GRAPH)
+TORCH_HDRS  := $(wildcard backend/torch/*.h)
+TORCH_OBJS  := $(patsubst %.cpp,$(BUILD)/obj/%.o,backend/torch/torch_shim.cpp \
+                 backend/torch/torch_device.cpp) $(BUILD)/obj/backend/torch/torch_graph.o
+TORCH_FLAGS := $(TORCH_INCDIR) $(TORCH_LIBDIR) $(TORCH_ABI) $(TORCH_GRAPH) $(CUDA_RUNTIME_H)
+$(BUILD)/obj/backend/torch/%.o: backend/torch/%.cpp $(TORCH_HDRS) $(BUILD)/torch.flags
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
-
-$(BUILD)/bin/torchserve-c-worker: $(call obj,$(BACKEND_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/backend/torch/torch_shim.o
+$(BUILD)/obj/backend/torch/torch_graph.o: $(TORCH_GRAPH) $(TORCH_HDRS) $(BUILD)/torch.flags
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(WORKER_LIBS)
+	$(CXX) $(CXXFLAGS) $(if $(filter 1,$(CUDA_GRAPHS)),-I$(dir $(CUDA_RUNTIME_H))) -c $< -o $@
+$(BUILD)/torch.flags: FORCE
+	@mkdir -p $(dir $@)
+	@echo "$(TORCH_FLAGS)" | cmp -s - $@ || echo "$(TORCH_FLAGS)" > $@
+.PHONY: FORCE
+
+WORKER_OBJS := $(call obj,$(BACKEND_SRCS) $(COMMON_SRCS)) $(TORCH_OBJS)
+$(BUILD)/bin/torchserve-c-worker: $(WORKER_OBJS) $(BUILD)/torch.flags
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(WORKER_OBJS) $(WORKER_LIBS)
 
 $(BUILD)/bin/torchserve-c-archiver: $(call obj,$(ARCHIVER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(ARCHIVER_LIBS)
 
-$(BUILD)/obj/backend/python/%.o: backend/python/%.c
+# the objects and the info file are rebuilt when PYTHON names another interpreter
+$(BUILD)/obj/backend/python/%.o: backend/python/%.c $(BUILD)/python.flags
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC $(PY_INCLUDES) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) -fPIC $(PY_INCLUDES) -DTS_PY_EXECUTABLE='"$(PY_EXECUTABLE)"' -MMD -MP \
+	    -c $< -o $@
+$(BUILD)/python.flags: FORCE
+	@mkdir -p $(dir $@)
+	@echo "$(PYTHON)" | cmp -s - $@ || echo "$(PYTHON)" > $@
 
 $(PY_PLUGIN): $(call obj,$(PY_SRCS))
 	@mkdir -p $(dir $@)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(PY_EMBED_LDFLAGS)
+
+$(PY_INFO): $(BUILD)/python.flags scripts/python_embed.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) scripts/python_embed.py info > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/lib/python/%.py: backend/python/%.py
 	@mkdir -p $(dir $@)
@@ -208,17 +286,17 @@ $(OPENAI_CLIENT): tests/openai/package.json tests/openai/package-lock.json
 	cd tests/openai && npm ci --no-audit --no-fund
 
 test-integration: all models $(OPENAI_CLIENT)
-	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
-	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/fault
-	TS_BUILD=$(BUILD) TS_GRPC_DRIVE=thread $(PYTHON) -m pytest -q -p no:cacheprovider $(GRPC_TESTS)
+	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/fault
+	TS_BUILD=$(BUILD) TS_GRPC_DRIVE=thread $(TEST_PYTHON) -m pytest -q -p no:cacheprovider $(GRPC_TESTS)
 
 test-smoke: all models
-	TS_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider -m smoke tests/integration
+	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider -m smoke tests/integration
 
 # dependencies point one way (DESIGN.md): includes and the link map, plus the check's self-test
 check-layers: all
-	$(PYTHON) scripts/check_layers.py --self-test
-	$(PYTHON) scripts/check_layers.py $(BUILD)
+	$(TEST_PYTHON) scripts/check_layers.py --self-test
+	$(TEST_PYTHON) scripts/check_layers.py $(BUILD)
 
 test: deps all models check-layers test-unit test-integration
 
@@ -251,7 +329,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_check.h tests/
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< $(BUILD)/libfuzz.a $(LDFLAGS) \
 	    $(FRONTEND_LIBS) -lz
-# py_json embeds CPython (Python's headers and libpython3.11) and needs nothing from the archive
+# py_json embeds CPython (PYTHON's headers and libpython) and needs nothing from the archive
 $(BUILD)/fuzz/py_json: tests/fuzz/py_json.c tests/fuzz/fuzz_check.h tests/py_embed.h \
                        backend/python/py_json.c backend/python/py_json.h backend/python/lsan_python.h
 	@mkdir -p $(dir $@)

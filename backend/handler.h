@@ -65,6 +65,11 @@ typedef const struct ts_handler *ts_handler_get_fn(void);
 const char *ts_model_name(struct ts_ctx *ctx);
 const char *ts_model_dir(struct ts_ctx *ctx);
 int ts_batch_size(struct ts_ctx *ctx);
+/* The GPU the frontend assigned this worker (TorchServe's gpu_id: an index into the CUDA
+ * devices the server sees, CUDA_VISIBLE_DEVICES applied), or -1 for the CPU. A C handler
+ * loads its model there (torch_shim.h: tsh_load); a Python handler sees it as
+ * context.system_properties["gpu_id"] (None for -1). */
+int ts_gpu_id(struct ts_ctx *ctx);
 /* The handler string the model was loaded with (MANIFEST.json model.handler, or the register
  * request's handler). */
 const char *ts_handler_spec(struct ts_ctx *ctx);

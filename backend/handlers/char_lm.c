@@ -221,7 +221,7 @@ static int clm_init(struct ts_ctx *ctx, void **state)
     }
     char *path = xasprintf("%s/%s", ts_model_dir(ctx), file);
     char *e = NULL;
-    s->m = tsh_load(path, &e);
+    s->m = tsh_load(path, ts_gpu_id(ctx), &e);
     free(path);
     if (!s->m) {
         ts_set_load_error(ctx, "cannot load %s: %s", file, e);
@@ -241,8 +241,11 @@ static int clm_init(struct ts_ctx *ctx, void **state)
         goto fail;
     }
     tsh_tensors_free(out, nout);
-    ts_log(ctx, LOG_LEVEL_INFO, "char_lm: %zu tokens, %lld layer(s) x %lld hidden, delay %ld ms",
-           s->ntok, (long long)s->layers, (long long)s->hidden, s->delay_ms);
+    ts_log(ctx, LOG_LEVEL_INFO,
+           "char_lm: %zu tokens, %lld layer(s) x %lld hidden, delay %ld ms, on %s%.0d", s->ntok,
+           (long long)s->layers, (long long)s->hidden, s->delay_ms,
+           tsh_model_device(s->m) >= 0 ? "cuda:" : "the CPU",
+           tsh_model_device(s->m) >= 0 ? tsh_model_device(s->m) : 0);
     *state = s;
     return 0;
 fail:

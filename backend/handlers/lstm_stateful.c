@@ -41,7 +41,7 @@ static int ls_init(struct ts_ctx *ctx, void **state)
     }
     char *path = xasprintf("%s/%s", ts_model_dir(ctx), ts_serialized_file(ctx));
     char *err = NULL;
-    s->m = tsh_load(path, &err);
+    s->m = tsh_load(path, ts_gpu_id(ctx), &err);
     free(path);
     if (!s->m) {
         ts_set_load_error(ctx, "lstm_stateful: %s", err ? err : "load failed");

@@ -301,7 +301,7 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     }
     char *path = xasprintf("%s/%s", ts_model_dir(ctx), file);
     char *e = NULL;
-    s->m = tsh_load(path, &e);
+    s->m = tsh_load(path, ts_gpu_id(ctx), &e);
     free(path);
     if (!s->m) {
         ts_set_load_error(ctx, "cannot load %s: %s", file, e);

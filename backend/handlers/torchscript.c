@@ -1,14 +1,16 @@
 /*
  * torchscript: the built-in handler for TorchScript archives (TorchServe's "TorchScriptHandler").
  *
- * init loads <model_dir>/<serializedFile> through the shim, optimizes it for inference as
- * handler.optimize says (tsh_freeze; handler.jit_freeze is its older name) and, when
- * model-config.yaml gives the per-sample shape
- * (handler.input_shape: [64]), runs one warm-up forward. Each step validates every
- * request on its own first (shape, element types, JSON syntax): a bad request gets its own 400 and
- * leaves the batch. The good ones are concatenated along dim 0 and run as ONE forward; the output
- * rows are split back per request. Without input_shape each request is one sample of whatever
- * shape it has, and requests of equal shape are stacked into one forward.
+ * init loads <model_dir>/<serializedFile> through the shim onto the worker's device (the GPU the
+ * frontend assigned, else the CPU), optimizes it for inference as handler.optimize says
+ * (tsh_freeze; handler.jit_freeze is its older name) and, when model-config.yaml gives the
+ * per-sample shape (handler.input_shape: [64]), runs one warm-up forward. With
+ * handler.cuda_graph: true (and an input_shape) a model on a GPU has its forward captured as a
+ * CUDA graph per batch size and replayed (tsh_cuda_graphs). Each step validates every request on
+ * its own first (shape, element types, JSON syntax): a bad request gets its own 400 and leaves
+ * the batch. The good ones are concatenated along dim 0 and run as ONE forward; the output rows
+ * are split back per request. Without input_shape each request is one sample of whatever shape
+ * it has, and requests of equal shape are stacked into one forward.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +168,52 @@ static void freeze_module(struct ts_ctx *ctx, struct tsh_model *m, int level)
            fi.in_place, fi.onednn);
 }
 
+/* What the CUDA graphs did in the last forwards (captures, failures), in the log. */
+static void graph_note(struct ts_ctx *ctx, struct tsc_state *s)
+{
+    char *note = tsh_graph_note(s->m);
+    if (note)
+        ts_log(ctx, LOG_LEVEL_INFO, "%s", note);
+    free(note);
+}
+
+/* handler.cuda_graph (default false): one graph per batch size, the first time it is seen, at
+ * most twice batchSize of them (16 at least, for requests of several rows). It needs fixed
+ * sample shapes (handler.input_shape): refused without. A model that is not on a GPU (a host
+ * without one, number_of_gpu=0) or a worker built without CUDA graphs serves eagerly, with a
+ * warning that says why. */
+static int cuda_graphs(struct ts_ctx *ctx, struct tsc_state *s)
+{
+    const char *v = ts_config_get(ctx, "handler.cuda_graph");
+    int on = 0;
+    if (!v)
+        return 0;
+    if (ts_parse_bool(v, &on)) {
+        ts_set_load_error(ctx, "model-config.yaml: handler.cuda_graph: \"%s\" is not true or false",
+                          v);
+        return -1;
+    }
+    if (!on)
+        return 0;
+    if (!s->has_shape) {
+        ts_set_load_error(ctx, "model-config.yaml: handler.cuda_graph: true needs "
+                               "handler.input_shape (a graph is captured for fixed shapes)");
+        return -1;
+    }
+    int max = ts_batch_size(ctx) * 2 > 16 ? ts_batch_size(ctx) * 2 : 16;
+    char *err = NULL;
+    if (tsh_cuda_graphs(s->m, max, &err)) {
+        ts_log(ctx, LOG_LEVEL_WARN, "handler.cuda_graph: %s; forward runs eagerly", err);
+        free(err);
+    } else {
+        ts_log(ctx, LOG_LEVEL_INFO,
+               "handler.cuda_graph: forward captured per batch size (at most "
+               "%d graphs)",
+               max);
+    }
+    return 0;
+}
+
 static void warm_up(struct ts_ctx *ctx, struct tsc_state *s)
 {
     struct tsh_tensor in = {.dtype = TSH_FLOAT32, .ndim = s->ndim + 1};
@@ -187,6 +235,7 @@ static void warm_up(struct ts_ctx *ctx, struct tsc_state *s)
     }
     tsh_tensors_free(out, nout);
     free(in.data);
+    graph_note(ctx, s);
 }
 
 static int tsc_init(struct ts_ctx *ctx, void **state)
@@ -208,7 +257,7 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
     char *path = xasprintf("%s/%s", ts_model_dir(ctx), file);
     char *err = NULL;
     int64_t t0 = ts_now_us();
-    s->m = tsh_load(path, &err);
+    s->m = tsh_load(path, ts_gpu_id(ctx), &err);
     if (!s->m) {
         ts_set_load_error(ctx, "cannot load %s: %s", file, err);
         free(err);
@@ -216,12 +265,21 @@ static int tsc_init(struct ts_ctx *ctx, void **state)
         free(s);
         return -1;
     }
-    ts_log(ctx, LOG_LEVEL_INFO, "loaded %s in %.1f ms", path, (double)(ts_now_us() - t0) / 1000.0);
+    char dev[16] = "cpu";
+    if (tsh_model_device(s->m) >= 0)
+        snprintf(dev, sizeof(dev), "cuda:%d", tsh_model_device(s->m));
+    ts_log(ctx, LOG_LEVEL_INFO, "loaded %s onto %s in %.1f ms", path, dev,
+           (double)(ts_now_us() - t0) / 1000.0);
     free(path);
     if (level)
         freeze_module(ctx, s->m, level);
     else
         ts_log(ctx, LOG_LEVEL_INFO, "serving forward as loaded (handler.optimize: none)");
+    if (cuda_graphs(ctx, s)) {
+        tsh_model_free(s->m);
+        free(s);
+        return -1;
+    }
     char **names = NULL;
     size_t nnames = 0;
     if (!tsh_forward_arg_names(s->m, &names, &nnames, &err)) {
@@ -438,6 +496,7 @@ static void tsc_handle(void *state, struct ts_ctx *ctx, size_t n)
     for (size_t i = 0; i < n; i++)
         tjson_input_free(&items[i].in);
     free(items);
+    graph_note(ctx, s);
 }
 
 static void tsc_destroy(void *state)

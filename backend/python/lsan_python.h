@@ -28,7 +28,8 @@
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void)
 {
-    return "leak:libpython3.11.so\nleak:_multiarray_umath\nleak:libcrypto.so\n";
+    /* libpython3.X.so.1.0, whichever the plugin was built against */
+    return "leak:libpython3\nleak:_multiarray_umath\nleak:libcrypto.so\n";
 }
 const char *__lsan_default_options(void);
 const char *__lsan_default_options(void)

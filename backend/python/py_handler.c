@@ -2,19 +2,24 @@
  * py_handler: CPython embedded behind the handler ABI.
  *
  * init() starts an isolated interpreter (no PYTHON* environment, no user site, no signal
- * handlers: the worker owns signals), as the model's virtual environment's python when the
- * frontend made one (TS_WORKER_VENV, install_py_dep_per_model), puts our `ts` package
- * (<plugin dir>/python) first on sys.path and the model directory after it, and calls
- * ts._service.load(); handle() calls ts._service.step(n), which does the rest through _ts_worker
- * (py_module.c). A Python exception never escapes into the worker: load errors become the load
- * reply, step errors a 500 for each request of the call.
+ * handlers: the worker owns signals) whose program name is the Python the plugin was built for
+ * (its sys.executable, TS_PY_EXECUTABLE from the Makefile), or a venv of it: the model's own when
+ * the frontend made one (TS_WORKER_VENV, install_py_dep_per_model), else config.properties'
+ * `python` (the frontend checked it and passes it as TS_PYTHON_EXECUTABLE). CPython finds its
+ * prefix from the program name, and a venv's pyvenv.cfg next to it, so a venv's or conda env's
+ * site-packages are the handler's. It puts our `ts` package (<plugin dir>/python) first on
+ * sys.path and the model directory after it, and calls ts._service.load(); handle() calls
+ * ts._service.step(n), which does the rest through _ts_worker (py_module.c). A Python exception
+ * never escapes into the worker: load errors become the load reply, step errors a 500 for each
+ * request of the call.
  *
  * Extension modules (torch, numpy) are not linked against libpython: they need its symbols in
  * the global scope, so init() re-opens libpython with RTLD_GLOBAL (the worker dlopened us
- * RTLD_LOCAL). torch in Python and the worker's libtorch are the same shared library, so the
- * worker's intra-op thread setting (--threads) holds for the handler too. The interpreter is
- * never finalised: the worker exits after destroy, and finalising with torch loaded only adds
- * shutdown work and risk. The GIL is released between calls (py_handler.h).
+ * RTLD_LOCAL), by the path the dynamic linker found it at: no Python version is named here. torch
+ * in Python and the worker's libtorch are the same shared library, so the worker's intra-op thread
+ * setting (--threads) holds for the handler too. The interpreter is never finalised: the worker
+ * exits after destroy, and finalising with torch loaded only adds shutdown work and risk. The
+ * GIL is released between calls (py_handler.h).
  */
 #include "py_handler.h"
 
@@ -23,6 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifndef TS_PY_EXECUTABLE
+#error "TS_PY_EXECUTABLE: the Makefile passes the sys.executable of the Python built against"
+#endif
 
 struct ts_ctx *pyh_ctx;
 size_t pyh_n;
@@ -54,12 +63,39 @@ static void exception_text(char *out, size_t n)
     Py_XDECREF(tb);
 }
 
-static int start_interpreter(struct ts_ctx *ctx)
+/* The interpreter's program name: the model's own virtual environment's python when the frontend
+ * made one (TS_WORKER_VENV, install_py_dep_per_model), else config.properties' python (the
+ * frontend checked that it is the interpreter we were built for or a venv of it), else the one
+ * we were built for. */
+static void program_name(char *out, size_t n)
 {
-    if (!dlopen("libpython3.11.so.1.0", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
-        ts_set_load_error(ctx, "python: cannot make libpython3.11 global: %s", dlerror());
+    const char *venv = getenv("TS_WORKER_VENV");
+    const char *py = getenv("TS_PYTHON_EXECUTABLE");
+    if (venv && *venv)
+        snprintf(out, n, "%s/bin/python3", venv);
+    else
+        snprintf(out, n, "%s", py && *py ? py : TS_PY_EXECUTABLE);
+}
+
+/* libpython again, RTLD_GLOBAL: the library that defines Py_InitializeFromConfig for us. */
+static int make_libpython_global(struct ts_ctx *ctx)
+{
+    Dl_info info;
+    if (!dladdr((void *)Py_InitializeFromConfig, &info) || !info.dli_fname) {
+        ts_set_load_error(ctx, "python: cannot find which libpython this plugin uses");
         return -1;
     }
+    if (!dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
+        ts_set_load_error(ctx, "python: cannot make %s global: %s", info.dli_fname, dlerror());
+        return -1;
+    }
+    return 0;
+}
+
+static int start_interpreter(struct ts_ctx *ctx)
+{
+    if (make_libpython_global(ctx))
+        return -1;
     if (PyImport_AppendInittab("_ts_worker", pyh_module_init) < 0 ||
         PyImport_AppendInittab("_ts_stream", pyh_stream_module_init) < 0) {
         ts_set_load_error(ctx, "python: cannot register the _ts_worker modules");
@@ -69,25 +105,20 @@ static int start_interpreter(struct ts_ctx *ctx)
     PyConfig_InitIsolatedConfig(&cfg);
     cfg.install_signal_handlers = 0;
     cfg.parse_argv = 0;
-    /* The prefix (stdlib, dist-packages) is found from the interpreter's own path. A model
-     * whose requirements the server installed (install_py_dep_per_model) runs as its virtual
-     * environment's python: Python finds the venv's pyvenv.cfg next to that path, and site puts
-     * the venv's site-packages before the system's (the venv is made --system-site-packages). */
-    const char *venv = getenv("TS_WORKER_VENV");
+    /* the prefix (stdlib, site-packages, a venv's pyvenv.cfg) is found from the program name:
+     * a venv's site-packages come before the system's (its venvs are --system-site-packages) */
     char program[4096];
-    if (venv && *venv)
-        snprintf(program, sizeof(program), "%s/bin/python3", venv);
-    else
-        snprintf(program, sizeof(program), "/usr/bin/python3.11");
+    program_name(program, sizeof(program));
     PyStatus st = PyConfig_SetBytesString(&cfg, &cfg.program_name, program);
     if (!PyStatus_Exception(st))
         st = Py_InitializeFromConfig(&cfg);
     PyConfig_Clear(&cfg);
     if (PyStatus_Exception(st)) {
-        ts_set_load_error(ctx, "python: cannot start the interpreter: %s",
+        ts_set_load_error(ctx, "python: cannot start the interpreter %s: %s", program,
                           st.err_msg ? st.err_msg : "unknown error");
         return -1;
     }
+    ts_log(ctx, 1, "python: %s, Python %s", program, Py_GetVersion());
     return 0;
 }
 
@@ -142,8 +173,8 @@ static int py_init_common(struct ts_ctx *ctx, void **state, int continuous)
     }
     /* step after load: load binds it to the loaded service's method */
     PyObject *r =
-        PyObject_CallMethod(mod, "load", "sssii", ts_handler_spec(ctx), ts_model_name(ctx),
-                            ts_model_dir(ctx), ts_batch_size(ctx), continuous);
+        PyObject_CallMethod(mod, "load", "sssiii", ts_handler_spec(ctx), ts_model_name(ctx),
+                            ts_model_dir(ctx), ts_batch_size(ctx), continuous, ts_gpu_id(ctx));
     if (r)
         step_fn = PyObject_GetAttrString(mod, "step");
     if (!step_fn)

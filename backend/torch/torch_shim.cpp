@@ -10,6 +10,8 @@
 #include "torch_shim.h"
 
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -23,12 +25,18 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "torch_device.h"
+
 struct tsh_model {
     torch::jit::script::Module mod;
+    c10::Device dev;
+    std::unique_ptr<tsh_device::graphs> graphs; /* tsh_cuda_graphs(), else null */
+    size_t max_graphs = 0;
 };
 
 /* what tsh_call_keep keeps: a method's result, alive between calls */
@@ -423,16 +431,21 @@ int activation_in_place(torch::jit::Block *b)
     });
 }
 
-void copy_out(const at::Tensor &t0, struct tsh_tensor *o)
+/* t in a dtype the C side has (complex and others become float32), on its device. */
+at::Tensor c_dtype(const at::Tensor &t)
 {
-    at::Tensor t = t0;
-    if (t.is_complex() || from_scalar(t.scalar_type()) < 0)
-        t = t.to(at::kFloat);
-    t = t.to(at::kCPU).contiguous();
     if (t.dim() > TSH_MAX_DIMS)
         throw std::runtime_error("model output has " + std::to_string(t.dim()) +
                                  " dimensions, at most " + std::to_string(TSH_MAX_DIMS) +
                                  " are supported");
+    if (t.is_complex() || from_scalar(t.scalar_type()) < 0)
+        return t.to(at::kFloat);
+    return t;
+}
+
+/* A contiguous host tensor into a malloc'd tsh_tensor. */
+void copy_out(const at::Tensor &t, struct tsh_tensor *o)
+{
     o->dtype = from_scalar(t.scalar_type());
     o->ndim = static_cast<int>(t.dim());
     for (int i = 0; i < o->ndim; i++)
@@ -445,12 +458,13 @@ void copy_out(const at::Tensor &t0, struct tsh_tensor *o)
         std::memcpy(o->data, t.data_ptr(), o->nbytes);
 }
 
-/* The arguments of tsh_call as IValues: tensors wrapped without a copy (CPU, as tsh_forward's),
- * kept values as they are. */
-std::vector<c10::IValue> call_args(const struct tsh_arg *args, size_t nargs)
+/* The arguments of tsh_call as IValues: tensors wrapped without a copy, on the model's device
+ * (through the pinned input buffer, as tsh_forward's), kept values as they are. */
+std::vector<c10::IValue> call_args(struct tsh_model *m, const struct tsh_arg *args, size_t nargs)
 {
-    std::vector<c10::IValue> v;
-    v.reserve(nargs);
+    std::vector<c10::IValue> v(nargs);
+    std::vector<at::Tensor> host;
+    std::vector<size_t> at;
     for (size_t i = 0; i < nargs; i++) {
         const tsh_arg &a = args[i];
         switch (a.kind) {
@@ -460,27 +474,32 @@ std::vector<c10::IValue> call_args(const struct tsh_arg *args, size_t nargs)
                 throw std::invalid_argument("argument " + std::to_string(i) + " has " +
                                             std::to_string(t.ndim) + " dimensions");
             std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-            v.emplace_back(torch::from_blob(
+            host.push_back(torch::from_blob(
                 t.data, shape,
                 torch::TensorOptions().dtype(to_scalar(t.dtype)).device(torch::kCPU)));
+            at.push_back(i);
             break;
         }
         case TSH_ARG_INT:
-            v.emplace_back(a.u.i);
+            v[i] = a.u.i;
             break;
         case TSH_ARG_DOUBLE:
-            v.emplace_back(a.u.d);
+            v[i] = a.u.d;
             break;
         case TSH_ARG_VALUE:
             if (!a.u.value)
                 throw std::invalid_argument("argument " + std::to_string(i) + ": no value");
-            v.push_back(a.u.value->v);
+            v[i] = a.u.value->v;
             break;
         default:
             throw std::invalid_argument("argument " + std::to_string(i) + ": unknown kind " +
                                         std::to_string(a.kind));
         }
     }
+    if (!host.empty() && m->dev.is_cuda())
+        host = tsh_device::upload(tsh_device::stage(host), m->dev);
+    for (size_t k = 0; k < host.size(); k++)
+        v[at[k]] = host[k];
     return v;
 }
 
@@ -491,7 +510,19 @@ c10::IValue run_method(struct tsh_model *m, const char *method, const struct tsh
     if (!fn)
         throw std::invalid_argument(std::string("the model has no method ") +
                                     (method ? method : "(null)"));
-    return (*fn)(call_args(args, nargs));
+    return (*fn)(call_args(m, args, nargs));
+}
+
+/* forward(inputs), flattened (flatten), each output in a dtype the C side has. */
+std::vector<at::Tensor> run_forward(tsh_model *m, const std::vector<at::Tensor> &inputs)
+{
+    std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+    c10::IValue ret = m->mod.forward(args);
+    std::vector<at::Tensor> flat;
+    flatten(ret, flat);
+    for (at::Tensor &t : flat)
+        t = c_dtype(t);
+    return flat;
 }
 
 } // namespace
@@ -523,16 +554,61 @@ int tsh_init(int intra_threads, char **err)
     });
 }
 
-struct tsh_model *tsh_load(const char *path, char **err)
+void tsh_runtime_info(struct tsh_runtime *rt)
+{
+    rt->torch_version = TORCH_VERSION;
+    rt->cuda_available = 0;
+    rt->device_count = 0;
+    rt->graphs_off = tsh_graph::unavailable();
+    try {
+        rt->cuda_available = torch::cuda::is_available();
+        rt->device_count = rt->cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
+    } catch (...) {
+        /* a CUDA runtime that cannot even be asked: no CUDA */
+    }
+}
+
+struct tsh_model *tsh_load(const char *path, int gpu_id, char **err)
 {
     tsh_model *m = nullptr;
     if (guarded(err, [&] {
-            m = new tsh_model{torch::jit::load(path, torch::kCPU)};
+            bool cpu_fallback;
+            c10::Device dev = tsh_device::open(gpu_id, &cpu_fallback);
+            m = new tsh_model{torch::jit::load(path, dev), dev, nullptr, 0};
             m->mod.eval();
         }) == 0)
         return m;
     delete m;
     return nullptr;
+}
+
+int tsh_model_device(const struct tsh_model *m)
+{
+    return m->dev.is_cuda() ? static_cast<int>(m->dev.index()) : -1;
+}
+
+int tsh_cuda_graphs(struct tsh_model *m, int max_graphs, char **err)
+{
+    return guarded(err, [&] {
+        if (!m->dev.is_cuda())
+            throw std::runtime_error("the model is on the CPU, not on a GPU");
+        if (const char *why = tsh_graph::unavailable())
+            throw std::runtime_error(why);
+        m->max_graphs = max_graphs > 0 ? static_cast<size_t>(max_graphs) : 1;
+        m->graphs.reset(new tsh_device::graphs(m->max_graphs));
+    });
+}
+
+char *tsh_graph_note(struct tsh_model *m)
+{
+    if (!m->graphs)
+        return nullptr;
+    try {
+        std::string n = m->graphs->take_note();
+        return n.empty() ? nullptr : dup_cstr(n);
+    } catch (...) {
+        return nullptr;
+    }
 }
 
 int tsh_freeze(struct tsh_model *m, int level, struct tsh_freeze_info *info, char **err)
@@ -569,8 +645,12 @@ int tsh_freeze(struct tsh_model *m, int level, struct tsh_freeze_info *info, cha
         info->extra_bytes = after.bytes > before.bytes ? after.bytes - before.bytes : 0;
         /* a weight that something other than a linear also reads (an embedding tied to the
          * output layer) stays, and its transposed copy comes on top: not worth it */
-        if (info->extra_bytes == 0)
+        if (info->extra_bytes == 0) {
             m->mod = frozen;
+            /* graphs captured so far ran the module as it was */
+            if (m->graphs)
+                m->graphs.reset(new tsh_device::graphs(m->max_graphs));
+        }
     });
 }
 
@@ -592,21 +672,29 @@ int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
     size_t nres = 0;
     int rc = guarded(err, [&] {
         c10::InferenceMode guard;
-        std::vector<c10::IValue> args;
-        args.reserve(nin);
+        std::vector<at::Tensor> host;
+        host.reserve(nin);
         for (size_t i = 0; i < nin; i++) {
             const tsh_tensor &t = in[i];
             if (t.ndim < 0 || t.ndim > TSH_MAX_DIMS)
                 throw std::invalid_argument("input " + std::to_string(i) + " has " +
                                             std::to_string(t.ndim) + " dimensions");
             std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-            args.emplace_back(torch::from_blob(
+            host.push_back(torch::from_blob(
                 t.data, shape,
                 torch::TensorOptions().dtype(to_scalar(t.dtype)).device(torch::kCPU)));
         }
-        c10::IValue ret = m->mod.forward(args);
         std::vector<at::Tensor> flat;
-        flatten(ret, flat);
+        if (m->dev.is_cuda()) {
+            /* up through the pinned buffer, forward (or its graph), down through the other */
+            std::vector<at::Tensor> staged = tsh_device::stage(host);
+            auto fwd = [m](const std::vector<at::Tensor> &x) { return run_forward(m, x); };
+            flat = m->graphs ? m->graphs->run(staged, m->dev, fwd)
+                             : fwd(tsh_device::upload(staged, m->dev));
+        } else {
+            flat = run_forward(m, host);
+        }
+        flat = tsh_device::to_host(flat);
         res = static_cast<tsh_tensor *>(std::calloc(flat.size() ? flat.size() : 1, sizeof(*res)));
         if (!res)
             throw std::bad_alloc();
@@ -650,6 +738,9 @@ int tsh_call(struct tsh_model *m, const char *method, const struct tsh_arg *args
         c10::IValue ret = run_method(m, method, args, nargs);
         std::vector<at::Tensor> flat;
         flatten(ret, flat);
+        for (at::Tensor &t : flat)
+            t = c_dtype(t);
+        flat = tsh_device::to_host(flat);
         res = static_cast<tsh_tensor *>(std::calloc(flat.size() ? flat.size() : 1, sizeof(*res)));
         if (!res)
             throw std::bad_alloc();
@@ -671,6 +762,9 @@ int tsh_call_keep(struct tsh_model *m, const char *method, const struct tsh_arg 
     int rc = guarded(err, [&] {
         c10::InferenceMode guard;
         v = new tsh_value{run_method(m, method, args, nargs)};
+        /* the input buffer is the next call's: its uploads must be done */
+        if (m->dev.is_cuda())
+            tsh_device::sync();
     });
     if (rc == 0)
         *value = v;

@@ -1,6 +1,13 @@
 /*
  * torch_shim: the only door to libtorch. A C API over TorchScript modules, implemented in C++
- * (torch_shim.cpp); no other file includes a libtorch header.
+ * (torch_shim.cpp; the device in torch_device.cpp, CUDA graphs in torch_graph.cpp); no file
+ * outside backend/torch/ includes a libtorch header.
+ *
+ * The shim owns the device. A worker serves on the device the frontend assigned it (gpu_id,
+ * the load frame's; -1 the CPU): tsh_load() puts the module there, tsh_forward() takes host
+ * buffers and gives host buffers back whatever the device, moving them through pinned staging
+ * buffers on the worker's own CUDA stream. The same source builds against a CPU libtorch:
+ * CUDA is asked for at run time, never hidden behind #ifdefs.
  *
  * Threading: the worker is single-threaded; call everything from one thread. tsh_init() runs
  * once, before the first tsh_load().
@@ -65,7 +72,30 @@ static inline int64_t tsh_numel(const int64_t *shape, int ndim)
 /* Thread counts (<= 0 leaves libtorch's default) and the profiling executor off. */
 int tsh_init(int intra_threads, char **err);
 
-struct tsh_model *tsh_load(const char *path, char **err);
+/* What this worker's libtorch offers, for the start-up log. */
+struct tsh_runtime {
+    const char *torch_version; /* the libtorch headers built against, e.g. "2.11.0" */
+    int cuda_available;        /* torch::cuda::is_available() */
+    int device_count;          /* CUDA devices it sees (CUDA_VISIBLE_DEVICES applies) */
+    const char *graphs_off;    /* NULL when CUDA graphs can be captured, else why not */
+};
+void tsh_runtime_info(struct tsh_runtime *rt);
+
+/* Loads a TorchScript file onto cuda:gpu_id, or the CPU for gpu_id < 0 or when libtorch has no
+ * CUDA (tsh_model_device() then answers -1, for the caller to log). Fails for a gpu_id libtorch
+ * does not see. A worker serves on one device: a later load must name the same one. */
+struct tsh_model *tsh_load(const char *path, int gpu_id, char **err);
+/* The CUDA device index the model is on, -1 for the CPU. */
+int tsh_model_device(const struct tsh_model *m);
+/* From now on, each new set of input shapes and dtypes (a batch size, for fixed sample shapes)
+ * is captured as a CUDA graph at its first forward and replayed after, at most max_graphs of
+ * them (later sets run eagerly), the two forwards before a capture included. A set the capture
+ * fails for (an output on the host, a sync in forward) runs eagerly. -1 with *err when the
+ * model is not on a CUDA device or the build has no CUDA graphs (torch_graph.h). */
+int tsh_cuda_graphs(struct tsh_model *m, int max_graphs, char **err);
+/* What the graphs did since the last call (captures, failures and why), malloc'd; NULL for
+ * nothing. For the handler's log. */
+char *tsh_graph_note(struct tsh_model *m);
 struct tsh_freeze_info {
     int transposed;     /* aten::linear calls rewritten to use a transposed constant weight */
     size_t bytes;       /* tensor constants the frozen forward holds, each storage once */
@@ -101,9 +131,9 @@ enum tsh_optimize {
 int tsh_freeze(struct tsh_model *m, int level, struct tsh_freeze_info *info, char **err);
 void tsh_model_free(struct tsh_model *m);
 
-/* Runs forward(in...) under InferenceMode. The result (a tensor, a scalar, or nested
- * tuples / lists / dict values of them) is flattened depth-first into *out (*nout tensors),
- * each copied to a contiguous malloc'd buffer. */
+/* Runs forward(in...) under InferenceMode, on the model's device. The result (a tensor, a
+ * scalar, or nested tuples / lists / dict values of them) is flattened depth-first into *out
+ * (*nout tensors), each copied to a contiguous malloc'd buffer. */
 int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
                 struct tsh_tensor **out, size_t *nout, char **err);
 void tsh_tensors_free(struct tsh_tensor *t, size_t n);

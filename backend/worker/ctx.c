@@ -36,6 +36,7 @@ void ctx_init(struct ts_ctx *c, int fd, size_t max_field, const struct ctx_io *i
     c->wake_fd = -1;
     c->step_max = 1;
     c->park_max = CTX_PARK_MAX_DEFAULT;
+    c->gpu_id = -1;
     buf_init(&c->out);
     buf_init(&c->unsent);
     buf_init(&c->rx);
@@ -377,6 +378,11 @@ const char *ts_model_dir(struct ts_ctx *ctx)
 int ts_batch_size(struct ts_ctx *ctx)
 {
     return ctx->batch_size;
+}
+
+int ts_gpu_id(struct ts_ctx *ctx)
+{
+    return ctx->gpu_id;
 }
 
 const char *ts_handler_spec(struct ts_ctx *ctx)

@@ -129,6 +129,7 @@ struct ts_ctx {
     char *handler_spec;
     int batch_size;
     int step_max; /* requests a step takes: batch_size, or twice that (sequence joins: worker.c) */
+    int gpu_id;   /* the load frame's; -1: the CPU */
     struct yflat cfg;
     char load_err[1024];
     const struct ts_handler *h;

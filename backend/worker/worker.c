@@ -36,6 +36,7 @@
 #include "handler_loader.h"
 #include "log.h"
 #include "manifest.h"
+#include "torch/torch_shim.h"
 
 /* how many answers, and for how long, a step's answers may wait for the next step's (one write
  * and one read for both): see hold_answers */
@@ -133,6 +134,26 @@ static int file_exists(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* The worker's libtorch and the GPU it was given, in its log; the same as tokens for the load
+ * reply (" torch=2.11.0 cuda=1": the version, the CUDA devices it sees), which the frontend
+ * logs once at start-up. */
+static void runtime_tokens(const struct ts_ctx *c, char *out, size_t n)
+{
+    struct tsh_runtime rt;
+    tsh_runtime_info(&rt);
+    if (c->gpu_id < 0)
+        LOG_INFO("libtorch %s (%d CUDA device(s)); this worker runs on the CPU", rt.torch_version,
+                 rt.device_count);
+    else if (!rt.cuda_available)
+        LOG_WARN("gpu_id %d assigned, but this worker's libtorch %s has no CUDA (a CPU build, or "
+                 "no driver): its models run on the CPU",
+                 c->gpu_id, rt.torch_version);
+    else
+        LOG_INFO("libtorch %s sees %d CUDA device(s); this worker's GPU is cuda:%d",
+                 rt.torch_version, rt.device_count, c->gpu_id);
+    snprintf(out, n, " torch=%s cuda=%d", rt.torch_version, rt.device_count);
+}
+
 static void do_load(struct ts_ctx *c, const struct otf_load *l)
 {
     char err[1024];
@@ -140,6 +161,9 @@ static void do_load(struct ts_ctx *c, const struct otf_load *l)
     c->model_name = otf_strdup(l->model_name);
     c->model_dir = otf_strdup(l->model_path);
     c->batch_size = l->batch_size > 0 ? l->batch_size : 1;
+    c->gpu_id = l->gpu_id >= 0 ? l->gpu_id : -1;
+    char runtime[96];
+    runtime_tokens(c, runtime, sizeof(runtime));
 
     struct manifest m;
     if (manifest_load(c->model_dir, &m, err, sizeof(err)))
@@ -201,7 +225,8 @@ static void do_load(struct ts_ctx *c, const struct otf_load *l)
              c->model_dir, c->h->name, spec, c->batch_size, continuous ? ", continuous" : "",
              (double)(ts_now_us() - t0) / 1000.0);
     free(spec);
-    char *msg = xasprintf("loaded model %s%s", c->model_name, continuous ? " continuous=1" : "");
+    char *msg =
+        xasprintf("loaded model %s%s%s", c->model_name, continuous ? " continuous=1" : "", runtime);
     send_status_frame(c, 200, msg);
     free(msg);
 }

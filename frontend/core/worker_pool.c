@@ -182,6 +182,22 @@ static void worker_kill(struct worker *w, const char *reason)
         kill(w->pid, SIGKILL);
 }
 
+/* The first load reply's " torch=V cuda=N" (backend/worker/worker.c): which libtorch the workers
+ * run and how many CUDA devices it sees, once in the start-up log (the frontend links neither
+ * libtorch nor CUDA). */
+static void log_runtime_once(const char *msg)
+{
+    static int logged;
+    const char *t = strstr(msg, " torch="), *c = strstr(msg, " cuda=");
+    if (logged || !t || !c)
+        return;
+    logged = 1;
+    int n = atoi(c + 6);
+    LOG_INFO("workers: libtorch %.*s, %s%.0d%s", (int)strcspn(t + 7, " "), t + 7,
+             n > 0 ? "CUDA available, " : "no CUDA (the models run on the CPU)", n > 0 ? n : 0,
+             n > 0 ? " device(s) seen" : "");
+}
+
 static void handle_load_reply(struct worker *w, const struct otf_response *r)
 {
     struct worker_group *g = w->group;
@@ -196,6 +212,7 @@ static void handle_load_reply(struct worker *w, const struct otf_response *r)
     w->state = WORKER_READY;
     w->ready_since_us = ts_now_us();
     evtimer_del(w->timer);
+    log_runtime_once(msg);
     if (g) {
         g->load_error[0] = '\0';
         g->continuous = strstr(msg, "continuous=1") != NULL;

@@ -158,6 +158,11 @@ def assert_close(got, want, tol=1e-5):
     assert np.max(np.abs(got - want)) <= tol, (got, want)
 
 
+# what every load reply ends with: the worker's libtorch and the CUDA devices it sees (this host
+# has none), which the frontend logs at start-up
+RUNTIME = " torch=%s cuda=0" % __import__("torch").__version__.split("+")[0].split("a")[0]
+
+
 def rand_rows(n, seed):
     import random
     rnd = random.Random(seed)
@@ -169,7 +174,7 @@ def test_mlp_batch1_matches_torch(mlp_dir, ref_model):
     w = Worker(["--log-level", "debug"])
     try:
         r = w.load("mlp", mlp_dir, batch_size=1)
-        assert (r.code, r.msg, r.preds) == (200, "loaded model mlp", [])
+        assert (r.code, r.msg, r.preds) == (200, "loaded model mlp" + RUNTIME, [])
         for i, row in enumerate(rand_rows(3, 1)):
             w.send(otf.encode_infer([json_req("r%d" % i, row)]))
             resp = w.recv()
@@ -327,7 +332,7 @@ def test_identity_text_streams_words(text_dir):
     w = Worker()
     try:
         r = w.load("identity_text", text_dir, batch_size=8)
-        assert (r.code, r.msg) == (200, "loaded model identity_text continuous=1")
+        assert (r.code, r.msg) == (200, "loaded model identity_text continuous=1" + RUNTIME)
         text = "the quick brown fox"
         t0 = time.monotonic()
         w.send(otf.encode_infer([("s1", {"x-delay-ms": "50"}, [("body", "text/plain", text)])]))
@@ -496,7 +501,7 @@ def test_library_handler_cancel_during_call(tmp_path):
     w = Worker()
     try:
         r = w.load("loop", d, handler="libloop.so:my_handler")
-        assert (r.code, r.msg) == (200, "loaded model loop")
+        assert (r.code, r.msg) == (200, "loaded model loop" + RUNTIME)
         w.send(otf.encode_infer([("L", {}, [("body", "text/plain", "x")])]))
         first = w.recv()
         assert first.preds[0].body == b"0;" and first.preds[0].header("ts_stream_next") == "true"

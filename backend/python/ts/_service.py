@@ -14,6 +14,7 @@ An exception answers every request of the step with an error; the worker keeps s
 """
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -81,7 +82,7 @@ def _missing_module_message(what, e):
 
 
 class Service:
-    def __init__(self, spec, model_name, model_dir, batch_size, continuous):
+    def __init__(self, spec, model_name, model_dir, batch_size, continuous, gpu_id=None):
         self.continuous = continuous
         manifest = None
         manifest_path = os.path.join(model_dir, "MAR-INF", "MANIFEST.json")
@@ -101,7 +102,7 @@ class Service:
             model_dir,
             manifest,
             batch_size,
-            None,
+            gpu_id,
             ts.__version__,
             True,
             None,
@@ -300,20 +301,54 @@ class Service:
 _service = None
 
 
-def load(spec, model_name, model_dir, batch_size, continuous):
-    """Loads the handler; raises with a one-line message on failure (traceback to the log)."""
+def _check_one_libtorch():
+    """The worker links libtorch, and a handler's `import torch` must find that same library:
+    a torch from another installation would be a second libtorch in the process, which fails
+    in ways far from the cause. Says which two it found, and how to build the worker."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    torch_dir = list(spec.submodule_search_locations)[0]
+    theirs = os.path.realpath(os.path.join(torch_dir, "lib", "libtorch_cpu.so"))
+    mapped = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(None, 5)
+            if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(
+                "libtorch_cpu.so"
+            ):
+                mapped.add(os.path.realpath(fields[5].strip()))
+    if mapped and os.path.exists(theirs) and theirs not in mapped:
+        raise RuntimeError(
+            f"this worker links {sorted(mapped)[0]}, but the handler's Python imports torch "
+            f"from {torch_dir}: two libtorch builds cannot share a process (build the worker "
+            f"against this one: make TORCH_DIR={torch_dir})"
+        )
+
+
+def load(spec, model_name, model_dir, batch_size, continuous, gpu_id=-1):
+    """Loads the handler; raises with a one-line message on failure (traceback to the log).
+    gpu_id: the GPU the frontend assigned, -1 for none (system_properties["gpu_id"] None)."""
     global _service
     _setup_logging()
     if model_dir not in sys.path:
         sys.path.insert(1, model_dir)
     try:
+        _check_one_libtorch()
         if spec in RUNTIMES:
             # another server's model contract (an MLServer runtime, an Inferless app.py)
             from tsc_runtimes import load_runtime
 
             _service = load_runtime(spec, model_name, model_dir, batch_size)
         else:
-            _service = Service(spec, model_name, model_dir, batch_size, bool(continuous))
+            _service = Service(
+                spec,
+                model_name,
+                model_dir,
+                batch_size,
+                bool(continuous),
+                gpu_id if gpu_id is not None and gpu_id >= 0 else None,
+            )
     except Exception:
         logger.error("loading handler %s failed:\n%s", spec, traceback.format_exc())
         raise

@@ -1,12 +1,13 @@
 """ts.torch_handler.base_handler.BaseHandler: TorchServe's default handler contract.
 
-initialize() loads the model named by the manifest: a TorchScript serializedFile, or eager mode
-(modelFile, a model.py with exactly one class, plus the serializedFile as its state_dict), and
-the optional index_to_name.json label mapping, then optimizes the model for inference as
-model-config.yaml's handler.optimize says (ts.utils.optimize: scripted, frozen and
-torch.jit.optimize_for_inference by default). handle() runs preprocess -> inference ->
-postprocess, or answers describe (describe_handle) and explain (explain_handle) requests.
-Subclasses override any of these.
+initialize() loads the model named by the manifest onto the worker's device (cuda:{gpu_id} when
+the frontend assigned a GPU and torch has CUDA, else the CPU, as TorchServe's does): a TorchScript
+serializedFile, or eager mode (modelFile, a model.py with exactly one class, plus the
+serializedFile as its state_dict), and the optional index_to_name.json label mapping, then
+optimizes the model for inference as model-config.yaml's handler.optimize says
+(ts.utils.optimize: scripted, frozen and torch.jit.optimize_for_inference by default). handle()
+runs preprocess -> inference -> postprocess, or answers describe (describe_handle) and explain
+(explain_handle) requests. Subclasses override any of these.
 """
 
 import importlib
@@ -43,9 +44,13 @@ class BaseHandler:
         self.context = context
         properties = context.system_properties
         self.model_yaml_config = context.model_yaml_config
-        # torchserve-c workers are CPU-only: a gpu_id is never set
-        self.map_location = "cpu"
-        self.device = torch.device(self.map_location)
+        # as TorchServe's: the GPU the frontend assigned, when torch can use one
+        if torch.cuda.is_available() and properties.get("gpu_id") is not None:
+            self.map_location = "cuda"
+            self.device = torch.device(self.map_location + ":" + str(properties.get("gpu_id")))
+        else:
+            self.map_location = "cpu"
+            self.device = torch.device(self.map_location)
         self.manifest = context.manifest
         optimize_level, optimize_named = optimize.read_level(self.model_yaml_config)
 
