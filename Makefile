@@ -260,7 +260,8 @@ $(BUILD)/tests/test_py_json: tests/unit/test_py_json.c tests/unit/tap.h tests/py
                              backend/python/py_json.c backend/python/py_json.h \
                              backend/python/py_handler.h backend/python/lsan_python.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PY_INCLUDES) -Itests/unit -o $@ $< $(LDFLAGS) \
+	$(CC) $(CFLAGS) $(PY_INCLUDES) -DTS_PY_EXECUTABLE='"$(PY_EXECUTABLE)"' -Itests/unit -o $@ $< \
+	    $(LDFLAGS) \
 	    $(PY_EMBED_LDFLAGS)
 
 # Under ASan the runner must let LeakSanitizer see every test: lsan_selfcheck leaks on purpose
@@ -333,7 +334,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_check.h tests/
 $(BUILD)/fuzz/py_json: tests/fuzz/py_json.c tests/fuzz/fuzz_check.h tests/py_embed.h \
                        backend/python/py_json.c backend/python/py_json.h backend/python/lsan_python.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fsanitize=fuzzer $(PY_INCLUDES) -o $@ $< $(LDFLAGS) \
+	$(CC) $(CFLAGS) -fsanitize=fuzzer $(PY_INCLUDES) -DTS_PY_EXECUTABLE='"$(PY_EXECUTABLE)"' \
+	    -o $@ $< $(LDFLAGS) \
 	    $(PY_EMBED_LDFLAGS)
 fuzz-run: $(FUZZ_RUNS)
 $(FUZZ_RUNS): fuzz-run-%: $(BUILD)/fuzz/%

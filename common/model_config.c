@@ -1,8 +1,9 @@
 /*
  * model_config: the frontend's keys of model-config.yaml, read through yaml_flat.
  *
- * Only the keys in the table are typed here; every other key (the handler's section, deviceIds,
- * torchrun, ...) belongs to the worker, which reads the same file, so they pass silently. A
+ * Only the keys in the table, deviceType and deviceIds are typed here; every other key (the
+ * handler's section, ...) belongs to the worker, which reads the same file, so they pass
+ * silently. A
  * value that is present but wrong fails the load with the file's line: a batchSize of "abc"
  * quietly becoming 1 would be found only in production. A null value (`batchSize:`) leaves the
  * default, as TorchServe's SnakeYAML reader does.
@@ -81,6 +82,8 @@ void model_config_defaults(struct model_config *mc)
     mc->openai_enabled = 0;
     snprintf(mc->openai_prompt_input, sizeof(mc->openai_prompt_input), "prompt");
     mc->openai_text_output[0] = '\0';
+    mc->device_type = MC_DEVICE_UNSET;
+    mc->n_device_ids = -1;
 }
 
 /* YAML 1.1 booleans, as SnakeYAML reads them. */
@@ -111,9 +114,8 @@ static int is_null(const char *v)
 static const struct {
     const char *name, *why;
 } no_effect[] = {
-    {"parallelType", "this build runs on the CPU only, one process per worker"},
-    {"parallelLevel", "this build runs on the CPU only, one process per worker"},
-    {"deviceIds", "this build runs on the CPU only"},
+    {"parallelType", "a worker is one process on one device"},
+    {"parallelLevel", "a worker is one process on one device"},
     {"torchrun", "distributed inference is not supported"},
     {"pippy", "distributed inference is not supported"},
     {"tp_config", "distributed inference is not supported"},
@@ -137,9 +139,9 @@ static void say(model_config_warn_fn *warn, void *arg, const char *fmt, ...)
     warn(msg, arg);
 }
 
-/* A key that is not one of mc_keys: the handler's section, deviceType, one TorchServe has and
- * we do not act on (a warning), or unknown (a warning with the closest key). 0, or
- * TS_E_BAD_CONFIG with err for a device we cannot serve on. */
+/* A key that is not one of mc_keys: the handler's section, deviceType and deviceIds (read by
+ * devices()), one TorchServe has and we do not act on (a warning), or unknown (a warning with
+ * the closest key). 0. */
 static int other_key(const char *name, const struct yflat_entry *e, model_config_warn_fn *warn,
                      void *arg, char *err, size_t errlen)
 {
@@ -148,7 +150,7 @@ static int other_key(const char *name, const struct yflat_entry *e, model_config
     snprintf(top, sizeof(top), "%.*s", (int)(n < sizeof(top) ? n : sizeof(top) - 1), e->path);
     if (!strcmp(top, "handler"))
         return 0; /* the worker's */
-    const char *names[sizeof mc_keys / sizeof mc_keys[0] + 1];
+    const char *names[sizeof mc_keys / sizeof mc_keys[0] + 2];
     for (size_t i = 0; i < sizeof mc_keys / sizeof mc_keys[0]; i++) {
         names[i] = mc_keys[i].name;
         if (!strcmp(mc_keys[i].name, e->path))
@@ -165,15 +167,10 @@ static int other_key(const char *name, const struct yflat_entry *e, model_config
             near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
         return 0;
     }
-    if (!strcmp(top, "deviceType")) {
-        if (is_null(e->value) || !strcasecmp(e->value, "cpu"))
-            return 0;
-        snprintf(err, errlen,
-                 "%s:%d: deviceType: %s is not supported by torchserve-c: this build runs on the "
-                 "CPU only",
-                 name, e->line, e->value);
-        return TS_E_BAD_CONFIG;
-    }
+    (void)err;
+    (void)errlen;
+    if (!strcmp(top, "deviceType") || !strcmp(top, "deviceIds"))
+        return 0;
     for (size_t i = 0; i < sizeof no_effect / sizeof no_effect[0]; i++)
         if (!strcmp(top, no_effect[i].name)) {
             say(warn, arg, "%s:%d: %s has no effect in torchserve-c: %s", name, e->line, top,
@@ -181,12 +178,60 @@ static int other_key(const char *name, const struct yflat_entry *e, model_config
             return 0;
         }
     names[sizeof mc_keys / sizeof mc_keys[0]] = "deviceType";
+    names[sizeof mc_keys / sizeof mc_keys[0] + 1] = "deviceIds";
     const char *near = ts_closest(top, names, sizeof names / sizeof names[0]);
     if (near)
         say(warn, arg, "%s:%d: unknown key '%s' (ignored; did you mean '%s'?)", name, e->line, top,
             near);
     else
         say(warn, arg, "%s:%d: unknown key '%s' (ignored)", name, e->line, top);
+    return 0;
+}
+
+/* deviceType (cpu or gpu, in any case, as TorchServe reads it) and deviceIds (a list of
+ * integers: the GPUs, by gpu_id, the model's workers rotate over). Whether they can be used on
+ * this host is the frontend's to say (gpu_assign.h); here only their form. 0 or
+ * TS_E_BAD_CONFIG. */
+static int devices(const char *name, const struct yflat *y, struct model_config *mc, char *err,
+                   size_t errlen)
+{
+    const struct yflat_entry *e = yflat_get(y, "deviceType");
+    if (e && !is_null(e->value)) {
+        if (!strcasecmp(e->value, "cpu"))
+            mc->device_type = MC_DEVICE_CPU;
+        else if (!strcasecmp(e->value, "gpu"))
+            mc->device_type = MC_DEVICE_GPU;
+        else {
+            snprintf(err, errlen, "%s:%d: deviceType: expected cpu or gpu, got '%s'", name, e->line,
+                     e->value);
+            return TS_E_BAD_CONFIG;
+        }
+    }
+    e = yflat_get(y, "deviceIds");
+    if (e && !is_null(e->value)) {
+        snprintf(err, errlen, "%s:%d: deviceIds: expected a list of GPU ids, got '%s'", name,
+                 e->line, e->value);
+        return TS_E_BAD_CONFIG;
+    }
+    for (int i = 0;; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "deviceIds.%d", i);
+        if (!(e = yflat_get(y, key)))
+            break;
+        long v;
+        if (i >= MC_MAX_DEVICE_IDS) {
+            snprintf(err, errlen, "%s:%d: deviceIds: at most %d GPU ids", name, e->line,
+                     MC_MAX_DEVICE_IDS);
+            return TS_E_BAD_CONFIG;
+        }
+        if (ts_parse_long(e->value, 0, INT_MAX, &v) || !strchr("+0123456789", e->value[0])) {
+            snprintf(err, errlen, "%s:%d: deviceIds: expected a GPU id (0, 1, ...), got '%s'", name,
+                     e->line, e->value);
+            return TS_E_BAD_CONFIG;
+        }
+        mc->device_ids[i] = (int)v;
+        mc->n_device_ids = i + 1;
+    }
     return 0;
 }
 
@@ -250,6 +295,8 @@ int model_config_load(const char *path, struct model_config *mc, model_config_wa
             memcpy((char *)mc + mc_names[i].off, e->value, n + 1);
         }
     }
+    if (!rc)
+        rc = devices(name, &y, mc, err, errlen);
     for (size_t i = 0; i < y.n && !rc; i++)
         rc = other_key(name, &y.e[i], warn, warn_arg, err, errlen);
     yflat_free(&y);

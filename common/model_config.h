@@ -18,6 +18,12 @@
 
 #include <stddef.h>
 
+/* deviceType */
+#define MC_DEVICE_UNSET 0 /* the server's default: gpu when it has GPUs */
+#define MC_DEVICE_CPU 1
+#define MC_DEVICE_GPU 2
+#define MC_MAX_DEVICE_IDS 64
+
 typedef void model_config_warn_fn(const char *msg, void *arg);
 
 struct model_config {
@@ -43,13 +49,17 @@ struct model_config {
     char openai_prompt_input[MC_NAME_MAX]; /* openai.promptInput: the OIP input of the prompt */
     char openai_text_output[MC_NAME_MAX];  /* openai.textOutput: the OIP output of the text,
                                             * "" = the first BYTES output */
+    /* devices (frontend/core/gpu_assign.h decides what they mean on this host) */
+    int device_type;                   /* deviceType: MC_DEVICE_* */
+    int device_ids[MC_MAX_DEVICE_IDS]; /* deviceIds: GPUs by gpu_id */
+    int n_device_ids;                  /* -1 = unset */
 };
 
 void model_config_defaults(struct model_config *mc);
 /* Reads the yaml file at path into mc (starting from defaults). 0 or TS_E_BAD_CONFIG/-errno
- * (deviceType other than cpu is refused). Keys of TorchServe's that we do not act on, and
- * unknown keys (with the closest known one), are reported to warn ("file:line: ..."), which may
- * be NULL. */
+ * (deviceType other than cpu or gpu, deviceIds that are not a list of integers). Keys of
+ * TorchServe's that we do not act on, and unknown keys (with the closest known one), are reported
+ * to warn ("file:line: ..."), which may be NULL. */
 int model_config_load(const char *path, struct model_config *mc, model_config_warn_fn *warn,
                       void *warn_arg, char *err, size_t errlen);
 

@@ -25,6 +25,9 @@
 #include "core/ev_mem.h"
 #include "core/loop_wait.h"
 #include "core/model.h"
+#include "core/nvml.h"
+#include "core/pyinfo.h"
+#include "core/sys_metrics.h"
 #include "core/worker_pool.h"
 #include "grpc/grpc_server.h"
 #include "core/conn_budget.h"
@@ -75,12 +78,16 @@ static int is_archive_name(const char *n)
            (l > 4 && !strcmp(n + l - 4, ".tgz")) || (l > 6 && !strcmp(n + l - 6, ".model"));
 }
 
+/* TorchServe's getDefaultWorkers for a start-up model: default_workers_per_model, else one per
+ * GPU, else one per CPU. */
 static int startup_workers(const struct model *m)
 {
     if (m->mc.min_workers > 0 && m->mc.max_workers >= m->mc.min_workers)
         return m->mc.min_workers;
     if (srv->cfg.default_workers_per_model > 0)
         return srv->cfg.default_workers_per_model;
+    if (srv->n_gpu > 0)
+        return srv->n_gpu;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
@@ -327,6 +334,77 @@ static void sched_policy(int batch)
         LOG_INFO("CPU scheduling: SCHED_BATCH for the frontend and its workers (sched_batch=true)");
 }
 
+/* The GPUs workers may be given: the visible ones (NVML, CUDA_VISIBLE_DEVICES), at most
+ * number_of_gpu of them, as TorchServe caps it; in the start-up log as TorchServe's "Number of
+ * GPUs", with each one's name. */
+static void setup_gpus(void)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    char why[256];
+    int visible = nvml_open(cvd, why, sizeof(why));
+    int want = srv->cfg.number_of_gpu;
+    srv->n_gpu = want < 0 || want > visible ? visible : want;
+    if (want > visible)
+        LOG_WARN("number_of_gpu=%d, but %d GPU(s) are visible: %d used", want, visible, visible);
+    if (visible == 0) {
+        LOG_INFO("Number of GPUs: 0 (%s): every model runs on the CPU", why);
+        return;
+    }
+    LOG_INFO("Number of GPUs: %d (%d visible%s%s%s)", srv->n_gpu, visible,
+             cvd ? ", CUDA_VISIBLE_DEVICES=" : "", cvd ? cvd : "",
+             want >= 0 ? ", number_of_gpu set" : "");
+    for (int i = 0; i < visible; i++) {
+        char name[128];
+        int idx;
+        struct nvml_usage u;
+        if (nvml_describe(i, name, sizeof(name), &idx) == 0)
+            LOG_INFO("GPU %d: %s (NVML index %d, %llu MiB)%s", i, name, idx,
+                     nvml_usage(i, &u) == 0 ? u.mem_total >> 20 : 0ULL,
+                     i < srv->n_gpu ? "" : ", not used (number_of_gpu)");
+    }
+}
+
+/* The Python of the workers' plugin (its info file, next to it), and config.properties' python
+ * when set: the plugin's interpreter or a venv of it, else the start is refused. */
+static int setup_python(void)
+{
+    char *dir = xstrdup(srv->worker_bin);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    char *info = xasprintf("%s/../lib/libts_python.info", dir);
+    free(dir);
+    struct pyinfo pi;
+    char err[PATH_MAX + 512];
+    int rc = 0;
+    if (pyinfo_load(info, &pi, err, sizeof(err))) {
+        if (srv->cfg.python) {
+            fprintf(stderr, "torchserve-c: python=%s: the Python plugin is not built (%s)\n",
+                    srv->cfg.python, err);
+            rc = -1;
+        } else {
+            LOG_INFO("Python executable: none (%s): Python models cannot be served", err);
+        }
+        free(info);
+        return rc;
+    }
+    free(info);
+    if (srv->cfg.python) {
+        char resolved[PATH_MAX];
+        if (pyinfo_check(&pi, srv->cfg.python, resolved, sizeof(resolved), err, sizeof(err))) {
+            fprintf(stderr, "torchserve-c: %s: %s\n", srv->cfg.path ? srv->cfg.path : "config",
+                    err);
+            LOG_ERROR("%s", err);
+            return -1;
+        }
+        srv->python_exe = xstrdup(resolved);
+    }
+    LOG_INFO("Python executable: %s (Python %s, %s)",
+             srv->python_exe ? srv->python_exe : pi.executable, pi.version,
+             srv->python_exe ? "config.properties python" : "the one the plugin was built for");
+    return 0;
+}
+
 int server_main(const struct server_opts *o)
 {
     static struct server s;
@@ -390,6 +468,9 @@ int server_main(const struct server_opts *o)
         fprintf(stderr, "torchserve-c: worker binary %s: %s\n", srv->worker_bin, strerror(errno));
         return 1;
     }
+    if (setup_python() != 0)
+        return 1;
+    setup_gpus();
 
     if (instance_acquire(&srv->cfg) != 0)
         return 1;
@@ -449,6 +530,10 @@ int server_main(const struct server_opts *o)
     }
     if (grpc_servers_start() != 0)
         goto out;
+    if (!srv->cfg.disable_system_metrics)
+        sys_metrics_start(srv->base,
+                          srv->cfg.metric_time_interval > 0 ? srv->cfg.metric_time_interval : 60,
+                          srv->n_gpu);
     if (http_metrics_log_start() != 0)
         goto out;
     load_startup_models(o);
@@ -465,6 +550,7 @@ int server_main(const struct server_opts *o)
     rc = 0;
 out:
     http_metrics_log_stop();
+    sys_metrics_stop();
     http_servers_stop();
     /* before mgmt_shutdown: cancelled gRPC calls detach from their pending operations */
     grpc_servers_stop();
@@ -481,6 +567,8 @@ out:
     if (ts_rmtree(srv->run_dir) != 0)
         LOG_WARN("could not remove %s", srv->run_dir);
     free(srv->run_dir);
+    nvml_close();
+    free(srv->python_exe);
     free(srv->worker_bin);
     free(srv->model_store);
     model_metrics_free(&srv->model_metrics);

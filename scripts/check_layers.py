@@ -63,8 +63,9 @@ RANKS = {
 ORDERS = {
     "frontend/core": [
         ("core", "config", "batcher", "ev_mem", "loop_wait", "metrics", "model_metrics",
-         "metrics_config", "proc_info", "worker_progress", "handler_reply", "conn_budget"),
-        ("job", "access_log", "worker_log", "worker_out"),
+         "metrics_config", "proc_info", "worker_progress", "handler_reply", "conn_budget",
+         "gpu_assign", "nvml", "pyinfo"),
+        ("job", "access_log", "worker_log", "worker_out", "sys_metrics"),
         ("worker_pool",),
         ("sequence",),
         ("model",),

@@ -4,16 +4,17 @@
 set -eu
 
 # haproxy: the balancer of deploy/run-cluster.sh (and its tests); python3-yaml: the tests that
-# read deploy/kubernetes/ and the Python handlers' model_yaml_config; libpython3.11-dev: the
-# Python handler plugin (build/lib/libts_python.so); clang and libclang-rt-14-dev: the libFuzzer
+# read deploy/kubernetes/ and the Python handlers' model_yaml_config; libpython3-dev: the
+# Python handler plugin (build/lib/libts_python.so), for Debian's python3; python3-venv: the
+# tests of Python workers in a venv (tests/integration/test_python_env.py); clang and libclang-rt-14-dev: the libFuzzer
 # targets (make fuzz)
 PKGS="build-essential pkg-config
 libevent-dev libgrpc-dev libabsl-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 protobuf-compiler-grpc libprotobuf-dev liblmdb-dev libyaml-dev libjansson-dev libarchive-dev
 uuid-dev libtorch-dev libopenblas0-pthread libssl-dev openssl
 python3 python3-pytest python3-grpcio python3-protobuf python3-requests python3-torch python3-yaml
-python3-prometheus-client
-libpython3.11-dev
+python3-prometheus-client python3-venv
+libpython3-dev
 curl jq wrk nghttp2-client clang-format
 haproxy
 clang libclang-rt-14-dev zlib1g-dev"

@@ -104,8 +104,13 @@ static const struct key keys[] = {
      * declare are registered when first reported */
     {"metrics_config", K_OPT_STR, F(metrics_config), 0, 0},
     {"model_metrics_auto_detect", K_BOOL, F(model_metrics_auto_detect), 0, 0},
-    /* TorchServe's system-metrics period; here: how often metrics_mode=log writes them */
+    /* TorchServe's system-metrics period; also how often metrics_mode=log writes them */
     {"metric_time_interval", K_INT, F(metric_time_interval), 1, 86400},
+    {"disable_system_metrics", K_BOOL, F(disable_system_metrics), 0, 0},
+    /* GPUs workers are given (gpu_assign.h); capped at the visible ones at start-up */
+    {"number_of_gpu", K_INT, F(number_of_gpu), 0, 4096},
+    /* the interpreter of Python workers: the plugin's Python or a venv of it (pyinfo.h) */
+    {"python", K_OPT_STR, F(python), 0, 0},
     {"initial_worker_port", K_INT, F(initial_worker_port), 1, 65535},
     {"worker_threads", K_INT, F(worker_threads), 1, 1024},
     {"ts_header_key_sequence_id", K_STR, F(ts_header_key_sequence_id), 0, 0},
@@ -162,11 +167,11 @@ static const struct {
     {"cpu_launcher_args", WARN, NULL, "workers use worker_threads intra-op threads each"},
     {"ipex_enable", WARN, NULL, "Intel Extension for PyTorch is not used"},
     {"ipex_gpu_enable", WARN, NULL, "Intel Extension for PyTorch is not used"},
-    {"number_of_gpu", WARN, NULL, "this build runs on the CPU only"},
     {"blacklist_env_vars", WARN, NULL, "Python workers run isolated: PYTHON* is not read"},
     {"workflow_store", WARN, NULL, "workflows are not supported"},
-    {"disable_system_metrics", WARN, NULL, "no system metrics are collected"},
-    {"system_metrics_cmd", WARN, NULL, "no system metrics are collected"},
+    {"system_metrics_cmd", WARN, NULL,
+     "system metrics are collected by the server itself (disable_system_metrics=true turns "
+     "them off)"},
     {"keystore", REFUSE, "",
      "Java keystores are not read: use certificate_file and "
      "private_key_file (PEM)"},
@@ -174,7 +179,6 @@ static const struct {
     {"keystore_type", REFUSE, "", "Java keystores are not read"},
     {"ts_open_inference_protocol", WARN, NULL, "OIP is always served on /v2 and gRPC"},
     {"debug", WARN, NULL, "use --foreground and the log levels instead"},
-    {"python", WARN, NULL, "Python handlers are not supported"},
     {"initial_distribution_port", WARN, NULL, "distributed inference is not supported"},
 };
 
@@ -234,6 +238,9 @@ void config_defaults(struct config *c)
     c->sched_batch = 1;
     c->busy_poll_us = 0;
     c->oip_stream_response = xstrdup("triton");
+    c->number_of_gpu = -1;
+    c->python = NULL;
+    c->disable_system_metrics = 0;
 }
 
 /* The reason an address does not parse, or NULL when it does (out then filled). */
@@ -615,5 +622,6 @@ void config_free(struct config *c)
     for (size_t i = 0; i < c->n_env_keys; i++)
         free(c->env_keys[i]);
     free(c->env_keys);
+    free(c->python);
     memset(c, 0, sizeof *c);
 }

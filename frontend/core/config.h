@@ -51,7 +51,7 @@ struct config {
     char *allowed_urls;                 /* "file://.*|http(s)?://.*" */
     int enable_metrics_api;             /* true */
     char *metrics_mode;                 /* "prometheus" (ours), or "log": ts_metrics.log */
-    int metric_time_interval;           /* log mode: seconds between writes; -1 unset (60) */
+    int metric_time_interval;           /* system metrics and log mode: seconds; -1 unset (60) */
     char *metrics_config;               /* TorchServe's metrics.yaml, NULL unless set */
     int model_metrics_auto_detect;      /* -1 unset: true without metrics_config (every model
                                            metric is served, as before it existed), false with
@@ -80,6 +80,9 @@ struct config {
     size_t n_env_keys;
     int worker_debug_headers;    /* our key: pass the workers' x-ts-worker-* counters (false) */
     long max_pending_heads_size; /* our key: unfinished request heads together (64 MiB) */
+    int number_of_gpu;           /* -1 unset: every visible GPU; capped at the visible ones */
+    char *python;                /* NULL unless set: the Python workers' interpreter (pyinfo.h) */
+    int disable_system_metrics;  /* false: CPU, memory, disk and GPU metrics (sys_metrics.h) */
 };
 
 typedef void config_warn_fn(const char *msg, void *arg);

@@ -34,6 +34,9 @@ struct server {
     char *model_store; /* absolute */
     char *run_dir;     /* per-instance scratch dir: extracted archives */
     int next_worker_id;
+    int n_gpu;        /* GPUs workers are given: number_of_gpu, capped at the visible ones */
+    int gpu_counter;  /* TorchServe's one round-robin counter across models (gpu_assign.h) */
+    char *python_exe; /* config.properties' python once checked (pyinfo.h), else NULL */
     int stopping;
     int64_t start_us;
     struct metrics_counters counters;

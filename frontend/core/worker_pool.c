@@ -421,11 +421,11 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
     size_t ne = 0;
     while (environ[ne])
         ne++;
-    char **envp = xcalloc(ne + 5, sizeof(char *));
+    char **envp = xcalloc(ne + 6, sizeof(char *));
     size_t k = 0;
     /* what we set is ours alone: an inherited value of these never reaches a worker */
     static const char *const ours[] = {"OMP_NUM_THREADS=", "TS_WORKER_ID=", WORKER_ENV_METRICS "=",
-                                       WORKER_ENV_VENV "="};
+                                       WORKER_ENV_VENV "=", WORKER_ENV_PYTHON "="};
     for (size_t i = 0; i < ne; i++) {
         size_t o = 0;
         while (o < sizeof(ours) / sizeof(ours[0]) && strncmp(environ[i], ours[o], strlen(ours[o])))
@@ -442,6 +442,11 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
         envp[k++] = srv->worker_metrics_env;
     if (venv)
         envp[k++] = venv;
+    /* config.properties' python, checked at start-up (pyinfo.h): the Python plugin's program
+     * name (backend/python/py_handler.c) when the model has no venv of its own */
+    char *py = srv->python_exe ? xasprintf(WORKER_ENV_PYTHON "=%s", srv->python_exe) : NULL;
+    if (py)
+        envp[k++] = py;
 
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -465,6 +470,7 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
     free(omp);
     free(wid);
     free(venv);
+    free(py);
     free(envp);
     free(state);
     if (rc != 0)
@@ -540,7 +546,7 @@ static void worker_spawn(struct worker *w)
         .model_path = otf_s(g->dir),
         .batch_size = g->batch_size,
         .handler = otf_s(g->handler),
-        .gpu_id = -1,
+        .gpu_id = w->gpu_id,
         .envelope = otf_s(g->envelope),
         .limit_max_image_pixels = 1,
     };
@@ -548,7 +554,12 @@ static void worker_spawn(struct worker *w)
     otf_encode_load(&w->out, &l);
     worker_out_now(&w->conn, w->out.data, w->out.len);
     arm_timer(w, (int64_t)g->startup_timeout_s * 1000);
-    LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, g->name, g->version);
+    if (w->gpu_id >= 0)
+        LOG_INFO("spawned worker %d (pid %d) for model %s %s on GPU %d", w->id, (int)pid, g->name,
+                 g->version, w->gpu_id);
+    else
+        LOG_INFO("spawned worker %d (pid %d) for model %s %s", w->id, (int)pid, g->name,
+                 g->version);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -702,6 +713,7 @@ static struct worker *worker_new(struct worker_group *g)
 {
     struct worker *w = xcalloc(1, sizeof(*w));
     w->id = srv->next_worker_id++;
+    w->gpu_id = gpu_plan_next(&g->gpu, &srv->gpu_counter);
     w->group = g;
     TAILQ_INIT(&w->inflight);
     w->progress.fd = -1;

@@ -17,6 +17,7 @@
 #include <sys/queue.h>
 #include <sys/types.h>
 
+#include "gpu_assign.h"
 #include "job.h"
 #include "metrics.h"
 #include "proc_info.h"
@@ -55,10 +56,12 @@ struct worker_group_ops {
 };
 
 /* The environment a worker gets from the frontend besides its own (exec_worker_binary):
- * metrics.yaml's model metrics as JSON (metrics_config.h) and the model's virtual environment;
- * read by the Python plugin and our ts package. */
+ * metrics.yaml's model metrics as JSON (metrics_config.h), the model's virtual environment, and
+ * config.properties' python once checked (pyinfo.h); read by the Python plugin and our ts
+ * package. */
 #define WORKER_ENV_METRICS "TS_WORKER_MODEL_METRICS"
 #define WORKER_ENV_VENV "TS_WORKER_VENV"
+#define WORKER_ENV_PYTHON "TS_PYTHON_EXECUTABLE"
 
 /* One model's workers and what they load. The strings are the owner's, immutable while the group
  * has workers. */
@@ -75,6 +78,7 @@ struct worker_group {
     struct hist batch_sizes; /* requests per batch sent */
     int64_t step_us;         /* a step's handle() time in µs, moving average; 0 until reported */
     char load_error[512];    /* what the last failed load reported; "" after a good load */
+    struct gpu_plan gpu;     /* the owner's: which GPUs its workers rotate over (none: CPU) */
     const struct worker_group_ops *ops;
 };
 
@@ -87,7 +91,8 @@ enum worker_state {
 };
 
 struct worker {
-    int id; /* 9000, 9001, ... as TorchServe's port numbers */
+    int id;     /* 9000, 9001, ... as TorchServe's port numbers */
+    int gpu_id; /* its GPU for life, respawns included (gpu_assign.h); -1: the CPU */
     pid_t pid;
     enum worker_state state;
     struct worker_group *group;      /* NULL once detached (its model is going away) */

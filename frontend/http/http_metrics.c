@@ -10,7 +10,9 @@
  * sequences). TorchServe's QueueTime, WorkerThreadTime and WorkerLoadTime gauges; with
  * metrics_config, only the TorchServe-named families its ts_metrics section lists. The model
  * metrics (model_metrics.h: HandlerTime, PredictionTime, handlers' own) with TorchServe's labels,
- * their dimensions (ModelName and Level by default) and Hostname. `/metrics?name[]=NAME`
+ * their dimensions (ModelName and Level by default) and Hostname. TorchServe's system metrics
+ * (CPU, memory, disk, and per GPU), from the frontend's last sample (core/sys_metrics.h), as
+ * metrics_config lets them. `/metrics?name[]=NAME`
  * (repeatable) keeps only those families, as TorchServe does.
  */
 #include <event2/buffer.h>
@@ -26,6 +28,7 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "core/sequence.h"
+#include "core/sys_metrics.h"
 #include "http_metrics.h"
 #include "log.h"
 #include "rlog.h"
@@ -278,6 +281,60 @@ static void torchserve_gauges(struct out *o)
     }
 }
 
+/* A host gauge of TorchServe's system metrics (Level=Host). */
+static void host_gauge(struct out *o, const char *name, const char *unit, double v)
+{
+    char help[96];
+    snprintf(help, sizeof(help), "Torchserve prometheus gauge metric with unit: %s", unit);
+    if (ts_family_on(name) && family(o, name, "gauge", help))
+        buf_printf(&o->b, "%s{Level=\"Host\",Hostname=\"%s\",} %.10g\n", name, o->host, v);
+}
+
+/* TorchServe's system metrics (metrics.yaml's names, units and dimensions), from the last
+ * sample; none when disable_system_metrics=true, no GPU families without GPUs; with
+ * metrics_config, those its ts_metrics section declares. */
+static void system_families(struct out *o)
+{
+    const struct sys_sample *s = sys_metrics_last();
+    if (!s->valid)
+        return;
+    host_gauge(o, "CPUUtilization", "Percent", s->cpu_pct);
+    host_gauge(o, "MemoryUsed", "Megabytes", s->mem_used_mb);
+    host_gauge(o, "MemoryAvailable", "Megabytes", s->mem_avail_mb);
+    host_gauge(o, "MemoryUtilization", "Percent", s->mem_pct);
+    if (s->disk_ok) {
+        host_gauge(o, "DiskUsage", "Gigabytes", s->disk_used_gb);
+        host_gauge(o, "DiskAvailable", "Gigabytes", s->disk_avail_gb);
+        host_gauge(o, "DiskUtilization", "Percent", s->disk_pct);
+    }
+    static const struct {
+        const char *name, *unit;
+        size_t off;
+    } gpu[] = {
+        {"GPUMemoryUtilization", "Percent", offsetof(struct sys_sample, gpu[0].mem_pct)},
+        {"GPUMemoryUsed", "Megabytes", offsetof(struct sys_sample, gpu[0].mem_used_mb)},
+        {"GPUUtilization", "Percent", offsetof(struct sys_sample, gpu[0].util_pct)},
+    };
+    for (size_t k = 0; k < sizeof(gpu) / sizeof(gpu[0]); k++) {
+        int first = 1;
+        for (int i = 0; i < s->n_gpu; i++) {
+            if (!s->gpu[i].ok)
+                continue;
+            /* the family's HELP and TYPE once, then a line per device */
+            char help[96];
+            snprintf(help, sizeof(help), "Torchserve prometheus gauge metric with unit: %s",
+                     gpu[k].unit);
+            if (first && (!ts_family_on(gpu[k].name) || !family(o, gpu[k].name, "gauge", help)))
+                break;
+            first = 0;
+            const double *v =
+                (const double *)((const char *)s + gpu[k].off + (size_t)i * sizeof(s->gpu[0]));
+            buf_printf(&o->b, "%s{Level=\"Host\",DeviceId=\"%d\",Hostname=\"%s\",} %.10g\n",
+                       gpu[k].name, i, o->host, *v);
+        }
+    }
+}
+
 /* models: with the model metrics (/metrics), or without (ts_metrics.log: they have their own
  * log, model_metrics.log) */
 static void render(struct out *o, int models)
@@ -313,6 +370,7 @@ static void render(struct out *o, int models)
     per_model(o, "ts_workers_idle", "gauge", "ready workers holding nothing", v_idle);
     per_model(o, "ts_sequences_open", "gauge", "open sequences", v_sequences);
     torchserve_gauges(o);
+    system_families(o);
     if (models)
         model_families(o);
 }
@@ -422,9 +480,10 @@ int http_metrics_log_start(void)
 {
     const struct config *c = &srv->cfg;
     if (strcmp(c->metrics_mode, "log")) {
-        if (c->metric_time_interval > 0)
-            LOG_WARN("metric_time_interval is used by metrics_mode=log only (this server serves "
-                     "the metrics on the metrics API and collects no system metrics)");
+        if (c->metric_time_interval > 0 && c->disable_system_metrics)
+            LOG_WARN("metric_time_interval has no effect: disable_system_metrics=true, and the "
+                     "metrics are served on the metrics API (metrics_mode=%s)",
+                     c->metrics_mode);
         return 0;
     }
     if (c->metric_time_interval > 0)

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/model.h"
+#include "core/nvml.h"
 #include "core/sequence.h"
 #include "core/worker_pool.h"
 #include "util.h"
@@ -82,6 +83,40 @@ static json_t *start_time(int64_t wall_ms)
     return json_string(b);
 }
 
+/* n with Java's NumberFormat grouping ("81,559"), as TorchServe's MessageFormat prints it. */
+static void java_int(char *out, size_t len, unsigned long long n)
+{
+    char d[32];
+    int k = snprintf(d, sizeof(d), "%llu", n), o = 0;
+    for (int i = 0; i < k && o + 2 < (int)len; i++) {
+        if (i && (k - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = d[i];
+    }
+    out[o] = '\0';
+}
+
+/* A worker's gpuUsage as TorchServe's Accelerator.utilizationToString() writes it, from NVML
+ * now (TorchServe runs nvidia-smi for each describe): "N/A" on the CPU. */
+static json_t *gpu_usage(const struct worker *w)
+{
+    if (w->gpu_id < 0)
+        return json_string("N/A");
+    struct nvml_usage u;
+    if (nvml_usage(w->gpu_id, &u))
+        return json_string("failed to obtained gpu usage"); /* sic, TorchServe's text */
+    char id[32], g[32], mem[32], used[40];
+    java_int(id, sizeof(id), (unsigned long long)w->gpu_id);
+    java_int(g, sizeof(g), u.util_gpu);
+    java_int(mem, sizeof(mem), u.util_mem);
+    java_int(used, sizeof(used), u.mem_used >> 20);
+    char b[256];
+    snprintf(b, sizeof(b),
+             "gpuId::%s utilization.gpu::%s %% utilization.memory::%s %% memory.used::%s MiB", id,
+             g, mem, used);
+    return json_string(b);
+}
+
 json_t *describe_model(const struct model *m)
 {
     const struct model_config *mc = &m->mc;
@@ -102,7 +137,15 @@ json_t *describe_model(const struct model *m)
     json_object_set_new(o, "clientTimeoutInMills", json_integer(mc->client_timeout_ms));
     json_object_set_new(o, "parallelType", json_string(""));
     json_object_set_new(o, "parallelLevel", json_integer(0));
-    json_object_set_new(o, "deviceType", json_string("cpu"));
+    /* the effective type, as TorchServe's Model decides it (gpu_assign.h), and the deviceIds it
+     * kept (an invalid list is dropped, and Gson leaves a null out) */
+    json_object_set_new(o, "deviceType", json_string(m->pool.gpu.on_gpu ? "gpu" : "cpu"));
+    if (m->pool.gpu.n_ids > 0) {
+        json_t *ids = json_array();
+        for (int i = 0; i < m->pool.gpu.n_ids; i++)
+            json_array_append_new(ids, json_integer(m->pool.gpu.ids[i]));
+        json_object_set_new(o, "deviceIds", ids);
+    }
     json_object_set_new(o, "continuousBatching",
                         json_boolean(mc->continuous_batching || m->pool.continuous));
     json_object_set_new(o, "useJobTicket", json_false());
@@ -136,8 +179,8 @@ json_t *describe_model(const struct model *m)
             e, "memoryUsage",
             json_integer(w->pid > 0 ? (json_int_t)worker_rss_kb(w->pid) * 1024 : 0));
         json_object_set_new(e, "pid", json_integer(w->pid > 0 ? w->pid : -1));
-        json_object_set_new(e, "gpu", json_false());
-        json_object_set_new(e, "gpuUsage", json_string("N/A"));
+        json_object_set_new(e, "gpu", json_boolean(w->gpu_id >= 0));
+        json_object_set_new(e, "gpuUsage", gpu_usage(w));
         json_array_append_new(ws, e);
     }
     json_object_set_new(o, "workers", ws);

@@ -555,13 +555,21 @@ static int model_commit(struct model *m, const struct model_reg *r, char *err, s
     m->queue_max = m->mc.job_queue_size > 0 ? m->mc.job_queue_size : c->job_queue_size;
     m->min_workers = m->mc.min_workers;
     m->max_workers = m->mc.max_workers;
+    char note[512];
+    gpu_plan_init(&m->pool.gpu, m->mc.device_type, m->mc.device_ids, m->mc.n_device_ids, srv->n_gpu,
+                  note, sizeof(note));
     int rc = model_add(m, err, errlen);
     if (rc) {
         discard(m);
         return rc;
     }
-    LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms)", m->name,
-             m->version, r->url, m->pool.batch_size, m->max_batch_delay_ms);
+    LOG_INFO("registered model %s version %s from %s (batchSize %d, maxBatchDelay %d ms, "
+             "workers on %s%.0d%s)",
+             m->name, m->version, r->url, m->pool.batch_size, m->max_batch_delay_ms,
+             m->pool.gpu.n_cores ? "" : "the CPU", m->pool.gpu.n_cores,
+             m->pool.gpu.n_cores ? " GPU(s)" : "");
+    if (note[0])
+        LOG_WARN("model %s: %s", m->name, note);
     m->pool.venv = m->venv;
     if (m->manifest.requirements_file && *m->manifest.requirements_file && !m->venv)
         LOG_WARN("model %s: %s from the archive is not installed (install_py_dep_per_model=true "

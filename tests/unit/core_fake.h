@@ -13,7 +13,8 @@
  *         die-after:K   the worker exits after K frames of this request (mid-stream)
  *         progress-die:S:F   the worker writes started S and finished F into its progress
  *                       page (otf_progress), as a worker holding answers would, and exits
- *     Everything it receives goes to fake_log, one line each: "w<id> L", "w<id> I t1 t2 ...",
+ *     Everything it receives goes to fake_log, one line each: "w<id> L <handler> gpu=<gpu_id>",
+ *     "w<id> I t1 t2 ...",
  *     "w<id> C t", "w<id> S <seq> <event>", "w<id> P t" / "R t" (a paused request is held, as
  *     the real worker holds it, until it is resumed).
  *   - A recording sink (struct rec): what a client would have seen of a job.
@@ -201,7 +202,7 @@ static void fake_worker_main(int fd, int wid)
             off += (size_t)used;
             if (c.cmd == OTF_CMD_LOAD) {
                 char *h = otf_strdup(c.load.handler);
-                fake_logf("w%d L %s", wid, h);
+                fake_logf("w%d L %s gpu=%d", wid, h, (int)c.load.gpu_id);
                 struct buf b;
                 buf_init(&b);
                 if (!strcmp(h, "fake-fail")) {
@@ -484,6 +485,10 @@ struct fake_model_opts {
     const char *handler; /* "fake" unless given */
     int batch_size, max_batch_delay_ms, queue_max, workers, response_timeout_s;
     int sequences; /* sequenceBatching */
+    /* model-config.yaml's deviceType (MC_DEVICE_*) and deviceIds, on srv->n_gpu GPUs */
+    int device_type;
+    const int *device_ids;
+    int n_device_ids;
 };
 
 static int workers_ready(void *arg)
@@ -513,6 +518,8 @@ static struct model *fake_model(const struct fake_model_opts *o)
     m->pool.startup_timeout_s = 30;
     m->queue_max = o->queue_max > 0 ? o->queue_max : 100;
     char err[256];
+    gpu_plan_init(&m->pool.gpu, o->device_type, o->device_ids, o->n_device_ids, srv->n_gpu, err,
+                  sizeof(err));
     CHECK_EQ_INT(model_add(m, err, sizeof(err)), 0);
     worker_pool_scale(&m->pool, o->workers > 0 ? o->workers : 1);
     CHECK(run_until(workers_ready, m, 5000));

@@ -306,16 +306,17 @@ TEST(unsupported_keys)
                  "or written to ts_metrics.log (metrics_mode=log), got 'legacy'");
     struct config c;
     char err[512];
-    CHECK_EQ_INT(load("workflow_store=wf\nnumber_of_gpu=2\ninstall_py_dep_per_model=false\n", &c,
-                      err, sizeof err),
+    CHECK_EQ_INT(load("workflow_store=wf\nvmargs=-Xmx1g\ninstall_py_dep_per_model=false\n"
+                      "number_of_gpu=2\n",
+                      &c, err, sizeof err),
                  0);
     char want[1024];
     snprintf(want, sizeof want,
              "%s:1: workflow_store has no effect in torchserve-c: workflows are not supported\n"
-             "%s:2: number_of_gpu has no effect in torchserve-c: this build runs on the CPU "
-             "only\n",
+             "%s:2: vmargs has no effect in torchserve-c: a JVM setting\n",
              path, path);
     CHECK_STR(warnings, want);
+    CHECK_EQ_INT(c.number_of_gpu, 2); /* taken, not warned about: gpu_assign.h */
     config_free(&c);
 }
 
@@ -340,6 +341,7 @@ TEST(envvars)
     setenv("TS_HEADER_KEY_SEQUENCE_ID", "x-seq", 1);
     setenv("TS_ALLOWED_URLS", "https://x/.*", 1);
     setenv("TS_NUMBER_OF_GPU", "2", 1);
+    setenv("TS_IPEX_ENABLE", "true", 1);
     struct config c;
     char err[512];
     CHECK_EQ_INT(load("job_queue_size=3\n", &c, err, sizeof err), 0);
@@ -354,7 +356,9 @@ TEST(envvars)
     CHECK(c.token_expiration_min == 5);
     CHECK_STR(c.ts_header_key_sequence_id, "x-seq");
     CHECK_STR(c.allowed_urls, "file://.*|http(s)?://.*"); /* needs use_env_allowed_urls */
-    CHECK(strstr(warnings, "environment TS_NUMBER_OF_GPU: number_of_gpu has no effect"));
+    CHECK_EQ_INT(c.number_of_gpu, 2); /* a key like any other (gpu_assign.h) */
+    CHECK(!strstr(warnings, "number_of_gpu"));
+    CHECK(strstr(warnings, "environment TS_IPEX_ENABLE: ipex_enable has no effect"));
     config_free(&c);
 
     CHECK_EQ_INT(

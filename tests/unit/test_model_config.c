@@ -79,6 +79,10 @@ TEST(every_key)
     CHECK_EQ_INT(mc.max_seq_job_queue, 10);
     CHECK_EQ_INT(mc.max_num_sequence, 4);
     CHECK_EQ_INT(mc.cache_capacity, 16);
+    CHECK_EQ_INT(mc.device_type, MC_DEVICE_CPU);
+    CHECK_EQ_INT(mc.n_device_ids, 2);
+    CHECK_EQ_INT(mc.device_ids[0], 0);
+    CHECK_EQ_INT(mc.device_ids[1], 1);
 }
 
 TEST(partial_and_null_keep_defaults)
@@ -104,6 +108,32 @@ static void expect_error(const char *yaml, const char *want)
         CHECK(0);
     }
     CHECK_EQ_INT(mc.batch_size, -1); /* a failed load leaves the defaults */
+}
+
+/* deviceType in any case (TorchServe lower-cases it); deviceIds as a block list; what is not a
+ * device type or a list of ids refuses the load with the line */
+TEST(devices)
+{
+    write_yaml("deviceType: GPU\ndeviceIds:\n  - 3\n  - 1\n");
+    struct model_config mc;
+    char err[256] = "";
+    CHECK_EQ_INT(model_config_load(path, &mc, NULL, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(mc.device_type, MC_DEVICE_GPU);
+    CHECK_EQ_INT(mc.n_device_ids, 2);
+    CHECK_EQ_INT(mc.device_ids[0], 3);
+    CHECK_EQ_INT(mc.device_ids[1], 1);
+    write_yaml("batchSize: 1\n");
+    CHECK_EQ_INT(model_config_load(path, &mc, NULL, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(mc.device_type, MC_DEVICE_UNSET);
+    CHECK_EQ_INT(mc.n_device_ids, -1);
+    expect_error("batchSize: 2\ndeviceType: tpu\n",
+                 "model-config.yaml:2: deviceType: expected cpu or gpu, got 'tpu'");
+    expect_error("deviceIds: 0\n", "model-config.yaml:1: deviceIds: expected a list of GPU ids, "
+                                   "got '0'");
+    expect_error("deviceIds: [0, x]\n",
+                 "model-config.yaml:1: deviceIds: expected a GPU id (0, 1, ...), got 'x'");
+    expect_error("deviceIds: [-1]\n",
+                 "model-config.yaml:1: deviceIds: expected a GPU id (0, 1, ...), got '-1'");
 }
 
 TEST(bad_values)
@@ -163,13 +193,9 @@ TEST(unknown_and_unsupported_keys)
                       "'minWorkers'?)\n"
                       "model-config.yaml:2: unknown key 'batchsize' (ignored; did you mean "
                       "'batchSize'?)\n"
-                      "model-config.yaml:3: parallelType has no effect in torchserve-c: this build "
-                      "runs on the CPU only, one process per worker\n");
+                      "model-config.yaml:3: parallelType has no effect in torchserve-c: a worker "
+                      "is one process on one device\n");
     CHECK_EQ_INT(mc.min_workers, -1);
-    write_yaml("batchSize: 2\ndeviceType: gpu\n");
-    CHECK_EQ_INT(model_config_load(path, &mc, collect, NULL, err, sizeof err), TS_E_BAD_CONFIG);
-    CHECK_STR(err, "model-config.yaml:2: deviceType: gpu is not supported by torchserve-c: this "
-                   "build runs on the CPU only");
 }
 
 /* the openai section: a text generator on the OpenAI-compatible API, its tensor names */
@@ -209,6 +235,7 @@ int main(void)
     RUN(openai_section);
     RUN(defaults);
     RUN(every_key);
+    RUN(devices);
     RUN(partial_and_null_keep_defaults);
     RUN(bad_values);
     RUN(unknown_and_unsupported_keys);

@@ -2,7 +2,8 @@
  * workers: death mid-stream, a death behind which batches were pipelined, a batch that never
  * reached a dead worker, an answer still unread when the death is handled, a worker that stops
  * answering, the step times reported, one that cannot
- * load, a respawn that cannot start the process, a scale-down under load, and a paused stream. */
+ * load, a respawn that cannot start the process, a scale-down under load, a paused stream, and
+ * the GPU each worker's load frame names. */
 #include <sys/wait.h>
 
 #include <event2/buffer.h>
@@ -431,6 +432,58 @@ TEST(a_worker_whose_streams_are_all_paused_is_not_timed_out)
     core_teardown();
 }
 
+struct respawn_wait {
+    struct model *m;
+    struct worker *w;
+    pid_t old;
+};
+
+static int respawned_on_gpu(void *arg)
+{
+    struct respawn_wait *rw = arg;
+    return rw->w->pid > 0 && rw->w->pid != rw->old && workers_ready(rw->m);
+}
+
+/* The load frames' gpu_id: one counter across models (the first worker of a 2-GPU server gets
+ * GPU 1, as TorchServe's), a model's deviceIds on its own counter, deviceType cpu -1; a
+ * respawned worker keeps its GPU. */
+TEST(workers_get_their_gpu_in_the_load_frame)
+{
+    core_setup();
+    srv->n_gpu = 2;
+    struct model *a = fake_model(&(struct fake_model_opts){.name = "a", .workers = 2});
+    CHECK(log_has("w9000 L fake gpu=1\n"));
+    CHECK(log_has("w9001 L fake gpu=0\n"));
+    struct model *b = fake_model(&(struct fake_model_opts){.name = "b"});
+    CHECK(log_has("w9002 L fake gpu=1\n"));
+    static const int ids[] = {0};
+    fake_model(&(struct fake_model_opts){.name = "c",
+                                         .workers = 2,
+                                         .device_type = MC_DEVICE_GPU,
+                                         .device_ids = ids,
+                                         .n_device_ids = 1});
+    CHECK(log_has("w9003 L fake gpu=0\n"));
+    CHECK(log_has("w9004 L fake gpu=0\n"));
+    fake_model(&(struct fake_model_opts){.name = "d", .device_type = MC_DEVICE_CPU});
+    CHECK(log_has("w9005 L fake gpu=-1\n"));
+    worker_pool_scale(&b->pool, 2); /* the server's counter went on from b's first worker */
+    CHECK(run_until(workers_ready, b, 5000));
+    CHECK(log_has("w9006 L fake gpu=0\n"));
+    /* w9001 dies and is respawned on its GPU */
+    struct respawn_wait rw = {a, TAILQ_LAST(&a->pool.workers, worker_list), 0};
+    CHECK_EQ_INT(rw.w->id, 9001);
+    rw.old = rw.w->pid;
+    kill(rw.old, SIGKILL);
+    CHECK(run_until(respawned_on_gpu, &rw, 5000));
+    char *t = fake_log_text();
+    int loads = 0;
+    for (const char *p = t; (p = strstr(p, "w9001 L ")); p++, loads++)
+        CHECK(!strncmp(p, "w9001 L fake gpu=0\n", 19));
+    CHECK_EQ_INT(loads, 2);
+    free(t);
+    core_teardown();
+}
+
 int main(void)
 {
     tbase_make("test_worker_pool");
@@ -450,6 +503,7 @@ int main(void)
     RUN(a_spawn_short_of_processes_is_retried);
     RUN(scale_down_lets_the_worker_answer_what_it_holds);
     RUN(a_worker_whose_streams_are_all_paused_is_not_timed_out);
+    RUN(workers_get_their_gpu_in_the_load_frame);
     tbase_remove();
     return tap_done();
 }
