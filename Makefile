@@ -39,6 +39,7 @@ CFLAGS   := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
 CFLAGS   += $(EXTRA_CFLAGS)
 # libtorch: Debian's by default (headers in /usr/include, libraries in the multiarch dir), or
 # TORCH_DIR's include/ and lib/ (a libtorch tree or a pip torch), found at run time by an rpath.
+# Its headers are system headers (-isystem): -Werror is for our code, not for libtorch's.
 # The torch libraries are linked with --no-as-needed: nothing calls libtorch_cuda directly, but
 # loading it is what registers CUDA (dropped, the worker would see no GPU). DEPS_PREFIX: a
 # private prefix with the worker's other libraries (LMDB, libyaml, jansson, libuuid; include/ and
@@ -46,13 +47,13 @@ CFLAGS   += $(EXTRA_CFLAGS)
 TORCH_DIR   ?=
 ifeq ($(TORCH_DIR),)
 TORCH_INCDIR := /usr/include
-TORCH_INC    := -I$(TORCH_INCDIR)/torch/csrc/api/include
+TORCH_INC    := -isystem $(TORCH_INCDIR)/torch/csrc/api/include
 TORCH_LIBDIR := /usr/lib/$(shell $(CC) -print-multiarch)
 TORCH_CMAKE  := $(TORCH_LIBDIR)/cmake/Torch/TorchConfig.cmake
 TORCH_RPATH  :=
 else
 TORCH_INCDIR := $(abspath $(TORCH_DIR))/include
-TORCH_INC    := -I$(TORCH_INCDIR) -I$(TORCH_INCDIR)/torch/csrc/api/include
+TORCH_INC    := -isystem $(TORCH_INCDIR) -isystem $(TORCH_INCDIR)/torch/csrc/api/include
 TORCH_LIBDIR := $(abspath $(TORCH_DIR))/lib
 TORCH_CMAKE  := $(abspath $(TORCH_DIR))/share/cmake/Torch/TorchConfig.cmake
 TORCH_RPATH  := -Wl,-rpath,$(TORCH_LIBDIR)
@@ -78,7 +79,7 @@ DEPS_LDFLAGS := -L$(abspath $(DEPS_PREFIX))/lib -Wl,-rpath,$(abspath $(DEPS_PREF
 endif
 CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -Ibackend/torch \
             $(TORCH_INC) -Wno-unused-parameter \
-            $(if $(TORCH_ABI),-D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI))
+            $(if $(TORCH_ABI),-D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI)) $(EXTRA_CXXFLAGS)
 LDFLAGS  := -pthread -rdynamic $(DEPS_LDFLAGS)
 ifneq ($(SANITIZE),)
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -184,7 +185,7 @@ $(BUILD)/obj/backend/torch/%.o: backend/torch/%.cpp $(TORCH_HDRS) $(BUILD)/torch
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 $(BUILD)/obj/backend/torch/torch_graph.o: $(TORCH_GRAPH) $(TORCH_HDRS) $(BUILD)/torch.flags
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(if $(filter 1,$(CUDA_GRAPHS)),-I$(dir $(CUDA_RUNTIME_H))) -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(if $(filter 1,$(CUDA_GRAPHS)),-isystem $(dir $(CUDA_RUNTIME_H))) -c $< -o $@
 $(BUILD)/torch.flags: FORCE
 	@mkdir -p $(dir $@)
 	@echo "$(TORCH_FLAGS)" | cmp -s - $@ || echo "$(TORCH_FLAGS)" > $@
@@ -289,6 +290,7 @@ $(OPENAI_CLIENT): tests/openai/package.json tests/openai/package-lock.json
 test-integration: all models $(OPENAI_CLIENT)
 	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/fault
+	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/gpu
 	TS_BUILD=$(BUILD) TS_GRPC_DRIVE=thread $(TEST_PYTHON) -m pytest -q -p no:cacheprovider $(GRPC_TESTS)
 
 test-smoke: all models

@@ -207,8 +207,10 @@ static void metrics_config_warn(const char *msg, void *arg)
     LOG_WARN("metrics_config: %s", msg);
 }
 
-/* TorchServe's frontend metrics a metrics.yaml may name that this server does not collect */
-static int collected(const char *name)
+/* Whether this server collects a frontend metric a metrics.yaml names (ts_metrics): NULL, or
+ * why not. The system metrics are sampled unless disable_system_metrics=true (sys_metrics.h),
+ * the GPU ones on a server with GPUs. */
+static const char *not_collected(const char *name)
 {
     static const char *const ours[] = {"Requests2XX",
                                        "Requests4XX",
@@ -219,10 +221,22 @@ static int collected(const char *name)
                                        "ts_inference_requests_total",
                                        "ts_inference_latency_microseconds",
                                        "ts_queue_latency_microseconds"};
+    static const char *const sys[] = {"CPUUtilization",    "MemoryUsed", "MemoryAvailable",
+                                      "MemoryUtilization", "DiskUsage",  "DiskAvailable",
+                                      "DiskUtilization"};
+    static const char *const gpu[] = {"GPUMemoryUtilization", "GPUMemoryUsed", "GPUUtilization"};
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
         if (!strcmp(ours[i], name))
-            return 1;
-    return 0;
+            return NULL;
+    for (size_t i = 0; i < sizeof(sys) / sizeof(sys[0]); i++)
+        if (!strcmp(sys[i], name))
+            return srv->cfg.disable_system_metrics ? "disable_system_metrics=true" : NULL;
+    for (size_t i = 0; i < sizeof(gpu) / sizeof(gpu[0]); i++)
+        if (!strcmp(gpu[i], name))
+            return srv->cfg.disable_system_metrics ? "disable_system_metrics=true"
+                   : srv->n_gpu == 0               ? "this server has no GPU"
+                                                   : NULL;
+    return "torchserve-c does not measure it";
 }
 
 /* The model metrics' table, and metrics.yaml when metrics_config names one (TorchServe's
@@ -244,11 +258,12 @@ static int metrics_setup(void)
         fprintf(stderr, "torchserve-c: metrics_config: %s\n", err);
         return -1;
     }
-    for (size_t i = 0; i < srv->metrics_decl.n_ts; i++)
-        if (!collected(srv->metrics_decl.ts_names[i]))
-            LOG_WARN("metrics_config: %s (ts_metrics) is not collected by torchserve-c: system "
-                     "and GPU metrics are not measured",
-                     srv->metrics_decl.ts_names[i]);
+    for (size_t i = 0; i < srv->metrics_decl.n_ts; i++) {
+        const char *why = not_collected(srv->metrics_decl.ts_names[i]);
+        if (why)
+            LOG_WARN("metrics_config: %s (ts_metrics) is not collected: %s",
+                     srv->metrics_decl.ts_names[i], why);
+    }
     char *json = metrics_config_worker_json(&srv->model_metrics);
     srv->worker_metrics_env = xasprintf(WORKER_ENV_METRICS "=%s", json);
     free(json);
@@ -458,8 +473,6 @@ int server_main(const struct server_opts *o)
     }
     srv->model_store = xstrdup(real);
     srv->next_worker_id = srv->cfg.initial_worker_port;
-    if (metrics_setup() != 0)
-        return 1;
 
     char *dir = self_dir();
     srv->worker_bin = xasprintf("%s/torchserve-c-worker", dir);
@@ -470,7 +483,9 @@ int server_main(const struct server_opts *o)
     }
     if (setup_python() != 0)
         return 1;
-    setup_gpus();
+    setup_gpus(); /* before metrics_setup: which GPU metrics there are */
+    if (metrics_setup() != 0)
+        return 1;
 
     if (instance_acquire(&srv->cfg) != 0)
         return 1;

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Builds one example model into model-store/NAME.mar.
 #   scripts/models/build_model.sh NAME BUILD_DIR
-# 1. /usr/bin/python3 scripts/models/NAME/build.py BUILD_DIR/models/NAME   (if build.py exists)
+# Env: MODEL_PYTHON (default /usr/bin/python3) runs the builder, with its torch; MODEL_STORE
+# (default model-store) is where the archive goes (scripts/gpu/check.sh builds with a GPU
+# host's Python into its own store).
+# 1. $MODEL_PYTHON scripts/models/NAME/build.py BUILD_DIR/models/NAME   (if build.py exists)
 # 2. BUILD_DIR/bin/torchserve-c-archiver with handler (a .py is located like the files) /
 #    serialized file / extra files from
 #    scripts/models/NAME/archive.conf (key=value lines: handler=, serialized_file=, extra_files=
@@ -37,10 +40,11 @@ locate() {
     fi
 }
 
-mkdir -p "$out" model-store
+store=${MODEL_STORE:-model-store}
+mkdir -p "$out" "$store"
 if [ -f "$src/build.py" ]; then
     echo "building $name ($src/build.py -> $out)"
-    /usr/bin/python3 "$src/build.py" "$out"
+    "${MODEL_PYTHON:-/usr/bin/python3}" "$src/build.py" "$out"
 fi
 
 handler=$(conf_get handler)
@@ -79,5 +83,5 @@ if [ -f "$src/model-config.yaml" ]; then
     set -- "$@" --config-file "$src/model-config.yaml"
 fi
 
-"$build/bin/torchserve-c-archiver" "$@" --export-path model-store -f
-echo "model-store/$name.mar"
+"$build/bin/torchserve-c-archiver" "$@" --export-path "$store" -f
+echo "$store/$name.mar"
