@@ -167,31 +167,30 @@ std::vector<at::Tensor> to_host(const std::vector<at::Tensor> &outs)
     std::vector<at::Tensor> dense;
     dense.reserve(outs.size());
     size_t total = 0;
-    bool any_cuda = false;
     for (const at::Tensor &t : outs) {
         dense.push_back(t.contiguous());
-        if (t.is_cuda()) {
-            any_cuda = true;
+        if (t.is_cuda())
             total += aligned(nbytes(dense.back()));
+    }
+    state &s = st();
+    if (!s.cuda_open)
+        return dense;
+    if (total) {
+        at::Tensor &buf = pinned(s.pin_out, total);
+        size_t off = 0;
+        for (at::Tensor &t : dense) {
+            if (!t.is_cuda())
+                continue;
+            at::Tensor host = view_at(buf, off, t);
+            host.copy_(t, /*non_blocking=*/true);
+            off += aligned(nbytes(t));
+            t = host;
         }
     }
-    if (!any_cuda)
-        return dense;
-    at::Tensor &buf = pinned(st().pin_out, total ? total : ALIGN);
-    size_t off = 0;
-    for (at::Tensor &t : dense) {
-        if (!t.is_cuda())
-            continue;
-        at::Tensor host = view_at(buf, off, t);
-        host.copy_(t, /*non_blocking=*/true);
-        off += aligned(nbytes(t));
-        t = host;
-    }
-    /* the one wait of a forward: the download (and what it waited for) is done */
-    if (st().stream)
-        st().stream->synchronize();
-    else
-        torch::cuda::synchronize();
+    /* the one wait of a forward: the download and what it waited for are done, and so is the
+     * upload from the input buffer, which the next forward refills (even when every output
+     * was on the host) */
+    s.stream->synchronize();
     return dense;
 }
 

@@ -43,8 +43,9 @@ std::vector<at::Tensor> stage(const std::vector<at::Tensor> &host);
 std::vector<at::Tensor> upload(const std::vector<at::Tensor> &staged, const c10::Device &dev);
 
 /* Contiguous host tensors with the values of outs: CUDA tensors through the pinned output
- * buffer, after one synchronisation of the stream; they stay valid until the next call. CPU
- * tensors are made contiguous and returned as they are. */
+ * buffer; they stay valid until the next call. CPU tensors are made contiguous and returned as
+ * they are. With a CUDA device open, the worker's stream is synchronised once, whatever the
+ * outputs: the staging buffers are free for the next forward after it. */
 std::vector<at::Tensor> to_host(const std::vector<at::Tensor> &outs);
 
 /* Waits for the worker's stream (no-op without a CUDA device open). */

@@ -34,6 +34,9 @@ TOL = 1e-5
 # true by default, in libtorch as in Python): a product keeps 10 bits of mantissa, so the
 # logits move by about 1e-3 of their size and the softmax probabilities by up to a few 1e-3.
 TOP5_TOL = 1e-2
+# the same for char_lm's GRU logits where a greedy decode may take the other of two near-equal
+# characters
+TIE_TOL = 1e-2
 
 STREAM_HANDLER = '''
 import torch
@@ -196,7 +199,9 @@ class GpuServing(unittest.TestCase):
                 ans[m] = json.loads(body)
             g, c = ans["resnet18"], ans["resnet18_cpu"]
             self.assertEqual(len(g), 5)
-            self.assertEqual(next(iter(g)), next(iter(c)), f"image {k}: top-1 differs")
+            top_g, top_c = next(iter(g)), next(iter(c))
+            if top_g != top_c:  # only between two classes as likely as each other
+                self.assertLessEqual(abs(c[top_c] - c.get(top_g, 0.0)), TOP5_TOL, (k, g, c))
             for label in set(g) | set(c):
                 if label in g and label in c:
                     drift = max(drift, abs(g[label] - c[label]))
@@ -210,6 +215,30 @@ class GpuServing(unittest.TestCase):
 
     # ------------------------------------------------------------------ streaming
 
+    def greedy_tie(self, prompt, a, b):
+        """Where the greedy texts a (GPU) and b (CPU) first differ, whether the CPU's logits of
+        the two characters are within TIE_TOL of each other (cuDNN's GRU may run in TF32 on
+        the GPU, so a near tie may go either way); the decode replayed in this Python's torch
+        on the CPU, from char_lm's model.pt and vocab.json."""
+        import torch
+        m = mar_module("char_lm.mar")
+        with zipfile.ZipFile(os.path.join(STORE, "char_lm.mar")) as z:
+            voc = json.loads(z.read("vocab.json"))
+        chars = voc["vocab"]
+
+        def tid(ch):
+            return chars.index(ch) if ch in chars else chars.index(" ")
+
+        h = torch.zeros(1, voc["layers"], voc["hidden"])
+        with torch.no_grad():
+            logits, h = m(torch.tensor([[tid(ch) for ch in (prompt or "\n")]]), h)
+            for ca, cb in zip(a, b):
+                if ca != cb:
+                    gap = abs(logits[0, tid(ca)] - logits[0, tid(cb)]).item()
+                    return gap <= TIE_TOL, gap
+                logits, h = m(torch.tensor([[tid(ca)]]), h)
+        return False, None
+
     def test_4_streaming_handlers_on_the_gpu(self):
         for prompt in ("The keeper", "The baker", ""):
             texts = {}
@@ -221,7 +250,9 @@ class GpuServing(unittest.TestCase):
                 self.assertGreater(len(chunks), 1, f"{m} did not stream")
                 texts[m] = b"".join(chunks).decode()
             self.assertEqual(len(texts["char_lm"]), 40)
-            self.assertEqual(texts["char_lm"], texts["char_lm_cpu"], repr(prompt))
+            if texts["char_lm"] != texts["char_lm_cpu"]:
+                tie, gap = self.greedy_tie(prompt, texts["char_lm"], texts["char_lm_cpu"])
+                self.assertTrue(tie, (prompt, texts, gap))
         import torch
         status, chunks = self.srv.stream("/predictions/pystream", b"3",
                                          {"Content-Type": "text/plain"})
@@ -275,12 +306,16 @@ class GpuServing(unittest.TestCase):
     # ------------------------------------------------------------------ a worker's death
 
     def test_9_kill_9_of_a_gpu_worker_respawns_with_the_memory_back(self):
+        """The GPU's memory.used after the respawn is what it was before the kill: the dead
+        worker's context and model (half a GB at least) were given back, not leaked next to
+        its successor's. nvidia-smi also names the processes holding memory, when it sees the
+        workers' pid namespace (not from inside some containers): then the dead pid is gone."""
         pid = self.srv.describe("mlp")["workers"][0]["pid"]
-        before = None
+        before = apps = None
         if not NO_GPU:
-            apps = {int(p): int(m) for p, m in nvidia_smi("--query-compute-apps=pid,used_memory")}
-            self.assertIn(pid, apps, f"worker {pid} holds no GPU memory: {apps}")
             before = int(nvidia_smi("--query-gpu=memory.used")[0][0])
+            apps = {int(p): int(m) for p, m in nvidia_smi("--query-compute-apps=pid,used_memory")
+                    if p.isdigit()}
         os.kill(pid, signal.SIGKILL)
         deadline = time.time() + 180
         new = None
@@ -296,19 +331,16 @@ class GpuServing(unittest.TestCase):
         self.assertRowsClose(got, self.mlp_ref([[0.25] * 64]))
         if NO_GPU:
             self.skipTest(f"the GPU memory of the dead worker: {NO_GPU}")
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            apps = {int(p): int(m) for p, m in nvidia_smi("--query-compute-apps=pid,used_memory")}
-            if pid not in apps:
-                break
-            time.sleep(0.5)
-        self.assertNotIn(pid, apps, "the dead worker's GPU memory was not released")
-        self.assertIn(new, apps)
+        time.sleep(2)  # the driver frees a dead context's memory as the process is reaped
         after = int(nvidia_smi("--query-gpu=memory.used")[0][0])
-        # the new worker holds what the old one did (its context and the model), no more
-        self.assertLessEqual(after, before + 256, (before, after))
         print(f"\nGPU memory.used: {before} MiB before kill -9, {after} MiB after the respawn",
               file=sys.stderr)
+        self.assertLessEqual(after, before + 256, (before, after))
+        if pid in apps:
+            now = {int(p) for p, _ in nvidia_smi("--query-compute-apps=pid,used_memory")
+                   if p.isdigit()}
+            self.assertNotIn(pid, now, "the dead worker still holds GPU memory")
+            self.assertIn(new, now)
 
 
 if __name__ == "__main__":

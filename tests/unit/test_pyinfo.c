@@ -39,7 +39,7 @@ static void setup(void)
     mkdir(base_dir, 0755);
     snprintf(base_exe, sizeof(base_exe), "%s/python3.12", base_dir);
     touch_exe(base_exe);
-    snprintf(other_exe, sizeof(other_exe), "%s/python3.11", base_dir);
+    snprintf(other_exe, sizeof(other_exe), "%s/python3.9", base_dir);
     touch_exe(other_exe);
     snprintf(info, sizeof(info), "%s/libts_python.info", tbase);
     char text[1024];
@@ -123,12 +123,12 @@ TEST(another_interpreter_is_refused_by_name)
     CHECK_STR(err, want);
     /* a venv of the other one, linked or copied */
     char dir[300], py[320], cfg[600];
-    snprintf(dir, sizeof(dir), "%s/venv311", tbase);
-    snprintf(cfg, sizeof(cfg), "home = %s\nversion = 3.11.2\n", base_dir);
+    snprintf(dir, sizeof(dir), "%s/venv39", tbase);
+    snprintf(cfg, sizeof(cfg), "home = %s\nversion = 3.9.18\n", base_dir);
     venv(dir, other_exe, 0, cfg);
     snprintf(py, sizeof(py), "%s/bin/python3", dir);
     CHECK_EQ_INT(check(&pi, py, err), -1);
-    snprintf(dir, sizeof(dir), "%s/copies311", tbase);
+    snprintf(dir, sizeof(dir), "%s/copies39", tbase);
     venv(dir, NULL, 1, cfg);
     snprintf(py, sizeof(py), "%s/bin/python3", dir);
     CHECK_EQ_INT(check(&pi, py, err), -1);
