@@ -1,7 +1,8 @@
 """Serving on a GPU (issue 32): one server, each model twice, on the GPU and (deviceType: cpu) on
 the CPU, and the answers compared with each other and with this Python's torch on the CPU.
 
-    mlp            TorchScript MLP, built-in torchscript handler: equal within 1e-5
+    mlp            TorchScript MLP, built-in torchscript handler, JSON and OIP tensors: equal
+                   within 1e-5
     mlp_graph      the same with handler.cuda_graph: true: graphs captured per batch size, equal
     resnet18       eager ResNet-18 behind TorchServe's image_classifier (Python, BaseHandler on
                    cuda:{gpu_id}): the same top-5 for JPEGs, probabilities within TOP5_TOL
@@ -159,6 +160,16 @@ class GpuServing(unittest.TestCase):
                 status, got = self.srv.post_json(f"/predictions/{m}", {"data": x[:n]})
                 self.assertEqual(status, 200, got)
                 self.assertRowsClose(got, want, what=f"{m}, {n} row(s)")
+        # the Open Inference Protocol's tensors go through the same shim on the same device
+        flat = [v for row in x[:2] for v in row]
+        for m in ("mlp", "mlp_cpu"):
+            status, o = self.srv.post_json(f"/v2/models/{m}/infer", {"inputs": [
+                {"name": "input__0", "shape": [2, 64], "datatype": "FP32", "data": flat}]})
+            self.assertEqual(status, 200, o)
+            out = o["outputs"][0]
+            self.assertEqual(out["shape"], [2, 10])
+            got = [out["data"][:10], out["data"][10:]]
+            self.assertRowsClose(got, self.mlp_ref(x[:2]), what=f"{m} over OIP")
         d, c = self.srv.describe("mlp"), self.srv.describe("mlp_cpu")
         self.assertEqual(d["deviceType"], ON)
         self.assertEqual(d["workers"][0]["gpu"], ON == "gpu")
