@@ -413,10 +413,11 @@ static int setup_python(void)
             return -1;
         }
         srv->python_exe = xstrdup(resolved);
+    } else {
+        srv->python_exe = xstrdup(pi.executable);
     }
-    LOG_INFO("Python executable: %s (Python %s, %s)",
-             srv->python_exe ? srv->python_exe : pi.executable, pi.version,
-             srv->python_exe ? "config.properties python" : "the one the plugin was built for");
+    LOG_INFO("Python executable: %s (Python %s, %s)", srv->python_exe, pi.version,
+             srv->cfg.python ? "config.properties python" : "the one the plugin was built for");
     return 0;
 }
 

@@ -36,7 +36,8 @@ struct server {
     int next_worker_id;
     int n_gpu;        /* GPUs workers are given: number_of_gpu, capped at the visible ones */
     int gpu_counter;  /* TorchServe's one round-robin counter across models (gpu_assign.h) */
-    char *python_exe; /* config.properties' python once checked (pyinfo.h), else NULL */
+    char *python_exe; /* what Python workers run: config.properties' python once checked
+                       * (pyinfo.h), else the plugin's; NULL without the plugin */
     int stopping;
     int64_t start_us;
     struct metrics_counters counters;

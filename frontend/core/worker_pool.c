@@ -442,8 +442,9 @@ static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *
         envp[k++] = srv->worker_metrics_env;
     if (venv)
         envp[k++] = venv;
-    /* config.properties' python, checked at start-up (pyinfo.h): the Python plugin's program
-     * name (backend/python/py_handler.c) when the model has no venv of its own */
+    /* the Python workers run (config.properties' python checked at start-up, pyinfo.h, else
+     * the plugin's): its program name (backend/python/py_handler.c) when the model has no venv
+     * of its own */
     char *py = srv->python_exe ? xasprintf(WORKER_ENV_PYTHON "=%s", srv->python_exe) : NULL;
     if (py)
         envp[k++] = py;

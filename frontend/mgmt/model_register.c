@@ -278,7 +278,9 @@ static int install_requirements(struct model *m, char *err, size_t errlen)
     /* a hidden name: the model directory (which may be tmp_dir) is on the handler's sys.path */
     m->venv = xasprintf("%s/.venv", m->tmp_dir);
     char why[900];
-    rc = model_venv_install(m->venv, m->dir, req, why, sizeof(why));
+    /* a venv of the Python the workers run, so that the plugin can run it */
+    rc = model_venv_install(srv->python_exe ? srv->python_exe : "/usr/bin/python3", m->venv, m->dir,
+                            req, why, sizeof(why));
     if (rc)
         snprintf(err, errlen, "Custom pip package installation failed for model %s: %s", m->name,
                  why);

@@ -101,20 +101,20 @@ static void log_output(const char *what, const struct buf *out)
         LOG_INFO("%s:\n%.*s", what, (int)out->len, (const char *)out->data);
 }
 
-int model_venv_install(const char *venv_dir, const char *model_dir, const char *requirements,
-                       char *err, size_t errlen)
+int model_venv_install(const char *python, const char *venv_dir, const char *model_dir,
+                       const char *requirements, char *err, size_t errlen)
 {
     struct buf out;
     buf_init(&out);
     char tail[768];
-    char *mk[] = {MODEL_VENV_PYTHON, "-m", "venv", "--system-site-packages", "--without-pip",
-                  (char *)venv_dir,  NULL};
+    char *mk[] = {(char *)python,   "-m", "venv", "--system-site-packages", "--without-pip",
+                  (char *)venv_dir, NULL};
     int rc = run(mk, model_dir, &out);
-    log_output("python3.11 -m venv", &out);
+    log_output("python -m venv", &out);
     if (rc != 0) {
         summary(&out, tail, sizeof(tail));
         snprintf(err, errlen, "cannot create the virtual environment %s (%s): %s", venv_dir,
-                 rc < 0 ? strerror(-rc) : "python3.11 -m venv failed",
+                 rc < 0 ? strerror(-rc) : "python -m venv failed",
                  *tail ? tail : "no output (is python3-venv installed?)");
         buf_free(&out);
         return TS_E_BAD_CONFIG;

@@ -132,9 +132,10 @@ def test_system_metrics_off_and_in_the_metrics_log(server_factory):
         time.sleep(0.3)
         text = open(path).read() if os.path.exists(path) else ""
     host = os.uname().nodename
-    assert re.search(rf"^CPUUtilization\.Percent:[0-9.]+\|#Level:Host\|#hostname:{host},"
+    # each line after log4j's "%d{ISO8601} - ", as TorchServe writes them
+    assert re.search(rf"^\S+ - CPUUtilization\.Percent:[0-9.]+\|#Level:Host\|#hostname:{host},"
                      r"timestamp:\d+$", text, re.M), text
-    assert re.search(r"^DiskAvailable\.Gigabytes:[0-9.]+\|#Level:Host\|", text, re.M), text
+    assert re.search(r"^\S+ - DiskAvailable\.Gigabytes:[0-9.]+\|#Level:Host\|", text, re.M), text
 
 
 def test_cuda_graph_on_the_cpu_serves_eagerly_and_says_why(server_factory):

@@ -356,7 +356,7 @@ TEST(envvars)
     CHECK(c.token_expiration_min == 5);
     CHECK_STR(c.ts_header_key_sequence_id, "x-seq");
     CHECK_STR(c.allowed_urls, "file://.*|http(s)?://.*"); /* needs use_env_allowed_urls */
-    CHECK_EQ_INT(c.number_of_gpu, 2); /* a key like any other (gpu_assign.h) */
+    CHECK_EQ_INT(c.number_of_gpu, 2);                     /* a key like any other (gpu_assign.h) */
     CHECK(!strstr(warnings, "number_of_gpu"));
     CHECK(strstr(warnings, "environment TS_IPEX_ENABLE: ipex_enable has no effect"));
     config_free(&c);
