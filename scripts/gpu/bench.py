@@ -2,7 +2,8 @@
 
 1. resnet18 behind TorchServe's image_classifier, a 640x480 JPEG per request, end to end: images/s
    and p50/p99 under wrk (64 connections; 8 with --quick), GPU utilisation while it runs (nvidia-smi), for each
-   configuration workers:batchSize:maxBatchDelay in RESNET_CONFIGS; and the limits they are
+   configuration workers:batchSize:maxBatchDelay:decode in RESNET_CONFIGS (decode: the image
+   handlers' handler.decode, auto = nvjpeg on the GPU, or pil); and the limits they are
    measured against: PIL preprocessing (decode, Resize(256), CenterCrop(224), normalise) on one
    core times the cores, and the GPU forward at the batch size.
 2. the mlp at batch 1 over HTTP on one connection: p50/p99 end to end, eager and with
@@ -11,7 +12,7 @@
 The load generator is wrk (C), never Python; this script only starts servers, runs wrk and
 reads what it prints. Usage:
     python3 scripts/gpu/bench.py --build DIR --store DIR --wrk PATH [--out FILE] [--quick]
-Env: RESNET_CONFIGS ("12:8:5 14:16:10"), DURATION (s per run, 15), WRK_LD (LD_LIBRARY_PATH of
+Env: RESNET_CONFIGS ("8:16:5:auto 14:8:5:pil"), DURATION (s per run, 15), WRK_LD (LD_LIBRARY_PATH of
 wrk only).
 """
 import argparse
@@ -144,14 +145,18 @@ def resnet(args, results):
     results["pil_per_core_img_s"] = round(rate, 1)
     results["pil_limit_img_s"] = round(rate * cores, 1)
     log(f"PIL preprocessing: {rate:.0f} img/s on one core, {rate * cores:.0f} on {cores}")
-    configs = os.environ.get("RESNET_CONFIGS", "2:8:5" if args.quick else "12:8:5 14:16:10")
+    configs = os.environ.get("RESNET_CONFIGS",
+                             "2:8:5:auto" if args.quick else "8:16:5:auto 14:8:5:pil")
     runs = []
     for cfg in configs.split():
-        w, b, d = (int(v) for v in cfg.split(":"))
+        f = cfg.split(":")
+        w, b, d = (int(v) for v in f[:3])
+        decode = f[3] if len(f) > 3 else "auto"
         fwd = forward_rate(args.store, b, 1.0 if args.quick else 2.0)
         store = tempfile.mkdtemp(dir=args.tmp)
         unpack(store, "resnet18", "resnet18.mar",
-               {"minWorkers": w, "maxWorkers": w, "batchSize": b, "maxBatchDelay": d})
+               {"minWorkers": w, "maxWorkers": w, "batchSize": b, "maxBatchDelay": d,
+                "handler": {"decode": decode}})
         srv = Server(store, ["resnet18"], config={"job_queue_size": 1000})
         try:
             t0 = time.time()
@@ -167,11 +172,13 @@ def resnet(args, results):
             r["gpu_util_pct"] = sampler.mean()
         finally:
             srv.stop()
-        r.update({"workers": w, "batch": b, "delay_ms": d, "load_s": round(load_s, 1),
+        r.update({"workers": w, "batch": b, "delay_ms": d, "decode": decode,
+                  "load_s": round(load_s, 1),
                   "forward_limit_img_s": round(fwd, 1),
                   "of_pil_limit": round(r["rps"] / (rate * cores), 3)})
         runs.append(r)
-        log(f"resnet18 {w} workers, batch {b}, delay {d} ms: {r['rps']:.0f} img/s, p50 "
+        log(f"resnet18 {w} workers, batch {b}, delay {d} ms, decode {decode}: "
+            f"{r['rps']:.0f} img/s, p50 "
             f"{r['p50_ms']} ms, p99 {r['p99_ms']} ms, non-2xx {r['non2xx']}, GPU "
             f"{r['gpu_util_pct']} %, {r['of_pil_limit']:.2f} of the PIL limit; forward alone "
             f"{fwd:.0f} img/s")
