@@ -190,7 +190,8 @@ def mlp(args, results):
     store = tempfile.mkdtemp(dir=args.tmp)
     unpack(store, "mlp", "mlp.mar")
     unpack(store, "mlp_graph", "mlp.mar", {"handler": {"cuda_graph": True}})
-    srv = Server(store, ["mlp", "mlp_graph"])
+    # the worker's forward time comes back as x-ts-worker-forward-us only when asked
+    srv = Server(store, ["mlp", "mlp_graph"], config={"worker_debug_headers": "true"})
     sample = os.path.join(ROOT, "scripts", "models", "mlp", "sample.json")
     try:
         srv.wait_ready(["mlp", "mlp_graph"])
