@@ -112,7 +112,11 @@ def assert_close(got, want):
 @pytest.mark.smoke
 def test_ping_and_predictions(isrv, mlp_ref):
     st = inference_stub(isrv)
-    assert json.loads(st.Ping(empty_pb2.Empty(), timeout=10).health) == {"status": "Healthy"}
+    # the fixture waited for mlp only; Ping is Healthy once identity_text has loaded too
+    deadline = time.time() + 60
+    while json.loads(st.Ping(empty_pb2.Empty(), timeout=10).health) != {"status": "Healthy"}:
+        assert time.time() < deadline, isrv.log()[-3000:]
+        time.sleep(0.1)
     for i in range(3):
         r = st.Predictions(data_request("mlp", mlp_input(i)), timeout=30)
         assert_close(json.loads(r.prediction), mlp_ref(mlp_input(i)))
