@@ -128,7 +128,7 @@ static void register_message(struct gcall *g, const uint8_t *data, size_t len)
     struct mgmt_register_args a;
     mgmt_register_from_grpc(&a, r->url, r->model_name, r->handler, r->runtime, r->batch_size,
                             r->max_batch_delay, r->initial_workers, r->synchronous,
-                            r->response_timeout, r->startup_timeout);
+                            r->response_timeout, r->startup_timeout, r->s3_sse_kms);
     struct mcall *c = mcall_new(g);
     mcall_started(c, mgmt_register(&a, on_done, c));
     org__pytorch__serve__grpc__management__register_model_request__free_unpacked(r, NULL);
@@ -142,7 +142,7 @@ static void scale_message(struct gcall *g, const uint8_t *data, size_t len)
         return bad_request(g, "ScaleWorkerRequest");
     struct mgmt_scale_args a;
     mgmt_scale_from_grpc(&a, r->model_name, r->model_version, r->min_worker, r->max_worker,
-                         r->synchronous);
+                         r->synchronous, r->number_gpu, r->timeout);
     struct mcall *c = mcall_new(g);
     mcall_started(c, mgmt_scale(&a, on_done, c));
     org__pytorch__serve__grpc__management__scale_worker_request__free_unpacked(r, NULL);

@@ -228,7 +228,8 @@ static void register_model(struct evhttp_request *req, const char *rid, struct p
             json_int_field(body, "initial_workers", &a.initial_workers, err, sizeof(err)) ||
             json_bool_field(body, "synchronous", &a.synchronous, err, sizeof(err)) ||
             json_int_field(body, "response_timeout", &a.response_timeout, err, sizeof(err)) ||
-            json_int_field(body, "startup_timeout", &a.startup_timeout, err, sizeof(err))) {
+            json_int_field(body, "startup_timeout", &a.startup_timeout, err, sizeof(err)) ||
+            json_bool_field(body, "s3_sse_kms", &a.s3_sse_kms, err, sizeof(err))) {
             http_send_error(req, rid, 400, "BadRequestException", "Invalid JSON body: %s", err);
             json_decref(body);
             return;
@@ -244,6 +245,7 @@ static void register_model(struct evhttp_request *req, const char *rid, struct p
         a.synchronous = param_bool(p, "synchronous", a.synchronous);
         a.response_timeout = param_int(p, "response_timeout", a.response_timeout);
         a.startup_timeout = param_int(p, "startup_timeout", a.startup_timeout);
+        a.s3_sse_kms = param_bool(p, "s3_sse_kms", 0);
     }
     struct rest_call *c = rest_call_new(req, rid, 0);
     rest_call_wait(c, mgmt_register(&a, rest_done, c));
@@ -356,6 +358,8 @@ static void models(struct evhttp_request *req, const char *rid, struct http_path
         a.min_worker = param_int(p, "min_worker", 1);
         a.max_worker = param_int(p, "max_worker", a.min_worker);
         a.synchronous = param_bool(p, "synchronous", 0);
+        a.number_gpu = param_int(p, "number_gpu", 0);
+        a.timeout = param_int(p, "timeout", 0);
         c = rest_call_new(req, rid, 0);
         rest_call_wait(c, mgmt_scale(&a, rest_done, c));
         break;

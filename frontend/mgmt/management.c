@@ -380,7 +380,7 @@ static const char *nonempty(const char *s)
 void mgmt_register_from_grpc(struct mgmt_register_args *a, const char *url, const char *model_name,
                              const char *handler, const char *runtime, int32_t batch_size,
                              int32_t max_batch_delay, int32_t initial_workers, int synchronous,
-                             int32_t response_timeout, int32_t startup_timeout)
+                             int32_t response_timeout, int32_t startup_timeout, int s3_sse_kms)
 {
     mgmt_register_init(a);
     a->url = nonempty(url);
@@ -398,13 +398,16 @@ void mgmt_register_from_grpc(struct mgmt_register_args *a, const char *url, cons
         a->response_timeout = response_timeout;
     if (startup_timeout > 0)
         a->startup_timeout = startup_timeout;
+    a->s3_sse_kms = s3_sse_kms != 0;
 }
 
 void mgmt_scale_from_grpc(struct mgmt_scale_args *a, const char *model_name,
                           const char *model_version, int32_t min_worker, int32_t max_worker,
-                          int synchronous)
+                          int synchronous, int32_t number_gpu, int32_t timeout)
 {
     mgmt_scale_init(a);
+    a->number_gpu = number_gpu;
+    a->timeout = timeout;
     a->model_name = model_name;
     a->model_version = nonempty(model_version);
     a->min_worker = min_worker > 0 ? min_worker : 1;
@@ -460,6 +463,9 @@ struct mgmt_op *mgmt_register(const struct mgmt_register_args *a, mgmt_done_fn *
         fail(done, arg, 400, "BadRequestException", "Parameter url is required.");
         return NULL;
     }
+    if (a->s3_sse_kms)
+        LOG_WARN("register %s: s3_sse_kms is not used: models are not downloaded from S3 here",
+                 a->url);
     if (a->runtime && strcmp(a->runtime, "python") && strcmp(a->runtime, "python3") &&
         strcmp(a->runtime, "LSP")) {
         fail(done, arg, 400, "BadRequestException", "Invalid RuntimeType value: %s", a->runtime);
@@ -606,6 +612,12 @@ struct mgmt_op *mgmt_scale(const struct mgmt_scale_args *a, mgmt_done_fn *done, 
              MC_MAX_WORKERS);
         return NULL;
     }
+    if (a->number_gpu > 0)
+        LOG_WARN("scale %s: number_gpu=%d is not used: a worker's GPU comes from number_of_gpu "
+                 "and the model's deviceIds, as in TorchServe",
+                 m->name, a->number_gpu);
+    if (a->timeout > 0)
+        LOG_WARN("scale %s: timeout=%d is not used, as in TorchServe", m->name, a->timeout);
     m->min_workers = a->min_worker;
     m->max_workers = a->max_worker;
     /* TorchServe's WorkLoadManager: add workers up to min, stop those above max */

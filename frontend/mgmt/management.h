@@ -54,6 +54,7 @@ struct mgmt_register_args {
     int synchronous;        /* REST: true (TorchServe's code default); gRPC: as sent */
     int response_timeout;   /* -1: model-config.yaml, else default_response_timeout (s) */
     int startup_timeout;    /* -1: model-config.yaml, else default_startup_timeout (s) */
+    int s3_sse_kms;         /* TorchServe's S3 download option: not used here (a log line) */
 };
 
 /* PUT /models/{m}[/{v}], ScaleWorker */
@@ -63,6 +64,9 @@ struct mgmt_scale_args {
     int min_worker;            /* REST default 1 */
     int max_worker;            /* REST default min_worker */
     int synchronous;           /* default false */
+    /* TorchServe's keys that it does not act on either; > 0: the log says they are not used */
+    int number_gpu; /* a worker's GPU comes from number_of_gpu and deviceIds */
+    int timeout;
 };
 
 /* REST defaults (the query or JSON body then overrides field by field). */
@@ -75,11 +79,11 @@ void mgmt_scale_init(struct mgmt_scale_args *a);
 void mgmt_register_from_grpc(struct mgmt_register_args *a, const char *url, const char *model_name,
                              const char *handler, const char *runtime, int32_t batch_size,
                              int32_t max_batch_delay, int32_t initial_workers, int synchronous,
-                             int32_t response_timeout, int32_t startup_timeout);
+                             int32_t response_timeout, int32_t startup_timeout, int s3_sse_kms);
 /* min_worker defaults to 1 and max_worker to min_worker unless > 0. */
 void mgmt_scale_from_grpc(struct mgmt_scale_args *a, const char *model_name,
                           const char *model_version, int32_t min_worker, int32_t max_worker,
-                          int synchronous);
+                          int synchronous, int32_t number_gpu, int32_t timeout);
 
 /* Model API control (enable_model_api=false, TorchServe's default) is checked inside
  * mgmt_register and mgmt_unregister: they then fail with 405 MethodNotAllowedException, which

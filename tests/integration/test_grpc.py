@@ -412,8 +412,12 @@ def test_management_scenarios(msrv):
     assert sorted(w["pid"] for w in desc[0]["workers"]) == pids
     assert all(os.path.exists(f"/proc/{p}") for p in pids)
     r = mg.ScaleWorker(mpb.ScaleWorkerRequest(model_name="mlp", min_worker=1, max_worker=1,
-                                              synchronous=True), timeout=T)
+                                              synchronous=True, number_gpu=3, timeout=7),
+                       timeout=T)
     wait_workers(msrv, 1)
+    # TorchServe's keys it does not act on either: the log says so, never silence
+    assert "scale mlp: number_gpu=3 is not used" in msrv.log()
+    assert "scale mlp: timeout=7 is not used" in msrv.log()
     # bad version, min > max
     e = rpc_error(mg.ScaleWorker, mpb.ScaleWorkerRequest(model_name="mlp", model_version="9.9",
                                                          min_worker=1), timeout=T)

@@ -227,8 +227,9 @@ def test_scale_changes_processes_and_unregister_leaves_none(srv):
     pids3 = {w["pid"] for w in d["workers"]}
     assert len(pids3) == 3 and all(w["status"] == "READY" for w in d["workers"])
     assert pids3 <= set(srv.worker_pids()) and len(set(srv.worker_pids())) == len(before) + 3
-    r = call(srv, "PUT", "models/mlp3?min_worker=1&max_worker=1&synchronous=true")
+    r = call(srv, "PUT", "models/mlp3?min_worker=1&max_worker=1&synchronous=true&number_gpu=2")
     assert r.status_code == 200
+    assert "scale mlp3: number_gpu=2 is not used" in srv.log()
     gone = pids3 - {w["pid"] for w in call(srv, "GET", "models/mlp3").json()[0]["workers"]}
     assert len(gone) == 2
     deadline = time.time() + 10
