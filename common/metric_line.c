@@ -2,7 +2,7 @@
  * metric_line: see metric_line.h. The line is split at its '|' separators first (no field but
  * the last may hold one), then each field is checked byte by byte: what passes goes into the
  * Prometheus text and model_metrics.log as it is, so the checks are those of the binary metric
- * records (otf.h) plus the dimensions'.
+ * records (otf_metric_name_ok and the others, otf.h) plus the dimension values'.
  */
 #include "metric_line.h"
 
@@ -12,32 +12,9 @@
 #include <string.h>
 #include <strings.h>
 
-static int is_alpha(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-
 static int is_digit(char c)
 {
     return c >= '0' && c <= '9';
-}
-
-static int valid_name(const char *p, size_t n, int colon)
-{
-    if (n == 0 || !(is_alpha(p[0]) || (colon && p[0] == ':')))
-        return 0;
-    for (size_t i = 1; i < n; i++)
-        if (!is_alpha(p[i]) && !is_digit(p[i]) && !(colon && p[i] == ':'))
-            return 0;
-    return 1;
-}
-
-static int valid_unit(const char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!is_alpha(p[i]) && !is_digit(p[i]) && !(p[i] && strchr("%/.-", p[i])))
-            return 0;
-    return 1;
 }
 
 static int valid_dim_value(const char *p, size_t n)
@@ -67,9 +44,9 @@ static int parse_head(const char *p, size_t len, struct metric_line *m, char *wh
     if (!dot || !colon || colon < dot)
         return fail(why, n, "expected NAME.UNIT:VALUE before the first '|'");
     size_t nl = (size_t)(dot - p), ul = (size_t)(colon - dot - 1), vl = len - nl - ul - 2;
-    if (nl > OTF_METRIC_NAME_MAX || !valid_name(p, nl, 1))
+    if (nl > OTF_METRIC_NAME_MAX || !otf_metric_name_ok(p, nl))
         return fail(why, n, "metric name: expected [A-Za-z_:][A-Za-z0-9_:]*, at most 64 bytes");
-    if (ul > OTF_METRIC_UNIT_MAX || !valid_unit(dot + 1, ul))
+    if (ul > OTF_METRIC_UNIT_MAX || !otf_metric_unit_ok(dot + 1, ul))
         return fail(why, n, "unit: expected [A-Za-z0-9_%/.-]*, at most 24 bytes");
     char num[64];
     if (vl == 0 || vl >= sizeof(num))
@@ -101,7 +78,7 @@ static int parse_dims(const char *p, size_t len, struct metric_line *m, char *wh
         if (!colon)
             return fail(why, n, "dimensions: expected NAME:VALUE pairs separated by ','");
         size_t kl = (size_t)(colon - p), vl = (size_t)(e - colon - 1);
-        if (kl > METRIC_LINE_DIM_NAME_MAX || !valid_name(p, kl, 0))
+        if (kl > METRIC_LINE_DIM_NAME_MAX || !otf_metric_dim_ok(p, kl))
             return fail(why, n, "dimension name: expected [A-Za-z_][A-Za-z0-9_]*");
         if (vl > METRIC_LINE_DIM_VALUE_MAX || !valid_dim_value(colon + 1, vl))
             return fail(why, n, "dimension value: at most 256 bytes, no control bytes");

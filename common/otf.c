@@ -448,15 +448,48 @@ long otf_decode_command(const uint8_t *p, size_t len, size_t max_field, struct o
 
 /* ---------------------------------------------------------------- worker metrics */
 
-static int name_char(char c, int first)
+/* Byte classes of metric names, dimension names and units (otf.h): a name's first byte, a
+ * name's later bytes, a unit's; ':' is a metric name's only (Prometheus' recording rules), never a
+ * dimension name's or a unit's. */
+enum { C_FIRST = 1, C_NAME = 2, C_UNIT = 4 };
+static const unsigned char metric_cls[256] = {
+    ['a' ... 'z'] = C_FIRST | C_NAME | C_UNIT,
+    ['A' ... 'Z'] = C_FIRST | C_NAME | C_UNIT,
+    ['_'] = C_FIRST | C_NAME | C_UNIT,
+    [':'] = C_FIRST | C_NAME,
+    ['0' ... '9'] = C_NAME | C_UNIT,
+    ['%'] = C_UNIT,
+    ['/'] = C_UNIT,
+    ['.'] = C_UNIT,
+    ['-'] = C_UNIT,
+};
+
+static int is(char c, int cls)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
-           (!first && c >= '0' && c <= '9');
+    return (metric_cls[(unsigned char)c] & cls) != 0;
 }
 
-static int unit_char(char c)
+static int all_of(const char *p, size_t n, int cls)
 {
-    return name_char(c, 0) || c == '%' || c == '/' || c == '.' || c == '-';
+    for (size_t i = 0; i < n; i++)
+        if (!is(p[i], cls))
+            return 0;
+    return 1;
+}
+
+int otf_metric_name_ok(const char *p, size_t n)
+{
+    return n > 0 && is(p[0], C_FIRST) && all_of(p, n, C_NAME);
+}
+
+int otf_metric_dim_ok(const char *p, size_t n)
+{
+    return otf_metric_name_ok(p, n) && !memchr(p, ':', n);
+}
+
+int otf_metric_unit_ok(const char *p, size_t n)
+{
+    return all_of(p, n, C_UNIT);
 }
 
 static void put_be64(uint8_t *q, uint64_t v)
@@ -484,11 +517,11 @@ int otf_metric_encode(struct buf *b, char kind, const char *name, const char *un
     if (name[0] >= '0' && name[0] <= '9')
         n[k++] = '_';
     for (size_t i = 0; name[i] && k < OTF_METRIC_NAME_MAX; i++, k++)
-        n[k] = name_char(name[i], k == 0) ? (uint8_t)name[i] : '_';
+        n[k] = is(name[i], k == 0 ? C_FIRST : C_NAME) ? (uint8_t)name[i] : '_';
     uint8_t *u = n + k;
     size_t ku = 0;
     for (size_t i = 0; unit && unit[i] && ku < OTF_METRIC_UNIT_MAX; i++)
-        u[ku++] = unit_char(unit[i]) ? (uint8_t)unit[i] : '_';
+        u[ku++] = is(unit[i], C_UNIT) ? (uint8_t)unit[i] : '_';
     rec[0] = (uint8_t)kind;
     rec[1] = (uint8_t)k;
     rec[2] = (uint8_t)ku;
@@ -497,28 +530,6 @@ int otf_metric_encode(struct buf *b, char kind, const char *name, const char *un
     put_be64(u + ku, bits);
     buf_put(b, rec, 3 + k + ku + 8);
     return 0;
-}
-
-/* Byte classes of metric names and units: a name's first byte, a name's later bytes, a unit's. */
-enum { C_FIRST = 1, C_NAME = 2, C_UNIT = 4 };
-static const unsigned char metric_cls[256] = {
-    ['a' ... 'z'] = C_FIRST | C_NAME | C_UNIT,
-    ['A' ... 'Z'] = C_FIRST | C_NAME | C_UNIT,
-    ['_'] = C_FIRST | C_NAME | C_UNIT,
-    [':'] = C_FIRST | C_NAME | C_UNIT,
-    ['0' ... '9'] = C_NAME | C_UNIT,
-    ['%'] = C_UNIT,
-    ['/'] = C_UNIT,
-    ['.'] = C_UNIT,
-    ['-'] = C_UNIT,
-};
-
-static int all_of(const uint8_t *p, size_t n, int cls)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!(metric_cls[p[i]] & cls))
-            return 0;
-    return 1;
 }
 
 long otf_metric_next(const char *p, size_t len, struct otf_metric *m)
@@ -532,8 +543,7 @@ long otf_metric_next(const char *p, size_t len, struct otf_metric *m)
     if (nl < 1 || nl > OTF_METRIC_NAME_MAX || ul > OTF_METRIC_UNIT_MAX || len < total)
         return TS_E_PROTOCOL;
     /* the frontend writes names and units into /metrics as they are: check every byte */
-    if (!(metric_cls[q[3]] & C_FIRST) || !all_of(q + 3, nl, C_NAME) ||
-        !all_of(q + 3 + nl, ul, C_UNIT))
+    if (!otf_metric_name_ok(p + 3, nl) || !otf_metric_unit_ok(p + 3 + nl, ul))
         return TS_E_PROTOCOL;
     uint64_t bits = get_be64(q + 3 + nl + ul);
     memcpy(&m->value, &bits, sizeof(bits));

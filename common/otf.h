@@ -205,6 +205,14 @@ void otf_response_free(struct otf_response *r);
 long otf_decode_command(const uint8_t *p, size_t len, size_t max_field, struct otf_command *out);
 void otf_command_free(struct otf_command *c);
 
+/* What /metrics writes as it is, byte by byte (the records here, TorchServe's metric lines
+ * (metric_line.h), metrics.yaml's declarations): 1 when [p, p+n) is a metric name
+ * [A-Za-z_:][A-Za-z0-9_:]*, a dimension (label) name [A-Za-z_][A-Za-z0-9_]*, or a unit
+ * [A-Za-z0-9_%/.-]* (empty allowed). Lengths are the caller's to bound. */
+int otf_metric_name_ok(const char *p, size_t n);
+int otf_metric_dim_ok(const char *p, size_t n);
+int otf_metric_unit_ok(const char *p, size_t n);
+
 /* A decoded metric record; name and unit point into the record (zero copy, as the frames). */
 struct otf_metric {
     char kind; /* 'c', 'g' or 'h' */

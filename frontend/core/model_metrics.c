@@ -27,33 +27,17 @@ const struct mm_metric *model_metrics_find(const struct model_metrics *mm, const
 
 static int valid_name(const char *p, size_t n)
 {
-    if (n == 0 || n > OTF_METRIC_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = p[i];
-        int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
-        if (!alpha && !(i > 0 && c >= '0' && c <= '9'))
-            return 0;
-    }
-    return 1;
+    return n <= OTF_METRIC_NAME_MAX && otf_metric_name_ok(p, n);
 }
 
 static int valid_dim(const char *p, size_t n)
 {
-    return n > 0 && n <= METRIC_LINE_DIM_NAME_MAX && valid_name(p, n) && !memchr(p, ':', n);
+    return n <= METRIC_LINE_DIM_NAME_MAX && otf_metric_dim_ok(p, n);
 }
 
 static int valid_unit(const char *p, size_t n)
 {
-    if (n > MODEL_METRICS_UNIT_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = p[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              (c && strchr("_%/.-", c))))
-            return 0;
-    }
-    return 1;
+    return n <= MODEL_METRICS_UNIT_MAX && otf_metric_unit_ok(p, n);
 }
 
 static struct mm_metric *add_metric(struct model_metrics *mm, char kind, const char *name,

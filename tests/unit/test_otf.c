@@ -310,7 +310,7 @@ TEST(metric_records)
     buf_init(&b);
     CHECK_EQ_INT(otf_metric_encode(&b, 'c', "Words", "Count", 3), 0);
     CHECK_EQ_INT(otf_metric_encode(&b, 'g', "9 bad-name\n", NULL, 0.1), 0);
-    CHECK_EQ_INT(otf_metric_encode(&b, 'h', "x", "ms per item", -2.5), 0);
+    CHECK_EQ_INT(otf_metric_encode(&b, 'h', "x", "ms per:item", -2.5), 0);
     CHECK(otf_metric_encode(&b, 'x', "x", "ms", 1) == -EINVAL);
     CHECK(otf_metric_encode(&b, 'g', "", "ms", 1) == -EINVAL);
     CHECK(otf_metric_encode(&b, 'g', "x", "ms", 1.0 / 0.0) == -EINVAL);
@@ -359,6 +359,7 @@ TEST(metric_records)
         {3, '1'},  /* a name starts with a digit */
         {3, '-'},  /* not a name byte */
         {5, ' '},  /* not a unit byte */
+        {5, ':'},  /* a metric name's byte, never a unit's (otf.h) */
         {9, 0x7f}, /* with {10, 0xf8}: NaN */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
