@@ -175,7 +175,7 @@ static void metric_refused(struct model *m, const char *why)
 
 /* One value of m's workers into the server's table (and, with metrics_mode=log, a line of
  * model_metrics.log, as TorchServe writes each backend metric). */
-static void record_sample(struct model *m, const struct mm_sample *s, const char *request_ids)
+static void record_sample(struct model *m, const struct metric_line *s)
 {
     char why[200];
     if (custom_metrics_admit(&m->custom, s->kind, s->name.p, (size_t)s->name.len, why,
@@ -196,8 +196,7 @@ static void record_sample(struct model *m, const struct mm_sample *s, const char
     struct buf b;
     buf_init(&b);
     buf_printf(&b, "%s - ", t);
-    model_metrics_log_line(&b, s, mm ? mm->unit : "", srv->host, request_ids,
-                           (long long)(ts_wall_ms() / 1000));
+    model_metrics_log_line(&b, s, mm ? mm->unit : "", srv->host, (long long)(ts_wall_ms() / 1000));
     rlog_write(srv->model_metrics_log, (const char *)b.data, b.len);
     buf_free(&b);
 }
@@ -207,12 +206,14 @@ static void record_sample(struct model *m, const struct mm_sample *s, const char
 static void record_plain(struct model *m, char kind, struct otf_str name, struct otf_str unit,
                          double value, const char *request_ids)
 {
-    struct mm_sample s = {.kind = kind, .name = name, .unit = unit, .value = value, .n_dims = 2};
+    struct metric_line s = {.kind = kind, .name = name, .unit = unit, .value = value, .n_dims = 2};
     s.dim_name[0] = otf_s("ModelName");
     s.dim_value[0] = otf_s(m->name);
     s.dim_name[1] = otf_s("Level");
     s.dim_value[1] = otf_s("Model");
-    record_sample(m, &s, request_ids);
+    if (request_ids)
+        s.request_ids = otf_s(request_ids);
+    record_sample(m, &s);
 }
 
 /* The worker's metrics for m: the handler's records, then the step's HandlerTime and
@@ -263,16 +264,7 @@ static void group_metric_line(struct worker_group *g, const char *line, size_t l
         metric_refused(m, msg);
         return;
     }
-    struct mm_sample s = {
-        .kind = ml.kind, .name = ml.name, .unit = ml.unit, .value = ml.value, .n_dims = ml.n_dims};
-    for (size_t i = 0; i < ml.n_dims; i++) {
-        s.dim_name[i] = ml.dim_name[i];
-        s.dim_value[i] = ml.dim_value[i];
-    }
-    char ids[512] = "";
-    if (ml.request_ids.len > 0)
-        snprintf(ids, sizeof(ids), "%.*s", (int)ml.request_ids.len, ml.request_ids.p);
-    record_sample(m, &s, ids);
+    record_sample(m, &ml);
 }
 
 static const struct worker_group_ops model_group_ops = {

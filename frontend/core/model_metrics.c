@@ -100,7 +100,7 @@ static const char *kind_name(char k)
 }
 
 /* The sample's value of dimension name, or NULL. */
-static const struct otf_str *dim_value(const struct mm_sample *s, const char *name)
+static const struct otf_str *dim_value(const struct metric_line *s, const char *name)
 {
     size_t len = strlen(name);
     for (size_t i = 0; i < s->n_dims; i++)
@@ -115,7 +115,7 @@ static int refuse(struct model_metrics *mm)
     return -1;
 }
 
-int model_metrics_record(struct model_metrics *mm, const struct mm_sample *s, char *why, size_t n)
+int model_metrics_record(struct model_metrics *mm, const struct metric_line *s, char *why, size_t n)
 {
     const char *name = s->name.p;
     size_t nl = (size_t)s->name.len;
@@ -207,8 +207,8 @@ void model_metrics_fmt_value(char *out, size_t n, double v)
         strcat(out, ".0");
 }
 
-void model_metrics_log_line(struct buf *b, const struct mm_sample *s, const char *unit,
-                            const char *host, const char *request_ids, long long ts)
+void model_metrics_log_line(struct buf *b, const struct metric_line *s, const char *unit,
+                            const char *host, long long ts)
 {
     char v[40];
     model_metrics_fmt_value(v, sizeof(v), s->value);
@@ -217,8 +217,8 @@ void model_metrics_log_line(struct buf *b, const struct mm_sample *s, const char
         buf_printf(b, "%s%.*s:%.*s", i ? "," : "", (int)s->dim_name[i].len, s->dim_name[i].p,
                    (int)s->dim_value[i].len, s->dim_value[i].p);
     buf_printf(b, "|#hostname:%s", host);
-    if (request_ids && *request_ids)
-        buf_printf(b, ",requestID:%s", request_ids);
+    if (s->request_ids.len > 0)
+        buf_printf(b, ",requestID:%.*s", (int)s->request_ids.len, s->request_ids.p);
     buf_printf(b, ",timestamp:%lld\n", ts);
 }
 

@@ -27,14 +27,9 @@
 #define MODEL_METRICS_DIMS_MAX METRIC_LINE_DIMS_MAX
 #define MODEL_METRICS_UNIT_MAX 32
 
-/* One value as a worker reports it; the strings are views. */
-struct mm_sample {
-    char kind; /* 'c', 'g' or 'h' */
-    struct otf_str name, unit;
-    double value;
-    size_t n_dims;
-    struct otf_str dim_name[MODEL_METRICS_DIMS_MAX], dim_value[MODEL_METRICS_DIMS_MAX];
-};
+/* A sample, one value as a worker reports it, is a struct metric_line (metric_line.h): its
+ * kind, name, unit, value, dimensions and request ids, views into the worker's bytes (a C
+ * handler's binary record or the step times fill one with the default dimensions, model.c). */
 
 struct mm_series {
     char *values[MODEL_METRICS_DIMS_MAX];
@@ -67,13 +62,15 @@ int model_metrics_declare(struct model_metrics *mm, char kind, const char *name,
                           const char *const *dims, size_t n_dims, char *why, size_t n);
 /* Records one sample: 0, or -1 with why (undeclared without auto-detection, another type than
  * the metric's, a declared dimension the sample lacks, a counter going down, a bound reached). */
-int model_metrics_record(struct model_metrics *mm, const struct mm_sample *s, char *why, size_t n);
+int model_metrics_record(struct model_metrics *mm, const struct metric_line *s, char *why,
+                         size_t n);
 const struct mm_metric *model_metrics_find(const struct model_metrics *mm, const char *name,
                                            size_t len);
 /* TorchServe's model_metrics.log line for s, without the time prefix: "Name.Unit:value|#Dim:v,..|
- * #hostname:host[,requestID:ids],timestamp:T\n". unit: the metric's declared unit, else s's. */
-void model_metrics_log_line(struct buf *b, const struct mm_sample *s, const char *unit,
-                            const char *host, const char *request_ids, long long ts);
+ * #hostname:host[,requestID:ids],timestamp:T\n" (ids: s's request_ids). unit: the metric's
+ * declared unit, else s's. */
+void model_metrics_log_line(struct buf *b, const struct metric_line *s, const char *unit,
+                            const char *host, long long ts);
 /* The value as TorchServe writes one: at least one decimal ("1.0", "2.5", "17.63"). */
 void model_metrics_fmt_value(char *out, size_t n, double v);
 void model_metrics_free(struct model_metrics *mm);

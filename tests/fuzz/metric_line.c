@@ -84,13 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(same(m2.dim_name[i], m.dim_name[i]) && same(m2.dim_value[i], m.dim_value[i]));
     buf_free(&b);
     /* into the table: taken or refused, within its bounds */
-    struct mm_sample s = {
-        .kind = m.kind, .name = m.name, .unit = m.unit, .value = m.value, .n_dims = m.n_dims};
-    for (size_t i = 0; i < m.n_dims; i++) {
-        s.dim_name[i] = m.dim_name[i];
-        s.dim_value[i] = m.dim_value[i];
-    }
-    if (model_metrics_record(&mm, &s, why, sizeof(why)))
+    if (model_metrics_record(&mm, &m, why, sizeof(why)))
         FUZZ_CHECK(why[0]);
     FUZZ_CHECK(mm.n <= MODEL_METRICS_MAX);
     for (size_t i = 0; i < mm.n; i++)

@@ -2,13 +2,13 @@
 #include "../../frontend/core/model_metrics.c"
 #include "tap.h"
 
-static struct mm_sample sample(char kind, const char *name, const char *unit, double v)
+static struct metric_line sample(char kind, const char *name, const char *unit, double v)
 {
-    struct mm_sample s = {.kind = kind, .name = otf_s(name), .unit = otf_s(unit), .value = v};
+    struct metric_line s = {.kind = kind, .name = otf_s(name), .unit = otf_s(unit), .value = v};
     return s;
 }
 
-static void dim(struct mm_sample *s, const char *k, const char *v)
+static void dim(struct metric_line *s, const char *k, const char *v)
 {
     s->dim_name[s->n_dims] = otf_s(k);
     s->dim_value[s->n_dims++] = otf_s(v);
@@ -19,7 +19,7 @@ TEST(auto_detect_registers_in_the_samples_order)
     struct model_metrics mm;
     model_metrics_init(&mm, 1);
     char why[200];
-    struct mm_sample s = sample('c', "Calls", "count", 1);
+    struct metric_line s = sample('c', "Calls", "count", 1);
     dim(&s, "ModelName", "a");
     dim(&s, "Level", "Model");
     CHECK_EQ_INT(model_metrics_record(&mm, &s, why, sizeof why), 0);
@@ -50,14 +50,14 @@ TEST(declared_metrics_map_dimensions_by_name)
     const char *dims[] = {"ModelName"};
     CHECK_EQ_INT(
         model_metrics_declare(&mm, 'g', "RequestBatchSize", "count", dims, 1, why, sizeof why), 0);
-    struct mm_sample s = sample('g', "RequestBatchSize", "x", 4);
+    struct metric_line s = sample('g', "RequestBatchSize", "x", 4);
     dim(&s, "Level", "Model");
     dim(&s, "ModelName", "m");
     CHECK_EQ_INT(model_metrics_record(&mm, &s, why, sizeof why), 0);
     const struct mm_metric *m = model_metrics_find(&mm, "RequestBatchSize", 16);
     CHECK(!strcmp(m->unit, "count") && m->n_series == 1 && !strcmp(m->series[0].values[0], "m"));
     /* a declared dimension the sample lacks; an undeclared metric without auto-detection */
-    struct mm_sample t = sample('g', "RequestBatchSize", "", 1);
+    struct metric_line t = sample('g', "RequestBatchSize", "", 1);
     CHECK_EQ_INT(model_metrics_record(&mm, &t, why, sizeof why), -1);
     CHECK(strstr(why, "no value for its dimension ModelName"));
     t = sample('g', "Other", "", 1);
@@ -76,7 +76,7 @@ TEST(series_are_bounded)
     model_metrics_init(&mm, 1);
     char why[200], v[16];
     for (int i = 0; i <= MODEL_METRICS_SERIES_MAX; i++) {
-        struct mm_sample s = sample('g', "G", "", i);
+        struct metric_line s = sample('g', "G", "", i);
         snprintf(v, sizeof v, "%d", i);
         dim(&s, "K", v);
         CHECK_EQ_INT(model_metrics_record(&mm, &s, why, sizeof why),
@@ -90,10 +90,11 @@ TEST(log_line_as_torchserve_writes_it)
 {
     struct buf b;
     buf_init(&b);
-    struct mm_sample s = sample('g', "PredictionTime", "ms", 2);
+    struct metric_line s = sample('g', "PredictionTime", "ms", 2);
     dim(&s, "ModelName", "mlp");
     dim(&s, "Level", "Model");
-    model_metrics_log_line(&b, &s, "ms", "h", "r1", 17);
+    s.request_ids = otf_s("r1");
+    model_metrics_log_line(&b, &s, "ms", "h", 17);
     buf_put(&b, "", 1);
     CHECK_STR((char *)b.data,
               "PredictionTime.ms:2.0|#ModelName:mlp,Level:Model|#hostname:h,requestID:r1,"
