@@ -43,9 +43,9 @@ static const struct custom_metric *find(const struct custom_metrics *cm, const c
     return NULL;
 }
 
-static const char *kind_name(char k)
+const char *metrics_kind_name(char kind)
 {
-    return k == 'c' ? "counter" : k == 'g' ? "gauge" : "histogram";
+    return kind == 'c' ? "counter" : kind == 'g' ? "gauge" : "histogram";
 }
 
 int custom_metrics_admit(struct custom_metrics *cm, char kind, const char *p, size_t len, char *why,
@@ -58,7 +58,8 @@ int custom_metrics_admit(struct custom_metrics *cm, char kind, const char *p, si
     snprintf(name, sizeof(name), "%.*s",
              (int)(len < OTF_METRIC_NAME_MAX ? len : OTF_METRIC_NAME_MAX), p);
     if (c) {
-        snprintf(why, n, "%s was a %s, not a %s", name, kind_name(c->kind), kind_name(kind));
+        snprintf(why, n, "%s was a %s, not a %s", name, metrics_kind_name(c->kind),
+                 metrics_kind_name(kind));
         goto refuse;
     }
     if (len > OTF_METRIC_NAME_MAX || reserved(name)) {

@@ -62,6 +62,10 @@ struct custom_metrics {
     uint64_t refused; /* values dropped, counted by the owner (model.c) */
 };
 
+/* A metric kind ('c', 'g' or 'h', as otf.h and metric_line.h carry it) by its name in Prometheus'
+ * TYPE lines and metrics.yaml: "counter", "gauge", "histogram". */
+const char *metrics_kind_name(char kind);
+
 /* Admits one value of name (kind 'c', 'g' or 'h') for the model: 0, or -1 with why (the name
  * over the cap, a kind that differs from the name's first one, a name the frontend serves
  * itself). */

@@ -55,15 +55,12 @@ static yaml_node_t *get(struct walk *w, yaml_node_t *m, const char *key)
 
 static int kind_of(const char *s, char *kind)
 {
-    if (!strcmp(s, "counter"))
-        *kind = 'c';
-    else if (!strcmp(s, "gauge"))
-        *kind = 'g';
-    else if (!strcmp(s, "histogram"))
-        *kind = 'h';
-    else
-        return -1;
-    return 0;
+    for (const char *k = "cgh"; *k; k++)
+        if (!strcmp(s, metrics_kind_name(*k))) {
+            *kind = *k;
+            return 0;
+        }
+    return -1;
 }
 
 /* One metric entry {name, unit, dimensions} of a section. */
@@ -206,11 +203,7 @@ char *metrics_config_worker_json(const struct model_metrics *mm)
         for (size_t d = 0; d < m->n_dims; d++)
             json_array_append_new(dims, json_string(m->dims[d]));
         json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:o}", "name", m->name, "unit", m->unit,
-                                           "type",
-                                           m->kind == 'c'   ? "counter"
-                                           : m->kind == 'g' ? "gauge"
-                                                            : "histogram",
-                                           "dimensions", dims));
+                                           "type", metrics_kind_name(m->kind), "dimensions", dims));
     }
     char *s = json_dumps(a, JSON_COMPACT);
     json_decref(a);

@@ -94,11 +94,6 @@ int model_metrics_declare(struct model_metrics *mm, char kind, const char *name,
     return 0;
 }
 
-static const char *kind_name(char k)
-{
-    return k == 'c' ? "counter" : k == 'g' ? "gauge" : "histogram";
-}
-
 /* The sample's value of dimension name, or NULL. */
 static const struct otf_str *dim_value(const struct metric_line *s, const char *name)
 {
@@ -149,7 +144,8 @@ int model_metrics_record(struct model_metrics *mm, const struct metric_line *s, 
             m->dims[m->n_dims++] = xstrndup(s->dim_name[i].p, (size_t)s->dim_name[i].len);
     }
     if (m->kind != s->kind) {
-        snprintf(why, n, "%s is a %s, not a %s", m->name, kind_name(m->kind), kind_name(s->kind));
+        snprintf(why, n, "%s is a %s, not a %s", m->name, metrics_kind_name(m->kind),
+                 metrics_kind_name(s->kind));
         return refuse(mm);
     }
     if (m->kind == 'c' && s->value < 0) {

@@ -186,11 +186,6 @@ static uint64_t v_sequences(const struct model *m)
     return m->seqs ? (uint64_t)sequence_open_count(m->seqs) : 0;
 }
 
-static const char *kind_type(char kind)
-{
-    return kind == 'c' ? "counter" : kind == 'g' ? "gauge" : "histogram";
-}
-
 /* A label value with Prometheus' escapes (backslash, double quote). */
 static void label_value(struct buf *b, const char *v)
 {
@@ -220,8 +215,8 @@ static void model_families(struct out *o)
         const struct mm_metric *mt = &mm->v[i];
         char help[96];
         snprintf(help, sizeof(help), "Torchserve prometheus %s metric with unit: %s",
-                 kind_type(mt->kind), mt->unit[0] ? mt->unit : "none");
-        if (!family(o, mt->name, kind_type(mt->kind), help))
+                 metrics_kind_name(mt->kind), mt->unit[0] ? mt->unit : "none");
+        if (!family(o, mt->name, metrics_kind_name(mt->kind), help))
             continue;
         for (size_t k = 0; k < mt->n_series; k++) {
             const struct mm_series *se = &mt->series[k];
