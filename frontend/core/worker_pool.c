@@ -289,7 +289,6 @@ static void take_metrics(struct worker *w, struct otf_prediction *p, struct job 
 static void handle_response(struct worker *w, struct otf_response *r)
 {
     w->steps++;
-    w->served = 1;
     if (r->code != 200 && r->n_preds == 0) {
         char *msg = otf_strdup(r->msg);
         fail_inflight(w, r->code >= 400 && r->code <= 599 ? r->code : 500,
@@ -509,7 +508,7 @@ static void worker_spawn(struct worker *w)
     w->oom_kills_at_spawn = oom_kill_count();
     worker_progress_renew(&w->progress);
     w->sent = 0;
-    w->served = 0;
+    w->steps = 0;
     pid_t pid;
     int rc = exec_fn(w, sv[1], &pid, exec_arg);
     close(sv[1]);
@@ -666,7 +665,8 @@ static void reap(struct worker *w, int status)
      * that answered a request did, and is respawned at once: a kill loop from outside (an
      * operator, the OOM killer, a request that crashes the handler, which fails and is not run
      * again) otherwise grew the delay to 30 s, and the model stayed down that long after it. */
-    if (w->state == WORKER_READY && (w->served || ts_now_us() - w->ready_since_us > 10 * 1000000LL))
+    if (w->state == WORKER_READY &&
+        (w->steps > 0 || ts_now_us() - w->ready_since_us > 10 * 1000000LL))
         w->retries = 0;
     int delay = w->retries == 0 ? 0 : 250 << (w->retries - 1 < 8 ? w->retries - 1 : 8);
     if (delay > BACKOFF_MAX_MS)

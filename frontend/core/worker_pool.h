@@ -108,10 +108,10 @@ struct worker {
     struct worker_log *log; /* its stdout/stderr (model_log.log), NULL with a fake exec */
     int64_t last_io_us;
     int retries; /* consecutive failures, for back-off */
-    int served;  /* this process answered a request (the back-off starts again) */
     unsigned long oom_kills_at_spawn;
     struct buf out; /* scratch for encoding */
-    uint64_t steps; /* response frames received */
+    uint64_t steps; /* response frames this process sent (> 0: it answered, so a death starts
+                       the back-off again) */
     int64_t ready_since_us;
     const char *kill_reason;   /* why we killed it, for the in-flight jobs' error */
     TAILQ_ENTRY(worker) link;  /* group->workers */
