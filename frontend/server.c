@@ -28,6 +28,7 @@
 #include "core/nvml.h"
 #include "core/pyinfo.h"
 #include "core/sys_metrics.h"
+#include "core/worker_exec.h"
 #include "core/worker_pool.h"
 #include "grpc/grpc_server.h"
 #include "core/conn_budget.h"

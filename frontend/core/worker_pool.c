@@ -21,7 +21,6 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +31,8 @@
 #include "core.h"
 #include "handler_reply.h"
 #include "log.h"
+#include "worker_exec.h"
 #include "worker_log.h"
-
-extern char **environ;
 
 #define BACKOFF_MAX_MS 30000
 /* times a job that never reached a handler may go back to the queue after a worker's death
@@ -387,98 +385,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-/* The read end of the output pipe of the worker exec_worker_binary just spawned, for
- * worker_spawn to pick up (the exec hook's signature is the unit tests' too: fakes have none). */
-static int spawn_log_rd = -1;
-
-/* The default way to start a worker: posix_spawn of torchserve-c-worker with fd on its fd 3, its
- * stdout and stderr on a pipe (worker_log.h). */
-static int exec_worker_binary(const struct worker *w, int fd, pid_t *pid, void *arg)
-{
-    (void)arg;
-    char threads[16], maxreq[32], busy[16], sbuf[32];
-    snprintf(threads, sizeof(threads), "%d", srv->cfg.worker_threads);
-    snprintf(busy, sizeof(busy), "%d", srv->cfg.busy_poll_us);
-    snprintf(maxreq, sizeof(maxreq), "%ld", srv->cfg.max_request_size);
-    snprintf(sbuf, sizeof(sbuf), "%ld", srv->cfg.stream_buffer_size);
-    /* '@' is in neither names nor versions: "a-b"/"c" and "a"/"b-c" cannot share a store */
-    char *state = xasprintf("%s/%s@%s", srv->cfg.state_dir, w->group->name, w->group->version);
-    char *argv[] = {srv->worker_bin,
-                    "--threads",
-                    threads,
-                    "--max-request-size",
-                    maxreq,
-                    "--state-dir",
-                    state,
-                    "--log-level",
-                    (char *)(log_min_level == LOG_LEVEL_DEBUG ? "debug" : "info"),
-                    "--busy-poll-us",
-                    busy,
-                    "--stream-buffer-size",
-                    sbuf,
-                    NULL};
-    size_t ne = 0;
-    while (environ[ne])
-        ne++;
-    char **envp = xcalloc(ne + 6, sizeof(char *));
-    size_t k = 0;
-    /* what we set is ours alone: an inherited value of these never reaches a worker */
-    static const char *const ours[] = {"OMP_NUM_THREADS=", "TS_WORKER_ID=", WORKER_ENV_METRICS "=",
-                                       WORKER_ENV_VENV "=", WORKER_ENV_PYTHON "="};
-    for (size_t i = 0; i < ne; i++) {
-        size_t o = 0;
-        while (o < sizeof(ours) / sizeof(ours[0]) && strncmp(environ[i], ours[o], strlen(ours[o])))
-            o++;
-        if (o == sizeof(ours) / sizeof(ours[0]))
-            envp[k++] = environ[i];
-    }
-    char *omp = xasprintf("OMP_NUM_THREADS=%d", srv->cfg.worker_threads);
-    char *wid = xasprintf("TS_WORKER_ID=%d", w->id);
-    char *venv = w->group->venv ? xasprintf(WORKER_ENV_VENV "=%s", w->group->venv) : NULL;
-    envp[k++] = omp;
-    envp[k++] = wid;
-    if (srv->worker_metrics_env)
-        envp[k++] = srv->worker_metrics_env;
-    if (venv)
-        envp[k++] = venv;
-    /* the Python workers run (config.properties' python checked at start-up, pyinfo.h, else
-     * the plugin's): its program name (backend/python/py_handler.c) when the model has no venv
-     * of its own */
-    char *py = srv->python_exe ? xasprintf(WORKER_ENV_PYTHON "=%s", srv->python_exe) : NULL;
-    if (py)
-        envp[k++] = py;
-
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fd, 3);
-    int log_wr = -1;
-    spawn_log_rd = worker_log_pipe(&log_wr);
-    if (spawn_log_rd >= 0) {
-        posix_spawn_file_actions_adddup2(&fa, log_wr, 1);
-        posix_spawn_file_actions_adddup2(&fa, log_wr, 2);
-    }
-    if (w->progress.fd >= 0)
-        posix_spawn_file_actions_adddup2(&fa, w->progress.fd, OTF_PROGRESS_FD);
-    int rc = posix_spawn(pid, srv->worker_bin, &fa, NULL, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    if (log_wr >= 0)
-        close(log_wr);
-    if (rc != 0 && spawn_log_rd >= 0) {
-        close(spawn_log_rd);
-        spawn_log_rd = -1;
-    }
-    free(omp);
-    free(wid);
-    free(venv);
-    free(py);
-    free(envp);
-    free(state);
-    if (rc != 0)
-        LOG_ERROR("cannot spawn %s: %s", srv->worker_bin, strerror(rc));
-    return rc;
-}
-
-static worker_exec_fn *exec_fn = exec_worker_binary;
+static worker_exec_fn *exec_fn = worker_exec_binary;
 
 /* A worker's "[METRICS]" line, to its group's owner */
 static void worker_metric_line(void *arg, const char *line, size_t len)
@@ -491,7 +398,7 @@ static void *exec_arg;
 
 void worker_pool_set_exec(worker_exec_fn *fn, void *arg)
 {
-    exec_fn = fn ? fn : exec_worker_binary;
+    exec_fn = fn ? fn : worker_exec_binary;
     exec_arg = arg;
 }
 
@@ -527,10 +434,10 @@ static void worker_spawn(struct worker *w)
     w->pid = pid;
     worker_log_free(w->log); /* the predecessor's, if it was respawned */
     w->log = NULL;
-    if (spawn_log_rd >= 0)
-        w->log = worker_log_new(spawn_log_rd, w->id, w->group->name, w->group->version,
-                                worker_metric_line, w);
-    spawn_log_rd = -1;
+    int log_rd = worker_exec_take_log();
+    if (log_rd >= 0)
+        w->log =
+            worker_log_new(log_rd, w->id, w->group->name, w->group->version, worker_metric_line, w);
     w->state = WORKER_STARTING;
     w->start_wall_ms = ts_wall_ms();
     TAILQ_INSERT_TAIL(&all_workers, w, glink);

@@ -55,14 +55,6 @@ struct worker_group_ops {
     void (*metric_line)(struct worker_group *g, const char *line, size_t len);
 };
 
-/* The environment a worker gets from the frontend besides its own (exec_worker_binary):
- * metrics.yaml's model metrics as JSON (metrics_config.h), the model's virtual environment, and
- * config.properties' python once checked (pyinfo.h); read by the Python plugin and our ts
- * package. */
-#define WORKER_ENV_METRICS "TS_WORKER_MODEL_METRICS"
-#define WORKER_ENV_VENV "TS_WORKER_VENV"
-#define WORKER_ENV_PYTHON "TS_PYTHON_EXECUTABLE"
-
 /* One model's workers and what they load. The strings are the owner's, immutable while the group
  * has workers. */
 struct worker_group {

@@ -8,7 +8,7 @@
  * `python3 -m pip install -r <requirements>` runs in it, from the model's directory, with the
  * server's environment: pip's own configuration (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS,
  * PIP_NO_INDEX, proxies) decides where packages come from. The model's Python workers then run
- * as that environment's python (worker_pool.h WORKER_ENV_VENV, backend/python/py_handler.c).
+ * as that environment's python (worker_exec.h WORKER_ENV_VENV, backend/python/py_handler.c).
  *
  * Blocking (a pip install can take minutes): called on the registration thread only. Touches
  * nothing shared. The caller owns venv_dir and removes it with the model.
