@@ -12,3 +12,4 @@ start_server = _m.start_server
 server_factory = _m.server_factory
 pytest_configure = _m.pytest_configure
 PYSTUBS = _m.PYSTUBS
+python_model = _m.python_model

@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from conftest import PYSTUBS, start_server
+from conftest import PYSTUBS, python_model, start_server
 
 sys.path.insert(0, PYSTUBS)
 import grpc  # noqa: E402
@@ -196,7 +196,7 @@ def test_kill_worker_mid_batch(server_factory):
     """kill -9 of a worker holding batches of 8: the batch it was running, if any, gets 500
     "Worker died"; every other request its right answer; no request is lost or answered twice.
     Stopped first, the worker is most likely between steps, running none: its progress page
-    says so, and then nothing fails (test_python_handlers kills one inside handle())."""
+    says so, and then nothing fails (test_python_worker_death kills one inside handle())."""
     s = server_factory(models=["mlp"], yaml={"mlp": {"batchSize": 8, "maxBatchDelay": 20}})
     s.wait_ready("mlp", body={"json": SAMPLE})
     load = Load(s, 12)
@@ -230,21 +230,6 @@ def handle(data, context):
         f.write(body + b"\\n")
     return [b"x" * (1 << 20) if body == b"big" else b"ok " + body]
 '''
-
-
-def python_model(store, name, src, yaml):
-    """A model directory with a Python handler, as the archiver unpacks one."""
-    d = os.path.join(store, name)
-    os.makedirs(os.path.join(d, "MAR-INF"))
-    with open(os.path.join(d, "handler.py"), "w") as f:
-        f.write(src)
-    with open(os.path.join(d, "model-config.yaml"), "w") as f:
-        f.write(yaml)
-    with open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w") as f:
-        json.dump({"runtime": "python", "model": {"modelName": name, "handler": "handler.py",
-                                                  "modelVersion": "1.0",
-                                                  "configFile": "model-config.yaml"}}, f)
-    return d
 
 
 def test_answer_over_max_response_size_fails_once_and_is_not_run_again(tmp_path):

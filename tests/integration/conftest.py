@@ -67,6 +67,31 @@ def torchscript_store(tmp_path, name, module, yaml="minWorkers: 1\nmaxWorkers: 1
     return str(store)
 
 
+def python_model(store, name, handler_src, yaml="minWorkers: 1\nmaxWorkers: 1\n", files=None,
+                 handler="handler.py", requirements=None):
+    """A model directory store/NAME as the archiver unpacks one with a Python handler: handler.py
+    holding handler_src, model-config.yaml, the given files (name -> text or bytes), and
+    MANIFEST.json naming handler (and requirements.txt, when given). Returns its path."""
+    d = os.path.join(store, name)
+    os.makedirs(os.path.join(d, "MAR-INF"))
+    with open(os.path.join(d, "handler.py"), "w") as f:
+        f.write(handler_src)
+    with open(os.path.join(d, "model-config.yaml"), "w") as f:
+        f.write(yaml)
+    for fname, data in (files or {}).items():
+        with open(os.path.join(d, fname), "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+    model = {"modelName": name, "handler": handler, "modelVersion": "1.0",
+             "configFile": "model-config.yaml"}
+    if requirements is not None:
+        with open(os.path.join(d, "requirements.txt"), "w") as f:
+            f.write(requirements)
+        model["requirementsFile"] = "requirements.txt"
+    with open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w") as f:
+        json.dump({"runtime": "python", "model": model}, f)
+    return d
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "smoke: quick end-to-end checks (also run under sanitizers)")
 
@@ -321,3 +346,11 @@ def server_factory():
         s.stop()
     for t in tmps:
         shutil.rmtree(t, ignore_errors=True)
+
+
+@pytest.fixture
+def tmp():
+    """A private directory (a server's run directory, its model store), removed afterwards."""
+    d = tempfile.mkdtemp(prefix="tsc-tmp-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -22,17 +22,10 @@ import pytest
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import BIN, MODEL_STORE, free_port, start_server  # noqa: E402
+from conftest import BIN, free_port, start_server  # noqa: E402
 
 ARCHIVER = os.path.join(BIN, "torchserve-c-archiver")
 SAMPLE = {"data": [0.25] * 64}
-
-
-@pytest.fixture
-def tmp():
-    d = tempfile.mkdtemp(prefix="tsc-parity-")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def predict_until_ok(s, headers=None, timeout=60):

@@ -26,7 +26,7 @@ import zipfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import MODEL_STORE, start_server  # noqa: E402
+from conftest import MODEL_STORE, python_model, start_server  # noqa: E402
 
 torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
@@ -34,24 +34,8 @@ Image = pytest.importorskip("PIL.Image")
 
 def write_model(store, name, handler_src, files=None, yaml="minWorkers: 1\nmaxWorkers: 1\n",
                 requirements=None):
-    d = os.path.join(store, name)
-    os.makedirs(os.path.join(d, "MAR-INF"))
-    with open(os.path.join(d, "handler.py"), "w") as f:
-        f.write(handler_src)
-    with open(os.path.join(d, "model-config.yaml"), "w") as f:
-        f.write(yaml)
-    for fname, data in (files or {}).items():
-        with open(os.path.join(d, fname), "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
-    model = {"modelName": name, "handler": "handler.py", "modelVersion": "1.0",
-             "configFile": "model-config.yaml"}
-    if requirements is not None:
-        with open(os.path.join(d, "requirements.txt"), "w") as f:
-            f.write(requirements)
-        model["requirementsFile"] = "requirements.txt"
-    with open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w") as f:
-        json.dump({"runtime": "python", "model": model}, f)
-    return d
+    return python_model(store, name, handler_src, yaml=yaml, files=files,
+                        requirements=requirements)
 
 
 def predict_until(srv, model, body=b"1", timeout=90, headers=None):

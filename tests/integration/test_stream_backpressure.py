@@ -12,7 +12,6 @@ MB of output over HTTP chunked, 591 MB over gRPC).
 Each case checks the frontend's and the worker's memory while the slow client reads nothing,
 the fast client's whole stream in order, and, for the slow one, the whole stream in order
 (alone) or what it got followed by the error (in a batch). HTTP chunked, SSE and gRPC."""
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import PYSTUBS, start_server  # noqa: E402
+from conftest import PYSTUBS, python_model, start_server  # noqa: E402
 
 sys.path.insert(0, PYSTUBS)
 import grpc  # noqa: E402
@@ -91,16 +90,8 @@ def rss_mb(pid):
 
 
 def write_model(store, batch):
-    d = os.path.join(store, "flood")
-    os.makedirs(os.path.join(d, "MAR-INF"))
-    with open(os.path.join(d, "handler.py"), "w") as f:
-        f.write(FLOOD)
-    with open(os.path.join(d, "model-config.yaml"), "w") as f:
-        f.write(f"minWorkers: 1\nmaxWorkers: 1\nbatchSize: {batch}\nmaxBatchDelay: 1000\n")
-    with open(os.path.join(d, "MAR-INF", "MANIFEST.json"), "w") as f:
-        json.dump({"runtime": "python", "model": {"modelName": "flood", "handler": "handler.py",
-                                                  "modelVersion": "1.0",
-                                                  "configFile": "model-config.yaml"}}, f)
+    python_model(store, "flood", FLOOD,
+                 yaml=f"minWorkers: 1\nmaxWorkers: 1\nbatchSize: {batch}\nmaxBatchDelay: 1000\n")
 
 
 @pytest.fixture(params=[1, 2], ids=["alone", "batch"])
