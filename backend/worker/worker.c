@@ -283,25 +283,6 @@ static void cancel_one(struct ts_ctx *c, const char *id)
  * reading, and the frontend would have to buffer what it streams. The others go on. What it
  * answers meanwhile (in the step the pause arrived in, or in a handle call streaming to it) is
  * parked (ctx_park.c) and written when it is resumed, even once it has finished. */
-static void pause_one(struct ts_ctx *c, const char *id, int paused)
-{
-    if (!paused && ctx_unpark(c, id) && !c->in_handle)
-        worker_flush(c); /* in a handle call: with the call's next flush */
-    struct wreq *lists[] = {c->held_head, c->pending_head};
-    for (size_t l = 0; l < 2; l++)
-        for (struct wreq *r = lists[l]; r; r = r->next)
-            if (!strcmp(r->id, id)) {
-                r->paused = paused;
-                LOG_REQ(LOG_LEVEL_DEBUG, id, paused ? "paused" : "resumed");
-                return;
-            }
-    for (size_t i = 0; i < c->ncur; i++)
-        if (!strcmp(c->cur[i]->id, id)) {
-            c->cur[i]->paused = paused;
-            return;
-        }
-}
-
 /* The request with this id, wherever the worker holds it; NULL if it holds none. */
 static struct wreq *find_req(struct ts_ctx *c, const char *id)
 {
@@ -314,6 +295,17 @@ static struct wreq *find_req(struct ts_ctx *c, const char *id)
         if (!strcmp(c->cur[i]->id, id))
             return c->cur[i];
     return NULL;
+}
+
+static void pause_one(struct ts_ctx *c, const char *id, int paused)
+{
+    if (!paused && ctx_unpark(c, id) && !c->in_handle)
+        worker_flush(c); /* in a handle call: with the call's next flush */
+    struct wreq *r = find_req(c, id);
+    if (r) {
+        r->paused = paused;
+        LOG_REQ(LOG_LEVEL_DEBUG, id, paused ? "paused" : "resumed");
+    }
 }
 
 /* A message, or the end, of a request's streamed input (ctx_input.c): a held request is due at
