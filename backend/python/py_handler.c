@@ -36,6 +36,22 @@
 struct ts_ctx *pyh_ctx;
 size_t pyh_n;
 
+int pyh_check_idx(Py_ssize_t i)
+{
+    if (!pyh_ctx || i < 0 || (size_t)i >= pyh_n) {
+        PyErr_Format(PyExc_IndexError, "request index %zd out of range (the call has %zu)", i,
+                     pyh_n);
+        return -1;
+    }
+    return 0;
+}
+
+int pyh_arg_idx(PyObject *arg, Py_ssize_t *i)
+{
+    *i = PyLong_AsSsize_t(arg);
+    return (*i == -1 && PyErr_Occurred()) ? -1 : pyh_check_idx(*i);
+}
+
 static PyObject *step_fn;
 static PyThreadState *main_ts; /* the worker thread's state while it does not hold the GIL */
 

@@ -22,6 +22,12 @@
 extern struct ts_ctx *pyh_ctx;
 extern size_t pyh_n;
 
+/* For both modules, which name a request by its index in the call in progress: 0 when i is one,
+ * else -1 with IndexError set. pyh_arg_idx reads the index a METH_O function was given first
+ * (-1 with the exception set when it is not an integer). */
+int pyh_check_idx(Py_ssize_t i);
+int pyh_arg_idx(PyObject *arg, Py_ssize_t *i);
+
 /* PyImport_AppendInittab entries of _ts_worker and _ts_stream. */
 PyObject *pyh_module_init(void);
 PyObject *pyh_stream_module_init(void);

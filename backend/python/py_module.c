@@ -13,16 +13,6 @@
 #include <string.h>
 #include <strings.h>
 
-static int check_idx(Py_ssize_t i)
-{
-    if (!pyh_ctx || i < 0 || (size_t)i >= pyh_n) {
-        PyErr_Format(PyExc_IndexError, "request index %zd out of range (the call has %zu)", i,
-                     pyh_n);
-        return -1;
-    }
-    return 0;
-}
-
 /* A parameter's value as TorchServe's `data` holds it: application/json parsed, text/... decoded
  * from UTF-8, when py_json's fast path or the decoder manage; otherwise the bytes, and
  * ts._service makes the value (or the warning) with the json module as before. */
@@ -147,7 +137,7 @@ static PyObject *w_respond(PyObject *self, PyObject *args)
     PyObject *value, *headers;
     struct pyj_buf json = {0};
     if (!PyArg_ParseTuple(args, "nOizO", &idx, &value, &status, &phrase, &headers) ||
-        check_idx(idx))
+        pyh_check_idx(idx))
         return NULL;
     if (PyBytes_CheckExact(value)) {
         body = PyBytes_AS_STRING(value);
@@ -193,7 +183,7 @@ static PyObject *w_intermediate(PyObject *self, PyObject *args)
     int status;
     PyObject *headers;
     if (!PyArg_ParseTuple(args, "ny#izO", &idx, &body, &n, &status, &phrase, &headers) ||
-        check_idx(idx) || apply_meta((size_t)idx, status, phrase, headers, NULL))
+        pyh_check_idx(idx) || apply_meta((size_t)idx, status, phrase, headers, NULL))
         return NULL;
     size_t i = (size_t)idx, len = (size_t)n;
     if (ts_is_cancelled(pyh_ctx, i))
@@ -212,7 +202,7 @@ static PyObject *w_error(PyObject *self, PyObject *args)
     Py_ssize_t i;
     int status;
     const char *msg;
-    if (!PyArg_ParseTuple(args, "nis", &i, &status, &msg) || check_idx(i))
+    if (!PyArg_ParseTuple(args, "nis", &i, &status, &msg) || pyh_check_idx(i))
         return NULL;
     ts_set_error(pyh_ctx, (size_t)i, status, "%s", msg);
     Py_RETURN_NONE;
@@ -224,7 +214,7 @@ static PyObject *w_cont(PyObject *self, PyObject *args)
     (void)self;
     Py_ssize_t i;
     long long delay = 0;
-    if (!PyArg_ParseTuple(args, "n|L", &i, &delay) || check_idx(i))
+    if (!PyArg_ParseTuple(args, "n|L", &i, &delay) || pyh_check_idx(i))
         return NULL;
     ts_continue(pyh_ctx, (size_t)i, delay);
     Py_RETURN_NONE;
@@ -233,24 +223,10 @@ static PyObject *w_cont(PyObject *self, PyObject *args)
 static PyObject *w_is_cancelled(PyObject *self, PyObject *arg)
 {
     (void)self;
-    Py_ssize_t i = PyLong_AsSsize_t(arg);
-    if ((i == -1 && PyErr_Occurred()) || check_idx(i))
+    Py_ssize_t i;
+    if (pyh_arg_idx(arg, &i))
         return NULL;
     return PyBool_FromLong(ts_is_cancelled(pyh_ctx, (size_t)i));
-}
-
-/* metric(i, name, unit, kind, value): context.metrics records, to /metrics (ts_metric_add). */
-static PyObject *w_metric(PyObject *self, PyObject *args)
-{
-    (void)self;
-    Py_ssize_t i;
-    const char *name, *unit;
-    int kind;
-    double value;
-    if (!PyArg_ParseTuple(args, "nszid", &i, &name, &unit, &kind, &value) || check_idx(i))
-        return NULL;
-    ts_metric_add(pyh_ctx, (size_t)i, name, unit, kind, value);
-    Py_RETURN_NONE;
 }
 
 /* log(python level number, message): one worker log line per line of the message. */
@@ -280,7 +256,6 @@ static PyMethodDef methods[] = {
     {"error", w_error, METH_VARARGS, "error answer of request i"},
     {"cont", w_cont, METH_VARARGS, "keep request i for the next step"},
     {"is_cancelled", w_is_cancelled, METH_O, "request i was cancelled"},
-    {"metric", w_metric, METH_VARARGS, "report a handler metric"},
     {"log", w_log, METH_VARARGS, "write to the worker's log"},
     {NULL, NULL, 0, NULL},
 };

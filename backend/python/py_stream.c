@@ -49,23 +49,13 @@ static void note_gone(void *user)
     PyGILState_Release(st);
 }
 
-static int check_idx(Py_ssize_t i)
-{
-    if (!pyh_ctx || i < 0 || (size_t)i >= pyh_n) {
-        PyErr_Format(PyExc_IndexError, "request index %zd out of range (the call has %zu)", i,
-                     pyh_n);
-        return -1;
-    }
-    return 0;
-}
-
 /* input_next(i) -> (content type, body bytes) for the next message of request i's streamed
  * input; None when none has arrived yet; False when its client will send no more. */
 static PyObject *s_input_next(PyObject *self, PyObject *arg)
 {
     (void)self;
-    Py_ssize_t i = PyLong_AsSsize_t(arg);
-    if ((i == -1 && PyErr_Occurred()) || check_idx(i))
+    Py_ssize_t i;
+    if (pyh_arg_idx(arg, &i))
         return NULL;
     const void *body;
     size_t len;
@@ -97,8 +87,8 @@ static PyObject *s_set_wake_fd(PyObject *self, PyObject *arg)
 static PyObject *s_track(PyObject *self, PyObject *arg)
 {
     (void)self;
-    Py_ssize_t i = PyLong_AsSsize_t(arg);
-    if ((i == -1 && PyErr_Occurred()) || check_idx(i))
+    Py_ssize_t i;
+    if (pyh_arg_idx(arg, &i))
         return NULL;
     const char *id = ts_request_id(pyh_ctx, (size_t)i);
     size_t n = strlen(id);
@@ -116,8 +106,8 @@ static PyObject *s_track(PyObject *self, PyObject *arg)
 static PyObject *s_untrack(PyObject *self, PyObject *arg)
 {
     (void)self;
-    Py_ssize_t i = PyLong_AsSsize_t(arg);
-    if ((i == -1 && PyErr_Occurred()) || check_idx(i))
+    Py_ssize_t i;
+    if (pyh_arg_idx(arg, &i))
         return NULL;
     struct gone_id *g = ts_get_user(pyh_ctx, (size_t)i);
     if (g)
