@@ -15,6 +15,7 @@
 #include <time.h>
 #include <ftw.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
@@ -273,6 +274,15 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
     (void)st;
     (void)ftw;
     return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -errno : 0;
+}
+
+int ts_file_in(const char *dir, const char *name)
+{
+    char *p = xasprintf("%s/%s", dir, name);
+    struct stat st;
+    int ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    free(p);
+    return ok;
 }
 
 int ts_rmtree(const char *path)

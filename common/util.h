@@ -87,6 +87,8 @@ int ts_parse_long(const char *s, long min, long max, long *out);
 /* "true"/"false" (case-insensitive). 0 or -EINVAL. */
 int ts_parse_bool(const char *s, int *out);
 
+/* 1 when dir/name is a regular file (symlinks followed), else 0. */
+int ts_file_in(const char *dir, const char *name);
 /* Removes a directory tree (no symlinks followed). 0 or -errno of the first failure. */
 int ts_rmtree(const char *path);
 

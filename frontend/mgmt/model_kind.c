@@ -12,22 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "util.h"
 
 #define SETTINGS_MAX_BYTES (1u << 20)
-
-static int is_file(const char *dir, const char *name, off_t *size)
-{
-    char *p = xasprintf("%s/%s", dir, name);
-    struct stat st;
-    int ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
-    if (ok && size)
-        *size = st.st_size;
-    free(p);
-    return ok;
-}
 
 /* obj[key] as a malloc'd string into *out (absent or null: NULL). -1 for another type. */
 static int take(json_t *obj, const char *key, char **out)
@@ -44,21 +32,24 @@ static int take(json_t *obj, const char *key, char **out)
 
 static int read_settings(const char *dir, struct model_kind_info *out, char *err, size_t errlen)
 {
-    off_t size = 0;
-    is_file(dir, MODEL_KIND_SETTINGS, &size);
-    if (size > (off_t)SETTINGS_MAX_BYTES) {
-        snprintf(err, errlen, "%s: larger than 1 MiB", MODEL_KIND_SETTINGS);
+    char *path = xasprintf("%s/%s", dir, MODEL_KIND_SETTINGS);
+    struct buf b;
+    buf_init(&b);
+    int rc = buf_read_file(&b, path, SETTINGS_MAX_BYTES);
+    free(path);
+    if (rc) {
+        snprintf(err, errlen, "%s: %s", MODEL_KIND_SETTINGS,
+                 rc == TS_E_TOO_LARGE ? "larger than 1 MiB" : strerror(-rc));
+        buf_free(&b);
         return TS_E_BAD_ARCHIVE;
     }
-    char *path = xasprintf("%s/%s", dir, MODEL_KIND_SETTINGS);
     json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    free(path);
+    json_t *root = json_loadb(b.data ? (const char *)b.data : "", b.len, 0, &je);
+    buf_free(&b);
     if (!root) {
         snprintf(err, errlen, "%s:%d: %s", MODEL_KIND_SETTINGS, je.line, je.text);
         return TS_E_BAD_ARCHIVE;
     }
-    int rc = 0;
     json_t *prm = json_object_get(root, "parameters");
     if (!json_is_object(root)) {
         snprintf(err, errlen, "%s: expected a JSON object", MODEL_KIND_SETTINGS);
@@ -80,14 +71,14 @@ static int read_settings(const char *dir, struct model_kind_info *out, char *err
 int model_kind_detect(const char *dir, struct model_kind_info *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
-    if (is_file(dir, MODEL_KIND_SETTINGS, NULL)) {
+    if (ts_file_in(dir, MODEL_KIND_SETTINGS)) {
         out->kind = MODEL_KIND_MLSERVER;
         int rc = read_settings(dir, out, err, errlen);
         if (rc)
             model_kind_free(out);
         return rc;
     }
-    if (is_file(dir, "app.py", NULL) && is_file(dir, "input_schema.py", NULL))
+    if (ts_file_in(dir, "app.py") && ts_file_in(dir, "input_schema.py"))
         out->kind = MODEL_KIND_INFERLESS;
     return 0;
 }

@@ -160,15 +160,6 @@ static int resolve_url(const char *url, char **path, char *err, size_t errlen)
     return 0;
 }
 
-static int dir_has_file(const char *dir, const char *name)
-{
-    char *p = xasprintf("%s/%s", dir, name);
-    struct stat st;
-    int ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
-    free(p);
-    return ok;
-}
-
 /* Archive base name without .mar / .tar.gz / .tgz / .zip */
 static char *name_from_path(const char *path)
 {
@@ -473,7 +464,7 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
             goto fail;
         }
         if (kind.kind != MODEL_KIND_NONE && !*m->manifest.config_file &&
-            dir_has_file(m->dir, "model-config.yaml")) {
+            ts_file_in(m->dir, "model-config.yaml")) {
             free(m->manifest.config_file);
             m->manifest.config_file = xstrdup("model-config.yaml");
         }

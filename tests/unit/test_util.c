@@ -89,6 +89,9 @@ TEST(rmtree_removes_nested_dirs_but_not_link_targets)
     CHECK(fp);
     fclose(fp);
     CHECK(symlink(keep, ln) == 0);
+    /* ts_file_in: a regular file only */
+    CHECK(ts_file_in(sub, "f") && !ts_file_in(dir, "a") && !ts_file_in(sub, "nope"));
+    CHECK(!ts_file_in(a, "link")); /* a link to a directory */
     CHECK_EQ_INT(ts_rmtree(dir), 0);
     struct stat st;
     CHECK(stat(dir, &st) != 0);
