@@ -457,7 +457,9 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
         goto fail;
     }
     /* an MLServer or Inferless folder, when neither the archive nor the request names a
-     * handler; its model-config.yaml, if it has one, sets its workers and batchSize */
+     * handler; its model-config.yaml, if it has one, sets its workers and batchSize, and its
+     * requirements.txt is what install_py_dep_per_model installs (as an archive's
+     * requirementsFile: the import error of a missing package says to put it there) */
     if (!*m->manifest.handler && !(r->handler && *r->handler)) {
         if ((rc = model_kind_detect(m->dir, &kind, merr, sizeof(merr)))) {
             snprintf(err, errlen, "%s: %s", r->url, merr);
@@ -467,6 +469,12 @@ static int model_prepare(const struct model_reg *r, struct model **out, char *er
             ts_file_in(m->dir, "model-config.yaml")) {
             free(m->manifest.config_file);
             m->manifest.config_file = xstrdup("model-config.yaml");
+        }
+        if (kind.kind != MODEL_KIND_NONE &&
+            !(m->manifest.requirements_file && *m->manifest.requirements_file) &&
+            ts_file_in(m->dir, "requirements.txt")) {
+            free(m->manifest.requirements_file);
+            m->manifest.requirements_file = xstrdup("requirements.txt");
         }
     }
     if ((rc = check_model_paths(m, r->handler && *r->handler ? r->handler : m->manifest.handler,

@@ -26,7 +26,7 @@ import zipfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from conftest import MODEL_STORE, python_model, start_server  # noqa: E402
+from conftest import MODEL_STORE, oip_text, python_model, start_server  # noqa: E402
 
 torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
@@ -140,6 +140,50 @@ def test_requirements_not_installed_without_the_key(tmp_path, wheels):
         assert "list it in the model's requirements.txt and start the server with " \
                "install_py_dep_per_model=true" in err, err
         assert "requirements.txt from the archive is not installed" in srv.log()
+    finally:
+        srv.stop()
+
+
+DEP_RUNTIME = '''
+import sys
+
+import tsc_tiny_dep
+from mlserver import MLModel
+from mlserver.codecs import StringCodec
+from mlserver.types import InferenceResponse
+
+
+class DepModel(MLModel):
+    async def predict(self, payload):
+        text = f"{tsc_tiny_dep.VALUE} {sys.prefix}"
+        return InferenceResponse(model_name=self.name,
+                                 outputs=[StringCodec.encode_output("output", [text])])
+'''
+
+
+def test_requirements_of_an_mlserver_runtime_folder(tmp_path, wheels):
+    """A runtime folder has no MANIFEST.json to name a requirements file: its requirements.txt is
+    the one install_py_dep_per_model installs, as the missing-module message tells its user."""
+    d = tmp_path / "store" / "deprt"
+    d.mkdir(parents=True)
+    (d / "model-settings.json").write_text(json.dumps({"name": "deprt",
+                                                       "implementation": "dep_model.DepModel"}))
+    (d / "dep_model.py").write_text(DEP_RUNTIME)
+    (d / "requirements.txt").write_text("tsc-tiny-dep==0.1\n")
+    srv = start_server(str(tmp_path), store=str(tmp_path / "store"), models=["deprt"],
+                       config={"install_py_dep_per_model": "true"},
+                       env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheels})
+    try:
+        deadline = time.time() + 90
+        while True:
+            r = srv.post("/v2/models/deprt/infer", json=oip_text("x"), timeout=60)
+            if r.status_code == 200 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.status_code == 200, r.text + srv.log()[-3000:]
+        value, prefix = r.json()["outputs"][0]["data"][0].split(" ", 1)
+        assert value == "42" and prefix.endswith("/.venv") and prefix != sys.prefix, r.json()
+        assert "requirements.txt installed into" in srv.log()
     finally:
         srv.stop()
 

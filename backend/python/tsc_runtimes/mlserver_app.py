@@ -40,11 +40,12 @@ NOT_APPLIED = {
     "warm_workers": "workers are started by minWorkers",
     "cache_enabled": "the response cache is not implemented",
 }
+_OWN_ENVIRONMENT = ("MLServer's environments are not read: packages come from Debian python3-* "
+                    "packages, or from the folder's requirements.txt, installed into an "
+                    "environment of the model's own with install_py_dep_per_model=true")
 REFUSED_PARAMETERS = {
-    "environment_tarball": "per-model environments are not supported: packages come from Debian "
-    "python3-* packages",
-    "environment_path": "per-model environments are not supported: packages come from Debian "
-    "python3-* packages",
+    "environment_tarball": _OWN_ENVIRONMENT,
+    "environment_path": _OWN_ENVIRONMENT,
 }
 
 
