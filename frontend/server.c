@@ -213,22 +213,12 @@ static void metrics_config_warn(const char *msg, void *arg)
  * the GPU ones on a server with GPUs. */
 static const char *not_collected(const char *name)
 {
-    static const char *const ours[] = {"Requests2XX",
-                                       "Requests4XX",
-                                       "Requests5XX",
-                                       "QueueTime",
-                                       "WorkerThreadTime",
-                                       "WorkerLoadTime",
-                                       "ts_inference_requests_total",
-                                       "ts_inference_latency_microseconds",
-                                       "ts_queue_latency_microseconds"};
     static const char *const sys[] = {"CPUUtilization",    "MemoryUsed", "MemoryAvailable",
                                       "MemoryUtilization", "DiskUsage",  "DiskAvailable",
                                       "DiskUtilization"};
     static const char *const gpu[] = {"GPUMemoryUtilization", "GPUMemoryUsed", "GPUUtilization"};
-    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
-        if (!strcmp(ours[i], name))
-            return NULL;
+    if (metrics_frontend_family(name))
+        return NULL;
     for (size_t i = 0; i < sizeof(sys) / sizeof(sys[0]); i++)
         if (!strcmp(sys[i], name))
             return srv->cfg.disable_system_metrics ? "disable_system_metrics=true" : NULL;

@@ -20,18 +20,30 @@ const double hist_ms_bounds[HIST_BUCKETS - 1] = {0.1, 0.25, 0.5, 1,   2.5,  5,  
 const double hist_size_bounds[HIST_BUCKETS - 1] = {0.999, 1,  2,  3,   4,   6,   8,   12,
                                                    16,    32, 64, 128, 256, 512, 1024};
 
-/* Families the frontend serves itself: a worker's metric must not shadow or split them. */
-static int reserved(const char *name)
+int metrics_frontend_family(const char *name)
 {
-    static const char *const own[] = {"Requests2XX", "Requests4XX",      "Requests5XX",
-                                      "QueueTime",   "WorkerThreadTime", "WorkerLoadTime"};
-    /* ts_handler_*: TorchServe's handler profiling (handler: {profile: true}) */
-    if (!strncmp(name, "ts_", 3) && strncmp(name, "ts_handler_", 11))
-        return 1;
+    static const char *const own[] = {"Requests2XX",
+                                      "Requests4XX",
+                                      "Requests5XX",
+                                      "QueueTime",
+                                      "WorkerThreadTime",
+                                      "WorkerLoadTime",
+                                      "ts_inference_requests_total",
+                                      "ts_inference_latency_microseconds",
+                                      "ts_queue_latency_microseconds"};
     for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
         if (!strcmp(name, own[i]))
             return 1;
     return 0;
+}
+
+/* Families the frontend serves itself: a worker's metric must not shadow or split them. */
+static int reserved(const char *name)
+{
+    /* ts_handler_*: TorchServe's handler profiling (handler: {profile: true}) */
+    if (!strncmp(name, "ts_", 3) && strncmp(name, "ts_handler_", 11))
+        return 1;
+    return metrics_frontend_family(name);
 }
 
 static const struct custom_metric *find(const struct custom_metrics *cm, const char *name,

@@ -62,6 +62,10 @@ struct custom_metrics {
     uint64_t refused; /* values dropped, counted by the owner (model.c) */
 };
 
+/* 1 for the frontend's families that carry TorchServe's names (Requests2XX, QueueTime,
+ * ts_inference_requests_total, ...: what metrics.yaml's ts_metrics section may name and a
+ * worker's metric may not). */
+int metrics_frontend_family(const char *name);
 /* A metric kind ('c', 'g' or 'h', as otf.h and metric_line.h carry it) by its name in Prometheus'
  * TYPE lines and metrics.yaml: "counter", "gauge", "histogram". */
 const char *metrics_kind_name(char kind);
