@@ -11,6 +11,7 @@ from model-store/ into a private model store, edits the yaml, and serves the dir
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -193,6 +194,18 @@ class Server:
     def log(self):
         with open(self.log_path, errors="replace") as f:
             return f.read()
+
+    def wait_log(self, pattern, timeout=60):
+        """The first match of the regular expression pattern in the server's log, once there is
+        one; an AssertionError with the log's end after timeout seconds."""
+        deadline = time.time() + timeout
+        while True:
+            m = re.search(pattern, self.log())
+            if m or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert m, f"no {pattern!r} in the log:\n{self.log()[-3000:]}"
+        return m
 
     def worker_pids(self):
         """Live worker processes whose parent is this server."""

@@ -7,8 +7,6 @@ the archive holds it, within 1e-5; `handler.jit_freeze: false` serves the module
 module that torch cannot freeze is served as loaded, with a warning naming the reason; any other
 value of the key is refused when the model loads.
 """
-import re
-import time
 
 import pytest
 
@@ -45,16 +43,6 @@ def predict_rows(s, x):
     return [r.json() for r in rs]
 
 
-def wait_log(s, pattern, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        m = re.search(pattern, s.log())
-        if m:
-            return m
-        time.sleep(0.1)
-    raise AssertionError(f"no {pattern!r} in the log:\n{s.log()[-3000:]}")
-
-
 # the load's log line once the module is optimized, at either level
 FROZE = r"froze forward in [0-9.]+ ms \(handler\.optimize: (?:freeze|inference)\): "
 
@@ -63,7 +51,7 @@ def wait_frozen(s, linear, few_rows, in_place=None):
     """Waits for the load's log line with these counts: linear calls with transposed weights,
     products with a matrix-vector path, operations in place (None: any)."""
     ops = "" if in_place is None else rf", {in_place} operation\(s\) in place"
-    wait_log(s, FROZE + rf"{linear} linear call\(s\) with transposed "
+    s.wait_log(FROZE + rf"{linear} linear call\(s\) with transposed "
                 rf"weights, [0-9.]+ MiB of constants, {few_rows} product\(s\) with a "
                 rf"matrix-vector path for few rows{ops}")
 
@@ -74,7 +62,7 @@ def test_frozen_by_default_and_answers_like_torch(server_factory):
     s.wait_ready("mlp")
     # mlp's three nn.Linear all rewritten; its 85,002 floats are 0.3 MiB; its largest weight
     # (256x256) is below the matrix-vector path's 1M elements
-    wait_log(s, r"froze forward in [0-9.]+ ms \(handler\.optimize: inference\): "
+    s.wait_log(r"froze forward in [0-9.]+ ms \(handler\.optimize: inference\): "
                 r"3 linear call\(s\) with transposed weights, "
                 r"0\.3 MiB of constants, 0 product\(s\) with a matrix-vector path for few rows, "
                 r"5 operation\(s\) in place")
@@ -89,7 +77,7 @@ def test_frozen_by_default_and_answers_like_torch(server_factory):
 def test_jit_freeze_false_serves_the_module_as_loaded(server_factory):
     s = server_factory(models=["mlp"], yaml={"mlp": {"handler": {"jit_freeze": False}}})
     s.wait_ready("mlp")
-    wait_log(s, r"serving forward as loaded \(handler\.optimize: none\)")
+    s.wait_log(r"serving forward as loaded \(handler\.optimize: none\)")
     assert "froze forward" not in s.log()
     ref = mar_module("mlp")
     x = inputs(8, 2)
@@ -168,7 +156,7 @@ def test_a_layer_applied_many_times_keeps_one_weight(server_factory, tmp_path):
     s = serve_module(server_factory, tmp_path, m)
     # 64x1024 + 1024x1024 + 1024x3 floats and their biases: 4.3 MiB, once; the twelve calls
     # of the 1024x1024 layer (1M elements) take the matrix-vector path for up to four rows
-    wait_log(s, FROZE + r"14 linear call\(s\) with transposed weights, "
+    s.wait_log(FROZE + r"14 linear call\(s\) with transposed weights, "
                 r"4\.3 MiB of constants, 12 product\(s\) with a matrix-vector path for few rows")
     x = inputs(5, 4)
     assert_serves(s, m, x)  # 1, 2 and 5 rows: mv, mv, matmul
@@ -505,7 +493,7 @@ def test_a_weight_read_elsewhere_too_is_served_as_loaded(server_factory, tmp_pat
     torch.manual_seed(0)
     m = torch.jit.script(Tied().eval())
     s = serve_module(server_factory, tmp_path, m)
-    wait_log(s, r"serving forward as loaded: its transposed linear weights would hold 0\.1 MiB "
+    s.wait_log(r"serving forward as loaded: its transposed linear weights would hold 0\.1 MiB "
                 r"more \(a weight that something else reads too\)")
     assert "froze forward" not in s.log()
     assert_serves(s, m, inputs(3, 5))
@@ -534,6 +522,6 @@ def test_a_module_torch_cannot_freeze_is_served_as_loaded(server_factory, tmp_pa
     torch.manual_seed(0)
     m = torch.jit.script(Pick().eval())
     s = serve_module(server_factory, tmp_path, m)
-    wait_log(s, r"cannot optimize forward \(handler\.optimize: inference\), serving it as "
+    s.wait_log(r"cannot optimize forward \(handler\.optimize: inference\), serving it as "
                 r"loaded: .*ModuleContainerIndex")
     assert_serves(s, m, inputs(3, 3))  # 1 and 3 rows pick one layer, 2 rows the other

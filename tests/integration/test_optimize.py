@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import sys
-import time
 
 import pytest
 
@@ -217,16 +216,6 @@ def assert_close(got, want, what):
     return diff
 
 
-def wait_log(s, pattern, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        m = re.search(pattern, s.log())
-        if m:
-            return m
-        time.sleep(0.1)
-    raise AssertionError(f"no {pattern!r} in the log:\n{s.log()[-3000:]}")
-
-
 def post_raw(s, name, x, torchscript):
     """x (one or more samples) as raw float32: the C handler takes its shape from X-Shape."""
     headers = {"Content-Type": "application/octet-stream"}
@@ -271,7 +260,7 @@ def test_torchscript_handler_levels_answer_within_1e_4(server_factory, tmp_path,
         s.wait_ready(name)
     froze = r"froze forward in [0-9.]+ ms \(handler\.optimize: " + shown + r"\): "
     # one line per model (they load side by side)
-    wait_log(s, "(?s)" + "(.*".join([froze] * 4) + ")" * 3, timeout=120)
+    s.wait_log("(?s)" + "(.*".join([froze] * 4) + ")" * 3, timeout=120)
     # resnet18's 20 convolutions on oneDNN at the inference level, none when only frozen
     lines = [ln for ln in s.log().splitlines() if "froze forward" in ln]
     assert len(lines) == 4, lines
@@ -304,7 +293,7 @@ def test_torchscript_handler_keys(server_factory, tmp_path, models):
         d.mkdir()
         s = server_factory(models=["mlp"], store=ts_store(d, mlp, yaml))
         s.wait_ready("mlp")
-        wait_log(s, re.escape(want))
+        s.wait_log(re.escape(want))
         x = inputs([64], 2, 7)
         assert_close(post_raw(s, "mlp", x, True), eager(mlp["mlp"][0], x), yaml)
         s.stop()
@@ -369,9 +358,9 @@ def test_base_handler_optimizes_eager_and_torchscript_models(server_factory, tmp
     done = (r"optimized {} in [0-9]+ ms \(handler\.optimize: inference\): {}frozen, optimized "
             r"for inference, checked on an example input")
     for name in models:
-        wait_log(s, done.format(r"model\.py", "scripted, "))
-    wait_log(s, done.format(r"model\.pt", ""))  # already TorchScript: not scripted again
-    wait_log(s, r"serving model\.py as loaded \(handler\.optimize: none\)")
+        s.wait_log(done.format(r"model\.py", "scripted, "))
+    s.wait_log(done.format(r"model\.pt", ""))  # already TorchScript: not scripted again
+    s.wait_log(r"serving model\.py as loaded \(handler\.optimize: none\)")
     # the handler's self.model is still the model it loaded, with forward replaced
     for name, want in (("resnet18", {"model": "ResNet18", "parameters": 11689512,
                                      "forward": "optimized"}),
@@ -400,8 +389,8 @@ def test_base_handler_serves_as_loaded_what_it_cannot_optimize(server_factory, t
     s = server_factory(models=["unscriptable", "embed"], store=str(store))
     for name in ("unscriptable", "embed"):
         s.wait_ready(name, timeout=120)
-    wait_log(s, r"serving model\.py as loaded: torch\.jit\.script cannot compile it \(.*numpy")
-    wait_log(s, r"serving model\.py as loaded: it has methods other than forward \(embed\)")
+    s.wait_log(r"serving model\.py as loaded: torch\.jit\.script cannot compile it \(.*numpy")
+    s.wait_log(r"serving model\.py as loaded: it has methods other than forward \(embed\)")
     for name, module in (("unscriptable", unscriptable), ("embed", with_embed)):
         x = inputs([64], 1, 13)
         got = post_raw(s, name, x, False)
@@ -430,4 +419,4 @@ def test_base_handler_keys_are_checked(server_factory, tmp_path):
     r = s.post("/models?url=off&initial_workers=1&synchronous=true", api="management",
                timeout=120)
     assert r.status_code == 200, r.text
-    wait_log(s, r"serving model\.py as loaded \(handler\.optimize: none\)")
+    s.wait_log(r"serving model\.py as loaded \(handler\.optimize: none\)")

@@ -183,13 +183,6 @@ def assert_bounded(srv, base_front, base_worker, wpid):
     assert worker < 24, f"worker grew {worker:.0f} MB for one paused stream"
 
 
-def wait_log(srv, text, timeout=30):
-    deadline = time.time() + timeout
-    while text not in srv.log() and time.time() < deadline:
-        time.sleep(0.1)
-    assert text in srv.log(), srv.log()[-3000:]
-
-
 @pytest.mark.parametrize("sse", [False, True], ids=["chunked", "sse"])
 def test_http_slow_reader_inside_one_handler_call(flood, sse):
     srv = flood
@@ -205,7 +198,7 @@ def test_http_slow_reader_inside_one_handler_call(flood, sse):
     if srv.batch > 1:  # the fast one joins the slow one's batch (maxBatchDelay 1 s)
         t = threading.Thread(target=fast_http, args=(srv, n, sse, fast))
         t.start()
-    wait_log(srv, "paused on worker")
+    srv.wait_log("paused on worker")
     if t:
         # the fast reader gets its whole stream, in order, while the slow one reads nothing
         t.join(120)
@@ -216,7 +209,7 @@ def test_http_slow_reader_inside_one_handler_call(flood, sse):
             assert error is None, error
             body = b"".join(data)
         assert body == whole + b"end", (len(body), len(whole))
-        wait_log(srv, "reads its stream too slowly")
+        srv.wait_log("reads its stream too slowly")
     time.sleep(2)  # the handler would have sent everything by now
     assert_bounded(srv, base_front, base_worker, wpid)
     head, got = dechunk(read_all(slow))
@@ -264,7 +257,7 @@ def test_grpc_slow_reader_inside_one_handler_call(flood):
             t = threading.Thread(target=read_fast)
             t.start()
         first = next(slow)
-        wait_log(srv, "paused on worker")
+        srv.wait_log("paused on worker")
         if t:
             t.join(120)
             assert not t.is_alive()
@@ -275,7 +268,7 @@ def test_grpc_slow_reader_inside_one_handler_call(flood):
             got = [first.prediction] + [m.prediction for m in slow]
             assert got == [chunk(k) for k in range(n)] + [b"end"], len(got)
         else:
-            wait_log(srv, "reads its stream too slowly")
+            srv.wait_log("reads its stream too slowly")
             got = [first.prediction]
             with pytest.raises(grpc.RpcError) as ei:
                 for m in slow:
