@@ -171,7 +171,6 @@ def fast_http(srv, n, sse, out):
                  timeout=120)
     out["status"] = r.status_code
     out["raw"] = b"".join(r.iter_content(chunk_size=1 << 20))
-    out["t"] = time.time()
 
 
 def assert_bounded(srv, base_front, base_worker, wpid):
