@@ -66,7 +66,7 @@ ORDERS = {
          "metrics_config", "proc_info", "worker_progress", "handler_reply", "conn_budget",
          "gpu_assign", "nvml", "pyinfo"),
         ("job", "access_log", "worker_log", "worker_out", "sys_metrics"),
-        ("worker_pool", "worker_exec"),
+        ("worker_pool", "worker_exec", "worker_answer"),
         ("sequence",),
         ("model",),
     ],
