@@ -157,8 +157,9 @@ def main():
         for p in ps:
             f.write(json.dumps({"prompt": p, "max_new_tokens": NEW}) + "\n")
     handler = {"prefill_chunk": os.environ["PREFILL_CHUNK"]} if "PREFILL_CHUNK" in os.environ else {}
-    srv = start_server(tmp, models=["tiny_gpt"], yaml={"tiny_gpt": {"batchSize": 64,
-                                                                    "handler": handler}})
+    # the worker's token and step counters come back as x-ts-worker-* headers (opt-in)
+    srv = start_server(tmp, models=["tiny_gpt"], config={"worker_debug_headers": True},
+                       yaml={"tiny_gpt": {"batchSize": 64, "handler": handler}})
     m = mar_module("tiny_gpt")
     server, limit = {}, {}
     try:
