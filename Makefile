@@ -7,8 +7,10 @@
 #   make worker plugin     only the worker and the Python plugin (what a GPU host builds:
 #                          scripts/gpu/check.sh)
 #   make models            build the example models into model-store/ (python3-torch + our archiver)
-#   make run               install deps, build, build models, serve them in the foreground
-#   make test              install deps, build, run unit and integration tests
+#   make run               install deps, then (a second make) build, build models, serve them in
+#                          the foreground (`make serve`: the same without the install step)
+#   make test              install deps, then build and run the layer check, the unit, integration
+#                          and fault tests, every one of them even when an earlier one fails
 #   make SANITIZE=address,undefined test-unit test-smoke    the same under ASan/UBSan
 #   make bench             run scripts/bench/ (figures for the issues' benchmarks)
 #   make openai-client     npm ci the official openai client into tests/openai/ (the tests need it)
@@ -132,8 +134,8 @@ PY_PKG        := $(patsubst backend/python/%,$(BUILD)/lib/python/%,\
                    $(shell find backend/python/ts backend/python/mlserver backend/python/tsc_runtimes -name '*.py' 2>/dev/null))
 PY_INFO       := $(BUILD)/lib/libts_python.info
 
-.PHONY: all deps models run test test-unit test-integration test-smoke bench clean format \
-        format-check pystubs check-layers fuzz fuzz-build fuzz-run openai-client worker plugin
+.PHONY: all deps models run serve test test-all test-unit test-integration test-smoke bench clean \
+        format format-check pystubs check-layers fuzz fuzz-build fuzz-run openai-client worker plugin
 all: $(BINS) plugin pystubs
 worker: $(BUILD)/bin/torchserve-c-worker
 plugin: $(PY_PLUGIN) $(PY_PKG) $(PY_INFO)
@@ -236,7 +238,13 @@ models: $(MARS)
 model-store/%.mar: scripts/models/%/* scripts/models/build_model.sh $(BUILD)/bin/torchserve-c-archiver
 	@scripts/models/build_model.sh $* $(BUILD)
 
-run: deps all models
+# `run` and `test` install packages first and then build in a second make process: make reads the
+# file system once (the pattern rule for google/protobuf/*.proto looked at /usr/include before
+# libprotobuf-dev was there, and kept that answer), so a make that installs must not also build.
+run: deps
+	@$(MAKE) --no-print-directory serve
+
+serve: all models
 	$(BUILD)/bin/torchserve-c --start --foreground --model-store model-store --models all \
 	    --ts-config config.properties
 
@@ -287,11 +295,15 @@ openai-client: $(OPENAI_CLIENT)
 $(OPENAI_CLIENT): tests/openai/package.json tests/openai/package-lock.json
 	cd tests/openai && npm ci --no-audit --no-fund
 
+# every suite runs whatever an earlier one found; the exit status is non-zero if any failed
 test-integration: all models $(OPENAI_CLIENT)
-	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/integration
-	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/fault
-	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/gpu
-	TS_BUILD=$(BUILD) TS_GRPC_DRIVE=thread $(TEST_PYTHON) -m pytest -q -p no:cacheprovider $(GRPC_TESTS)
+	fail=0; \
+	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/integration || fail=1; \
+	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/fault || fail=1; \
+	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider tests/gpu || fail=1; \
+	TS_BUILD=$(BUILD) TS_GRPC_DRIVE=thread $(TEST_PYTHON) -m pytest -q -p no:cacheprovider \
+	    $(GRPC_TESTS) || fail=1; \
+	exit $$fail
 
 test-smoke: all models
 	TS_BUILD=$(BUILD) $(TEST_PYTHON) -m pytest -q -p no:cacheprovider -m smoke tests/integration
@@ -301,7 +313,10 @@ check-layers: all
 	$(TEST_PYTHON) scripts/check_layers.py --self-test
 	$(TEST_PYTHON) scripts/check_layers.py $(BUILD)
 
-test: deps all models check-layers test-unit test-integration
+# -k: the layer check, the unit tests and the integration tests all run even when one fails
+test: deps
+	@$(MAKE) --no-print-directory -k test-all
+test-all: check-layers test-unit test-integration
 
 bench: all models
 	scripts/bench/run_all.sh $(BUILD)

@@ -23,10 +23,13 @@ from conftest import BUILD, ROOT, free_port  # noqa: E402
 
 
 def make_run_command():
-    """The recipe of the Makefile's `run` target, with $(BUILD) expanded."""
+    """The server command of `make run`, with $(BUILD) expanded: `run` installs the packages and
+    hands over to a second make for `serve`, whose recipe is the command."""
     text = open(os.path.join(ROOT, "Makefile")).read().replace("\\\n", " ")
-    m = re.search(r"^run:[^\n]*\n\t([^\n]+)", text, re.M)
-    assert m, "Makefile has no run recipe"
+    m = re.search(r"^run:[^\n]*\n\t@?\$\(MAKE\) [^\n]*\bserve$", text, re.M)
+    assert m, "Makefile's run target does not hand over to `serve` in a second make"
+    m = re.search(r"^serve:[^\n]*\n\t([^\n]+)", text, re.M)
+    assert m, "Makefile has no serve recipe"
     cmd = m.group(1).replace("$(BUILD)", os.path.relpath(BUILD, ROOT))
     return shlex.split(cmd)
 
