@@ -3,7 +3,8 @@
 #
 #   deploy/run-cluster.sh N [--models NAME[=FILE] ... | all] [--model-store DIR]
 #                           [--ts-config FILE] [--http-port PORT] [--grpc-port PORT]
-#                           [--workdir DIR] [--startup-timeout SECONDS]
+#                           [--base-port PORT] [--workdir DIR] [--startup-timeout SECONDS]
+#   deploy/run-cluster.sh --help
 #
 # Once every instance answers /ping and the balancer answers too, prints one line on stdout:
 #     balancer http://127.0.0.1:PORT grpc 127.0.0.1:PORT
@@ -18,13 +19,20 @@
 #                instance must have for itself: addresses, ports, state_dir, log_location,
 #                model_store. Token authorization is turned off: each instance would make its
 #                own keys (docs/deploy.md)
-# --http-port, --grpc-port   the balancer's ports on 127.0.0.1; default: free ephemeral ports
+# --http-port, --grpc-port   the balancer's ports on 127.0.0.1; default: free ports
+# --base-port    instance i (1..N) listens on BASE+5(i-1) .. BASE+5(i-1)+4: inference,
+#                management, metrics, gRPC inference, gRPC management. Default: a free block
+#                below the kernel's ephemeral range (net.ipv4.ip_local_port_range), so that a
+#                killed instance can be started again on its ports at once: a port of the
+#                ephemeral range may meanwhile be the local end of some outgoing connection (a
+#                health check), which blocks it for as long as that connection lingers
 # --workdir      where instances, logs and the HAProxy config live (kept); default: a temporary
 #                directory, removed at the end
 #
 # Files in the work directory: haproxy.cfg, haproxy.log, haproxy.sock (HAProxy's runtime API),
 # instances (one line per instance: name pid http mgmt metrics grpc grpc_mgmt dir), and per
-# instance NAME/config.properties, NAME/server.log. The binaries come from build/bin/ (or
+# instance NAME/config.properties, NAME/server.log and NAME/start.sh (the instance's command:
+# run it to start a killed instance again on its ports). The binaries come from build/bin/ (or
 # $TS_BUILD/bin, or $TSC_BIN).
 set -uo pipefail
 
@@ -38,6 +46,7 @@ models=()
 base_config=""
 http_port=""
 grpc_port=""
+base_port=""
 workdir=""
 own_workdir=0
 startup_timeout=120
@@ -54,8 +63,13 @@ die() {
     cleanup
     exit 1
 }
+# --help: the whole header on stdout, exit 0; a bad command line: the synopsis on stderr, exit 2
+help() {
+    sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+}
 usage() {
-    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -67,16 +81,41 @@ alive() {
     [ "${line%% *}" != Z ]
 }
 
-# free TCP ports on 127.0.0.1, all bound at once so none is handed out twice
+# N consecutive free TCP ports on 127.0.0.1 below the ephemeral range (tried from a random
+# start, all bound at once so that none is taken twice), or starting at $2 if given (then they
+# must all be free); prints them on one line
 free_ports() {
     "$python" -c '
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()' "$1"
+import random, socket, sys
+n, base = int(sys.argv[1]), int(sys.argv[2])
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+def take(first):
+    socks = []
+    try:
+        for p in range(first, first + n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in socks:
+            s.close()
+if base:
+    if base + n - 1 > 65535 or not take(base):
+        sys.exit("ports %d-%d are not all free" % (base, base + n - 1))
+    print(" ".join(str(p) for p in range(base, base + n)))
+    sys.exit(0)
+for _ in range(200):
+    first = random.randrange(10000, max(10001, low - n))
+    if take(first):
+        print(" ".join(str(p) for p in range(first, first + n)))
+        sys.exit(0)
+sys.exit("no %d free consecutive ports below %d" % (n, low))' "$1" "${2:-0}"
 }
 
 cleanup() {
@@ -109,6 +148,7 @@ trap 'stop=1' INT TERM
 # ---- arguments ----
 [ $# -ge 1 ] || usage
 case "$1" in
+-h | --help) help ;;
 '' | *[!0-9]*) usage ;;
 esac
 n=$1
@@ -131,9 +171,10 @@ while [ $# -gt 0 ]; do
     --ts-config) [ $# -ge 2 ] || usage; base_config=$2; shift 2 ;;
     --http-port) [ $# -ge 2 ] || usage; http_port=$2; shift 2 ;;
     --grpc-port) [ $# -ge 2 ] || usage; grpc_port=$2; shift 2 ;;
+    --base-port) [ $# -ge 2 ] || usage; base_port=$2; shift 2 ;;
     --workdir) [ $# -ge 2 ] || usage; workdir=$2; shift 2 ;;
     --startup-timeout) [ $# -ge 2 ] || usage; startup_timeout=$2; shift 2 ;;
-    -h | --help) usage ;;
+    -h | --help) help ;;
     *) say "unknown argument $1"; usage ;;
     esac
 done
@@ -163,14 +204,19 @@ if [ -z "$workdir" ]; then
 fi
 mkdir -p "$workdir" && workdir=$(cd "$workdir" && pwd) || exit 1
 
-need=$((5 * n))
-[ -n "$http_port" ] || need=$((need + 1))
-[ -n "$grpc_port" ] || need=$((need + 1))
-read -r -a ports <<<"$(free_ports "$need")"
-[ ${#ports[@]} -eq "$need" ] || die "could not find $need free ports"
+case "$base_port" in
+'') ;;
+*[!0-9]*) say "--base-port takes a number"; exit 2 ;;
+esac
+read -r -a ports <<<"$(free_ports $((5 * n)) "$base_port")"
+[ ${#ports[@]} -eq $((5 * n)) ] || die "could not find $((5 * n)) free ports"
 next_port() { port=${ports[0]}; ports=("${ports[@]:1}"); }
-[ -n "$http_port" ] || { next_port; http_port=$port; }
-[ -n "$grpc_port" ] || { next_port; grpc_port=$port; }
+if [ -z "$http_port" ] || [ -z "$grpc_port" ]; then
+    read -r -a bports <<<"$(free_ports 2)"
+    [ ${#bports[@]} -eq 2 ] || die "could not find 2 free ports for the balancer"
+    [ -n "$http_port" ] || http_port=${bports[0]}
+    [ -n "$grpc_port" ] || grpc_port=${bports[1]}
+fi
 
 # ---- instances ----
 own_keys='inference_address|management_address|metrics_address'
@@ -202,10 +248,19 @@ for i in $(seq 1 "$n"); do
         echo "grpc_management_port=$p_grpc_mgmt"
         echo "disable_token_authorization=true"
     } >"$dir/config.properties"
-    # TMPDIR: the instance's pidfile and scratch directories stay in its own directory
-    (cd "$dir" && TMPDIR=$dir exec "$bin/torchserve-c" --start --foreground --ncs \
-        --model-store "$store" --ts-config "$dir/config.properties" --models "${model_args[@]}") \
-        </dev/null >"$dir/server.log" 2>&1 &
+    # TMPDIR: the instance's pidfile and scratch directories stay in its own directory.
+    # start.sh is the instance's command, also for starting it again by hand.
+    {
+        echo "#!/bin/sh"
+        echo "# instance $name of $workdir, written by deploy/run-cluster.sh"
+        printf 'cd %q && TMPDIR=%q exec %q --start --foreground --ncs --model-store %q' \
+            "$dir" "$dir" "$bin/torchserve-c" "$store"
+        printf ' --ts-config %q --models' "$dir/config.properties"
+        printf ' %q' "${model_args[@]}"
+        printf ' </dev/null >>%q 2>&1\n' "$dir/server.log"
+    } >"$dir/start.sh"
+    chmod +x "$dir/start.sh"
+    "$dir/start.sh" &
     pid=$!
     names+=("$name")
     pids+=("$pid")

@@ -438,6 +438,55 @@ def test_failover_kill_9_one_instance(cluster):
     assert f"{victim} (pid {victim_pid}) exited" in c.log()
 
 
+def test_killed_instance_starts_again_on_its_ports(cluster):
+    """The instance killed above, started again with its start.sh: it listens on its old ports
+    at once (they lie below the kernel's ephemeral range, so no outgoing connection, such as
+    HAProxy's health checks, can hold one meanwhile), HAProxy takes it back, and it answers
+    through the balancer. It is stopped again by its pid: run-cluster.sh did not start it."""
+    c = cluster
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for name, inst in c.instances.items():
+        for k in ("http", "mgmt", "metrics", "grpc", "grpc_mgmt"):
+            assert inst[k] < low, (name, k, inst[k], low)
+    dead = [n for n, i in c.instances.items() if not os.path.exists(f"/proc/{i['pid']}")]
+    assert len(dead) == 1, dead
+    name = dead[0]
+    inst = c.instances[name]
+    start = os.path.join(inst["dir"], "start.sh")
+    log = os.path.join(inst["dir"], "server.log")
+    before = os.path.getsize(log)
+    proc = subprocess.Popen([start])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            if "Model server started." in open(log).read()[before:]:
+                break
+            time.sleep(0.1)
+        tail = open(log).read()[before:]
+        assert "Model server started." in tail and "cannot listen" not in tail, tail[-3000:]
+        deadline = time.time() + 30
+        seen = set()
+        while name not in seen and time.time() < deadline:
+            r = c.post("/predictions/mlp", data=MLP_BODY,
+                       headers={"Content-Type": "application/json"})
+            assert r.status_code == 200, r.text
+            seen.add(r.headers[INSTANCE])
+        assert name in seen, (name, seen)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=40)
+
+
+def test_run_cluster_help():
+    p = subprocess.run([RUN_CLUSTER, "--help"], capture_output=True, text=True, timeout=10)
+    assert p.returncode == 0 and p.stderr == "", p
+    for option in ("--models", "--base-port", "--workdir", "start.sh"):
+        assert option in p.stdout, option
+    p = subprocess.run([RUN_CLUSTER, "--no-such-option"], capture_output=True, text=True,
+                       timeout=10)
+    assert p.returncode == 2 and "usage" not in p.stdout and "--base-port" in p.stderr, p
+
+
 def test_sigterm_stops_everything(cluster):
     """SIGTERM to run-cluster.sh: it exits 0 within the grace period and no process it started
     (HAProxy, instances, workers) is left; the balancer's port is closed."""
