@@ -14,7 +14,7 @@
 # install step of `make run` puts it back (seconds); if this script stops earlier, its exit trap
 # installs it again. Exits 0 when the server started and the package is installed again.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 pkg=${1:-libprotobuf-dev}
 timeout_s=${FRESH_MACHINE_TIMEOUT:-1800}
 
@@ -31,6 +31,7 @@ fi
 
 tmp=$(mktemp -d -t tsc-fresh.XXXXXX)
 pgid=""
+# shellcheck disable=SC2317 # called by the EXIT trap
 restore() {
     if [ -n "$pgid" ] && kill -0 -- "-$pgid" 2>/dev/null; then
         kill -TERM -- "-$pgid" 2>/dev/null
