@@ -3,8 +3,11 @@
  *
  * `--start` without `--foreground` re-executes this binary with `--foreground` in a new
  * session, its output appended to logs/ts_log.log, and waits on a pipe (TS_READY_FD) until the
- * server has bound every listener. It then prints "Model server started." and returns, as
- * TorchServe's launcher does; if the server dies first it prints where to look.
+ * server has bound every listener and its start-up models have loaded or failed. It then
+ * prints the warnings and errors the server logged meanwhile (unknown keys with their hints,
+ * the models that failed) and "Model server started.", and returns 0; if the server exits
+ * first (a model named in --models failed, a bad config) it prints the same and where to look,
+ * and returns 1. TorchServe's launcher returns at once, whatever happens next.
  */
 #include "cli.h"
 
@@ -110,18 +113,31 @@ static char *log_path(const char *ts_config)
     return file;
 }
 
-/* After a failed start: the errors the server logged since offset, so that the reason is on
- * the console and not only in the file. */
-static void print_errors(const char *file, off_t offset)
+/* The warnings and errors the server logged since offset, so that they are on the console and
+ * not only in the file: a log line "pid:F time LEVEL [request] message" is printed as
+ * "LEVEL message"; the server's own messages to stderr ("torchserve-c: ...") as they are. */
+static void print_problems(const char *file, off_t offset)
 {
     FILE *f = fopen(file, "r");
     if (!f)
         return;
-    char line[2048];
+    char line[4096];
     if (fseeko(f, offset, SEEK_SET) == 0)
-        while (fgets(line, sizeof(line), f))
-            if (strstr(line, " ERROR ") || !strncmp(line, "torchserve-c:", 13))
+        while (fgets(line, sizeof(line), f)) {
+            if (!strncmp(line, "torchserve-c:", 13)) {
                 fputs(line, stderr);
+                continue;
+            }
+            char *lv = strstr(line, " WARN ");
+            if (!lv)
+                lv = strstr(line, " ERROR ");
+            if (!lv || !strchr(line, ':') || strchr(line, ':') > lv)
+                continue;
+            char *msg = strchr(lv + 1, ' ') + 1;
+            if (!strncmp(msg, "[-] ", 4))
+                msg += 4;
+            fprintf(stderr, "%.*s %s", (int)(strchr(lv + 1, ' ') - (lv + 1)), lv + 1, msg);
+        }
     fclose(f);
 }
 
@@ -185,26 +201,68 @@ static int do_background(int argc, char **argv, const char *ts_config)
     while (r < 0 && errno == EINTR);
     close(pfd[0]);
     if (r == 1) {
+        print_problems(logfile, log_start);
         printf("Model server started.\n");
         free(logfile);
         return 0;
     }
     int st;
     waitpid(pid, &st, 0); /* it has exited or is exiting: its log is complete */
-    print_errors(logfile, log_start);
+    print_problems(logfile, log_start);
     fprintf(stderr, "torchserve-c failed to start; see %s\n", logfile);
     free(logfile);
     return 1;
 }
 
+static const char usage_text[] =
+    "usage: torchserve-c --start [--foreground] --model-store DIR [--models NAME=FILE ... | all]\n"
+    "                    [--ts-config FILE] [--ncs] [--disable-token-auth] [--enable-model-api]\n"
+    "                    [--continue-on-model-error]\n"
+    "       torchserve-c --stop [--ts-config FILE]\n"
+    "       torchserve-c --help | --version\n";
+
+static const char help_text[] =
+    "\n"
+    "torchserve-c serves PyTorch models with TorchServe's APIs, config.properties and .mar\n"
+    "archives (https://pytorch.org/serve/ documents them).\n"
+    "\n"
+    "  --start                 start a server. It returns once the server listens and its\n"
+    "                          start-up models have loaded or failed: the warnings and errors\n"
+    "                          of the start (unknown keys with the closest known one, models\n"
+    "                          that failed to load) are printed, then \"Model server started.\".\n"
+    "                          The server runs in the background; its log is\n"
+    "                          logs/ts_log.log (log_location in config.properties).\n"
+    "  --foreground            with --start: run in this terminal, logging to stderr, until\n"
+    "                          SIGINT or SIGTERM\n"
+    "  --model-store DIR       where archives are found (or model_store in config.properties)\n"
+    "  --models NAME=FILE ...  models to load at start: NAME=FILE (a .mar, .tar.gz or\n"
+    "          | NAME | all    directory in the model store), NAME (NAME.mar), or all (every\n"
+    "                          archive in the store). --model is the same.\n"
+    "  --continue-on-model-error\n"
+    "                          a model named in --models that cannot be loaded is printed, and\n"
+    "                          the server serves the others. Without it the server stops and\n"
+    "                          --start exits 1. (With `all` a failed model never stops it.)\n"
+    "  --ts-config FILE        config.properties to read. Default: $TS_CONFIG_FILE, else the\n"
+    "                          newest snapshot in logs/config/ (unless --ncs), else\n"
+    "                          ./config.properties\n"
+    "  --ncs, --no-config-snapshots\n"
+    "                          neither write snapshots nor start from one\n"
+    "  --disable-token-auth, --dt\n"
+    "                          no token authorization (else the keys are in key_file.json)\n"
+    "  --enable-model-api      allow registering and unregistering models through the\n"
+    "                          management API\n"
+    "  --stop                  stop the server of --ts-config (or $TS_CONFIG_FILE), or the only\n"
+    "                          one running; it waits until the server and its workers exited\n"
+    "  -v, --version           print the version\n"
+    "  -h, --help              print this help\n"
+    "\n"
+    "Exit status: 0 when started (or stopped); 1 when the server could not start, or a model\n"
+    "named in --models failed to load; 2 for a bad command line.\n"
+    "See README.md, docs/management.md, docs/grpc.md, docs/oip.md and docs/deploy.md.\n";
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: torchserve-c --start [--foreground] --model-store DIR [--models NAME=FILE ... "
-            "| all]\n"
-            "                    [--ts-config FILE] [--ncs] [--disable-token-auth] "
-            "[--enable-model-api]\n"
-            "       torchserve-c --stop [--ts-config FILE]\n");
+    fputs(usage_text, f);
 }
 
 int cli_main(int argc, char **argv)
@@ -228,6 +286,8 @@ int cli_main(int argc, char **argv)
             o.disable_token_auth = 1;
         else if (!strcmp(a, "--enable-model-api"))
             o.enable_model_api = 1;
+        else if (!strcmp(a, "--continue-on-model-error"))
+            o.continue_on_model_error = 1;
         else if ((!strcmp(a, "--model-store") || !strcmp(a, "--ts-config")) && val) {
             if (a[2] == 'm')
                 o.model_store = val;
@@ -243,6 +303,7 @@ int cli_main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            fputs(help_text, stdout);
             free(models);
             return 0;
         } else {

@@ -2,9 +2,11 @@
  * server: start-up and shutdown of the frontend process (the foreground server).
  *
  * Order: config -> pidfile -> event base + signals -> listeners -> startup models (their
- * workers load in the background; requests queue meanwhile) -> "Model server started." -> loop.
- * SIGINT/SIGTERM break the loop; shutdown closes listeners, stops every worker and waits for it,
- * removes the scratch directory and the pidfile.
+ * workers load while the loop runs; requests queue meanwhile) -> once each start-up model has
+ * loaded or failed (startup.c), the failures logged -> "Model server started." -> loop. A model
+ * named in --models that failed stops the server with exit status 1 instead, unless
+ * --continue-on-model-error. SIGINT/SIGTERM break the loop; shutdown closes listeners, stops
+ * every worker and waits for it, removes the scratch directory and the pidfile.
  */
 #include "server.h"
 
@@ -41,6 +43,7 @@
 #include "mgmt/management.h"
 #include "mgmt/model_register.h"
 #include "mgmt/snapshot.h"
+#include "startup.h"
 
 static struct event *ev_sigint, *ev_sigterm;
 
@@ -51,6 +54,32 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
     LOG_INFO("received signal %d, shutting down", (int)sig);
     srv->stopping = 1;
     event_base_loopbreak(srv->base);
+}
+
+static int startup_fatal;
+
+/* Every start-up model has loaded or failed (the failures are logged): the server is started,
+ * or it stops because a model named on the command line failed. */
+static void on_startup_done(void *arg, int fatal)
+{
+    const struct server_opts *o = arg;
+    if (fatal && !o->continue_on_model_error) {
+        LOG_ERROR("%d start-up model(s) failed to load, among them one named in --models; "
+                  "stopping (--continue-on-model-error serves the others)",
+                  startup_n_failed());
+        startup_fatal = 1;
+        event_base_loopbreak(srv->base);
+        return;
+    }
+    printf("Model server started.\n");
+    fflush(stdout);
+    LOG_INFO("Model server started (model store %s, %d start-up model(s) failed)", srv->model_store,
+             startup_n_failed());
+    if (o->ready_fd >= 0) {
+        if (write(o->ready_fd, "1", 1) != 1)
+            LOG_WARN("could not notify the launcher");
+        close(o->ready_fd);
+    }
 }
 
 static void config_warn(const char *msg, void *arg)
@@ -93,7 +122,8 @@ static int startup_workers(const struct model *m)
     return n > 0 ? (int)n : 1;
 }
 
-static void load_one(const char *spec)
+/* spec: NAME=FILE, FILE or NAME; named: it was named on the command line (not through all) */
+static void load_one(const char *spec, int named)
 {
     struct model_reg r;
     model_reg_init(&r);
@@ -109,11 +139,12 @@ static void load_one(const char *spec)
     }
     struct model *m;
     char err[1024];
-    if (model_register(&r, &m, err, sizeof(err)) != 0)
-        LOG_ERROR("cannot load startup model %s: %s", spec, err);
-    else {
+    if (model_register(&r, &m, err, sizeof(err)) != 0) {
+        startup_failed(spec, err, named);
+    } else {
         m->min_workers = m->max_workers = startup_workers(m);
         worker_pool_scale(&m->pool, m->min_workers);
+        startup_registered(m->name, m->version, spec, named);
     }
     free(copy);
 }
@@ -131,7 +162,7 @@ static void load_all(void)
         char *mf = xasprintf("%s/MAR-INF/MANIFEST.json", p);
         struct stat st;
         if (is_archive_name(e->d_name) || (stat(mf, &st) == 0))
-            load_one(e->d_name);
+            load_one(e->d_name, 0);
         free(mf);
         free(p);
     }
@@ -150,7 +181,7 @@ static void load_startup_models(const struct server_opts *o)
             if (!strcasecmp(o->models[i], "all"))
                 load_all();
             else
-                load_one(o->models[i]);
+                load_one(o->models[i], 1);
         }
         return;
     }
@@ -163,7 +194,7 @@ static void load_startup_models(const struct server_opts *o)
         if (!strcasecmp(t, "all"))
             load_all();
         else if (*t)
-            load_one(t);
+            load_one(t, 0);
     }
     free(list);
 }
@@ -544,18 +575,11 @@ int server_main(const struct server_opts *o)
     if (http_metrics_log_start() != 0)
         goto out;
     load_startup_models(o);
-
-    printf("Model server started.\n");
-    fflush(stdout);
-    LOG_INFO("Model server started (model store %s)", srv->model_store);
-    if (o->ready_fd >= 0) {
-        if (write(o->ready_fd, "1", 1) != 1)
-            LOG_WARN("could not notify the launcher");
-        close(o->ready_fd);
-    }
+    startup_watch(on_startup_done, (void *)o);
     event_base_dispatch(srv->base);
-    rc = 0;
+    rc = startup_fatal;
 out:
+    startup_free();
     http_metrics_log_stop();
     sys_metrics_stop();
     http_servers_stop();

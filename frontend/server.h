@@ -14,6 +14,9 @@ struct server_opts {
     int ncs;
     int disable_token_auth;
     int enable_model_api;
+    /* --continue-on-model-error: serve the other models when one named in --models failed to
+     * load, instead of exiting 1 */
+    int continue_on_model_error;
     int ready_fd; /* write "1" here once started (background launcher), -1 if none */
 };
 

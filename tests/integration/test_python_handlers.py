@@ -432,7 +432,8 @@ def test_faults_and_handler_resolution(tmp):
     write_model(store, "func2", FUNC, handler="handler.py:other")
     write_model(store, "missing", MISSING)
     srv = start_server(tmp, models=["faulty", "func", "func2", "missing"], store=store,
-                       config={"enable_model_api": "true"})
+                       config={"enable_model_api": "true"},
+                       extra_args=["--continue-on-model-error"])
     try:
         wait_model(srv, "faulty", body=b"x")
         r = srv.post("/predictions/faulty", data=b"raise")
