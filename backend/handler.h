@@ -103,6 +103,13 @@ void *ts_get_user(struct ts_ctx *ctx, size_t idx);
 void ts_set_user(struct ts_ctx *ctx, size_t idx, void *user, void (*free_fn)(void *));
 /* The request's sequence id (header ts_request_sequence_id), NULL if none. */
 const char *ts_sequence_id(struct ts_ctx *ctx, size_t idx);
+/* Request header set by the frontend (and only by it) on the request that opened a sequence on
+ * this instance for an id the client chose, without the client's start flag: the handler was
+ * not told to start (TorchServe's contract), and may continue state it finds for the id (a
+ * shared state backend) or start from nothing. The answer then says which: the frontend adds
+ * ts_request_sequence_start: true unless the handler's answer sets that header itself (the
+ * state API answers "false" when it found the sequence's state). */
+#define TS_SEQ_NEW_HEADER "ts_request_sequence_new"
 /* 1 once the client went away or the sequence was cancelled: stop producing for it. */
 int ts_is_cancelled(struct ts_ctx *ctx, size_t idx);
 

@@ -279,7 +279,9 @@ for i in "${!pids[@]}"; do
     until curl -sf -o /dev/null --max-time 2 "http://$host:$p_http/ping"; do
         [ "$stop" = 0 ] || { cleanup; exit 0; }
         log=$workdir/$name/server.log
-        alive "${pids[$i]}" || die "$name exited during start-up; its log: $(tail -n 5 "$log")"
+        alive "${pids[$i]}" ||
+            die "$name exited during start-up:" \
+                "$(grep -m 5 ' ERROR ' "$log" || tail -n 5 "$log") (log: $log)"
         [ $SECONDS -lt $deadline ] || die "$name not ready after ${startup_timeout}s (log: $log)"
         sleep 0.2
     done

@@ -104,6 +104,12 @@ static int read_hc(struct ts_ctx *ctx, size_t i, const struct lstm_state *s, flo
         start = 0;
     size_t len = 0;
     const void *v = ts_state_get(ctx, i, &len);
+    /* a client-chosen id new to this instance without state anywhere starts from zero too (the
+     * frontend's answer says ts_request_sequence_start: true) */
+    const char *opened = ts_get_header(ctx, i, TS_SEQ_NEW_HEADER);
+    int b = 0;
+    if (!v && opened && ts_parse_bool(opened, &b) == 0 && b)
+        start = 1;
     if (start) {
         memset(hrow, 0, hb);
         memset(crow, 0, hb);

@@ -186,6 +186,13 @@ static void send_chunk(struct ts_ctx *ctx, size_t i, struct sf_state *s, struct 
         ts_set_response(ctx, i, "", 0);
 }
 
+static int opened_here(struct ts_ctx *ctx, size_t i)
+{
+    const char *h = ts_get_header(ctx, i, TS_SEQ_NEW_HEADER);
+    int b = 0;
+    return h && ts_parse_bool(h, &b) == 0 && b;
+}
+
 static void handle_new(struct sf_state *s, struct ts_ctx *ctx, size_t i)
 {
     const char *seq = ts_sequence_id(ctx, i);
@@ -218,7 +225,12 @@ static void handle_new(struct sf_state *s, struct ts_ctx *ctx, size_t i)
 
     int64_t sum = 0;
     char last[MAX_ID];
-    if (!start && load_sum(ctx, i, &sum, last)) {
+    int rc = start ? 0 : load_sum(ctx, i, &sum, last);
+    if (rc == -ENOENT && opened_here(ctx, i)) {
+        /* a client-chosen id this instance had not seen, and no state for it: a new sequence,
+         * from zero (the frontend's answer says ts_request_sequence_start: true) */
+        start = 1;
+    } else if (rc) {
         /* TorchServe closes such a sequence; so do we, with an error instead of a number */
         ts_set_header(ctx, i, "ts_request_sequence_end", "true");
         ts_set_error(ctx, i, 500, "no state for sequence %s: its start request never completed",
@@ -230,7 +242,7 @@ static void handle_new(struct sf_state *s, struct ts_ctx *ctx, size_t i)
         return;
     }
     sum += v;
-    int rc = save_sum(ctx, i, sum);
+    rc = save_sum(ctx, i, sum);
     if (rc) {
         ts_set_error(ctx, i, 507, "could not store the state of sequence %s (error %d)", seq, rc);
         return;

@@ -97,6 +97,8 @@ struct job {
     int seq_end;           /* the request ends its sequence */
     int versioned;         /* the client named the model's version (TorchServe's metrics label
                               the others model_version="default") */
+    int seq_new;           /* the request opened its sequence on this instance: its answer
+                            * says ts_request_sequence_start: true (HTTP header, gRPC trailer) */
     char *seq_id;          /* echoed to the client in ts_request_sequence_id */
     /* streamed input (job_open_input): messages waiting for the worker, and the end */
     struct job_input *in_head, *in_tail;

@@ -398,6 +398,12 @@ int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request
         return TS_E_BAD_INPUT;
     }
     int start = r->start || !id || !s;
+    /* What the handler is told, as TorchServe's frontend tells it: start for an id the server
+     * makes, or when the client said so. A client-chosen id that is new here opens a sequence
+     * all the same, but its handler sees no start flag: it may find the sequence's state (a
+     * shared state backend) and continue it. The answer says which (sequence_submit's caller,
+     * job.seq_new). */
+    int tell_start = r->start || !id;
     if (!id) {
         char u[37];
         ts_uuid_secure(u);
@@ -458,8 +464,11 @@ int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request
 
     /* the worker always sees the canonical names */
     set_header(j, SEQ_HDR_ID, s->id);
-    if (start)
+    if (tell_start)
         set_header(j, SEQ_HDR_START, "true");
+    else if (start)
+        set_header(j, SEQ_HDR_NEW, "true");
+    j->seq_new = start;
     if (r->end) {
         set_header(j, SEQ_HDR_END, "true");
         s->end_pending = 1;

@@ -46,6 +46,9 @@ struct seq_request {
 #define SEQ_HDR_START "ts_request_sequence_start"
 #define SEQ_HDR_END "ts_request_sequence_end"
 #define SEQ_HDR_CANCEL "ts_request_sequence_cancel"
+/* to the worker only: this request opened, on this instance, the sequence of a client-chosen
+ * id without the start flag (backend/handler.h, TS_SEQ_NEW_HEADER) */
+#define SEQ_HDR_NEW "ts_request_sequence_new"
 
 /* Reads the (configurable) sequence headers of a job. */
 void sequence_request_from_job(const struct job *j, struct seq_request *r);

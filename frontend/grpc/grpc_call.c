@@ -71,6 +71,10 @@ static void call_free(struct gcall *c)
         grpc_slice_unref(c->out_md[i].key);
         grpc_slice_unref(c->out_md[i].value);
     }
+    for (size_t i = 0; i < c->n_out_tr; i++) {
+        grpc_slice_unref(c->out_tr[i].key);
+        grpc_slice_unref(c->out_tr[i].value);
+    }
     grpc_metadata_array_destroy(&c->md);
     grpc_call_details_destroy(&c->details);
     if (c->call) {
@@ -259,7 +263,8 @@ static void pump_send(struct gcall *c)
         ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
         ops[n].data.send_status_from_server.status = c->status;
         ops[n].data.send_status_from_server.status_details = &c->status_details;
-        ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+        ops[n].data.send_status_from_server.trailing_metadata_count = c->n_out_tr;
+        ops[n].data.send_status_from_server.trailing_metadata = c->out_tr;
         n++;
         c->status_sent = 1;
         if (!c->close_armed) { /* a short call: its close rides with the status */
@@ -547,20 +552,39 @@ const char *gcall_id(const struct gcall *c)
 
 /* gRPC core refuses a batch whose metadata has a key outside [0-9a-z_.-] or a value outside
  * printable ASCII; such an entry is refused here instead, and the call goes on without it. */
-int gcall_add_metadata(struct gcall *c, const char *key, const char *value)
+static int md_ok(const char *key, const char *value)
 {
-    if (c->md_sent || c->n_out_md == GCALL_MAX_METADATA || !*key)
-        return -1;
+    if (!*key)
+        return 0;
     for (const char *p = key; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("_.-", *p)))
-            return -1;
+            return 0;
     for (const unsigned char *p = (const unsigned char *)value; *p; p++)
         if (*p < 0x20 || *p > 0x7e)
-            return -1;
-    grpc_metadata *md = &c->out_md[c->n_out_md++];
+            return 0;
+    return 1;
+}
+
+static void md_set(grpc_metadata *md, const char *key, const char *value)
+{
     memset(md, 0, sizeof(*md));
     md->key = grpc_slice_from_copied_string(key);
     md->value = grpc_slice_from_copied_string(value);
+}
+
+int gcall_add_metadata(struct gcall *c, const char *key, const char *value)
+{
+    if (c->md_sent || c->n_out_md == GCALL_MAX_METADATA || !md_ok(key, value))
+        return -1;
+    md_set(&c->out_md[c->n_out_md++], key, value);
+    return 0;
+}
+
+int gcall_add_trailer(struct gcall *c, const char *key, const char *value)
+{
+    if (c->status_queued || c->n_out_tr == GCALL_MAX_TRAILERS || !md_ok(key, value))
+        return -1;
+    md_set(&c->out_tr[c->n_out_tr++], key, value);
     return 0;
 }
 

@@ -88,6 +88,8 @@ struct gcall {
     int md_sent; /* initial metadata has gone out (or is in the first send batch) */
     grpc_metadata out_md[GCALL_MAX_METADATA]; /* initial metadata a service added */
     size_t n_out_md;
+    grpc_metadata out_tr[GCALL_MAX_TRAILERS]; /* trailing metadata a service added */
+    size_t n_out_tr;
     int status_sent;
     grpc_status_code status;
     grpc_slice status_details;

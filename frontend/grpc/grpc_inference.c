@@ -62,6 +62,7 @@ struct icall {
     int sent;         /* messages sent for the running job */
     int half_closed;  /* StreamPredictions2: the client sends nothing more */
     int paused;       /* the client does not read: jobs run paused (gcall_set_backlog_cb) */
+    int start_told;   /* the trailer ts_request_sequence_start has been added */
     int n_pending;
     STAILQ_HEAD(, pending_req) pending;
     struct event *next_ev; /* StreamPredictions2: starts the next request from the loop */
@@ -168,9 +169,33 @@ static int code_for_http(int status)
     return grpc_status_from_http(status);
 }
 
+/* A unary or server-streaming call whose request opened its sequence on this instance ends
+ * with the trailer ts_request_sequence_start: true (the HTTP header's twin), or the value of the
+ * handler's own header of that name: a client-chosen id that started anew here is never an OK
+ * like a continuation. StreamPredictions2 carries its sequence on one stream, on one instance. */
+static void tell_start(struct icall *c, struct job *j, const struct otf_prediction *p)
+{
+    if (!j->seq_new || c->start_told || c->kind == K_STREAM2)
+        return;
+    char key[128], val[16] = "true";
+    const char *name = srv->cfg.ts_header_key_sequence_start;
+    size_t n = strlen(name);
+    if (n >= sizeof(key))
+        return;
+    for (size_t i = 0; i <= n; i++)
+        key[i] = (char)tolower((unsigned char)name[i]);
+    const struct otf_kv *kv = p ? otf_find_kv(p->headers, p->n_headers, name) : NULL;
+    if (kv && kv->val.len > 0 && (size_t)kv->val.len < sizeof(val)) {
+        memcpy(val, kv->val.p, (size_t)kv->val.len);
+        val[kv->val.len] = '\0';
+    }
+    c->start_told = gcall_add_trailer(c->g, key, val) == 0;
+}
+
 static void on_frame(struct job *j, const struct otf_prediction *p, int final)
 {
     struct icall *c = j->sink_arg;
+    tell_start(c, j, p);
     int status = p->status > 0 ? p->status : 200;
     size_t len = p->body.len > 0 ? (size_t)p->body.len : 0;
     if (c->paused && !final)
@@ -227,6 +252,7 @@ static void on_frame(struct job *j, const struct otf_prediction *p, int final)
 static void on_error(struct job *j, int status, const char *type, const char *msg)
 {
     struct icall *c = j->sink_arg;
+    tell_start(c, j, NULL);
     LOG_REQ(LOG_LEVEL_WARN, j->rid, "grpc %s: request failed: %d %s: %s", gcall_id(c->g), status,
             type ? type : "", msg);
     /* a worker that died under the request: the model is temporarily unavailable */

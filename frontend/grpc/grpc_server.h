@@ -103,6 +103,11 @@ void gcall_set_user(struct gcall *c, void *user);
  * [0-9a-z_.-] or a value outside printable ASCII. */
 #define GCALL_MAX_METADATA 2
 int gcall_add_metadata(struct gcall *c, const char *key, const char *value);
+/* Adds key: value to the call's trailing metadata, which goes out with its status. -1 (nothing
+ * added) once the status is queued, past GCALL_MAX_TRAILERS entries, or for a key or value as
+ * gcall_add_metadata refuses them. */
+#define GCALL_MAX_TRAILERS 2
+int gcall_add_trailer(struct gcall *c, const char *key, const char *value);
 /* Client metadata value for key (lower case), NULL if absent. Valid for the call's life. */
 const char *gcall_metadata(struct gcall *c, const char *key);
 /* A short id for log lines. */

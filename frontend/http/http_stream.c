@@ -147,7 +147,10 @@ static void call_done(struct http_call *c)
     http_call_free(c);
 }
 
-/* Every response of a sequence names it, generated ids included. */
+/* Every response of a sequence names it, generated ids included; the response of the request
+ * that opened the sequence on this instance also says ts_request_sequence_start: true (unless
+ * its handler answered that header itself), so that a client-chosen id that started anew here
+ * (its instance died) is never a plain 200 like a continuation. */
 static void add_seq_header(struct http_call *c)
 {
     if (!c->job || !c->job->seq_id)
@@ -156,6 +159,9 @@ static void add_seq_header(struct http_call *c)
     const char *name = srv->cfg.ts_header_key_sequence_id;
     if (!evhttp_find_header(out, name))
         evhttp_add_header(out, name, c->job->seq_id);
+    name = srv->cfg.ts_header_key_sequence_start;
+    if (c->job->seq_new && !evhttp_find_header(out, name))
+        evhttp_add_header(out, name, "true");
 }
 
 /* A decoded string as a C string: in buf when it fits (no malloc for the usual short header),

@@ -328,6 +328,41 @@ def test_grpc_through_the_balancer(cluster):
     channel.close()
 
 
+def test_grpc_sequence_id_in_the_body_only(cluster):
+    """TorchServe's gRPC clients put sequence_id only in the request body. 12 sequences of 4
+    unary steps and a StreamPredictions step each, from 4 threads, without the metadata: the
+    balancer reads PredictionsRequest.sequence_id from the body, so each sequence stays on one
+    instance (2, 6, 10, 14, 16: never the 2, 4, 4, 6 of steps spread over instances), and the
+    sequences use several instances. The first answer's trailer says the sequence started."""
+    c = cluster
+    channel = grpc.insecure_channel(c.grpc)
+    st = igrpc.InferenceAPIsServiceStub(channel)
+    homes = {}
+
+    def drive(k):
+        sid = f"body-only-{k}-{uuid.uuid4()}"
+        where = set()
+        for i, (v, want) in enumerate([(2, 2), (4, 6), (4, 10), (4, 14)]):
+            req = ipb.PredictionsRequest(model_name="stateful", sequence_id=sid,
+                                         input={"data": str(v).encode()})
+            r, call = st.Predictions.with_call(req, timeout=30)
+            md, tr = dict(call.initial_metadata()), dict(call.trailing_metadata())
+            assert int(r.prediction) == want, (sid, i, r.prediction, want)
+            assert (tr.get(START) == "true") == (i == 0), (sid, i, tr)
+            where.add(md[INSTANCE])
+        req = ipb.PredictionsRequest(model_name="stateful", sequence_id=sid,
+                                     input={"data": b"2"})
+        it = st.StreamPredictions(req, timeout=30)
+        assert [m.prediction for m in it] == [b"16"], sid
+        where.add(dict(it.initial_metadata())[INSTANCE])
+        assert len(where) == 1, (sid, where)
+        homes[sid] = where.pop()
+
+    run_threads([lambda k=k: [drive(4 * k + n) for n in range(3)] for k in range(4)])
+    assert len(homes) == 12 and len(set(homes.values())) >= 2, homes
+    channel.close()
+
+
 def test_management_and_metrics_not_reachable_through_the_balancer(cluster):
     """The instances' management and metrics APIs work on their own ports, and nothing of them
     goes through the balancer: HTTP paths answer 403, the gRPC management service
@@ -515,7 +550,9 @@ def test_start_up_failure_leaves_nothing(tmp_path):
     p = subprocess.run([RUN_CLUSTER, "2", "--models", "no_such_model", "--workdir", workdir],
                        capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 1 and p.stdout == ""
-    assert "did not register model no_such_model" in p.stderr
+    # the instance stops (a model named in --models failed), and says why
+    assert "ts1 exited during start-up" in p.stderr, p.stderr
+    assert "model no_such_model=no_such_model.mar failed to load" in p.stderr, p.stderr
     assert pids_of_workdir(workdir) == []
     assert subprocess.run([RUN_CLUSTER, "0"], capture_output=True).returncode == 2
 
@@ -645,9 +682,13 @@ def test_balancer_manifest_is_the_rendered_template():
     config_c = open(os.path.join(ROOT, "frontend", "core", "config.c")).read()
     header = re.search(r'ts_header_key_sequence_id = xstrdup\("([^"]+)"\)', config_c).group(1)
     assert header == SEQ
-    assert cfg.count(f"stick match req.hdr({header})") == 2
+    # HTTP sticks on the header; gRPC on the metadata, else the body's sequence_id (field 4)
+    assert cfg.count(f"stick match req.hdr({header})") == 1
+    assert cfg.count("stick match var(txn.seq)") == 1
+    assert f"set-var(txn.seq) req.hdr({header})" in cfg and "req.body,ungrpc(4)" in cfg
     assert cfg.count(f"stick store-response res.hdr({header})") == 4
-    assert cfg.count(f"balance hdr({header})") == 2 and cfg.count("balance leastconn") == 2
+    assert cfg.count(f"balance hdr({header})") == 1 and cfg.count("balance hash var(txn.seq)") == 1
+    assert cfg.count("balance leastconn") == 2
     assert cfg.count("hash-type consistent") == 2
     assert "torchserve-c.default.svc.cluster.local:8080" in cfg
     assert "torchserve-c.default.svc.cluster.local:7070 proto h2" in cfg
