@@ -45,8 +45,20 @@ def tensor_arg(spec):
 def build_requests(a):
     """A list of OIP JSON requests from the command line."""
     if a.body:
-        f = sys.stdin if a.body == "-" else open(a.body)
-        body = json.load(f)
+        try:
+            if a.body == "-":
+                body = json.load(sys.stdin)
+            else:
+                with open(a.body) as f:
+                    body = json.load(f)
+        except OSError as e:
+            sys.exit(f"oip_client.py: --body {a.body}: {e.strerror}")
+        except ValueError as e:
+            sys.exit(f"oip_client.py: --body {a.body}: not JSON: {e}")
+        if not isinstance(body, (dict, list)) or \
+                not all(isinstance(b, dict) for b in (body if isinstance(body, list) else [body])):
+            sys.exit(f"oip_client.py: --body {a.body}: expected an OIP request object "
+                     "(or a list of them)")
         return body if isinstance(body, list) else [body]
     params = {}
     if a.max_tokens is not None:
@@ -160,9 +172,18 @@ def rest(a, route):
         ver = f"/versions/{a.version}" if a.version else ""
         url = f"{a.url}/v2/models/{a.model}{ver}/{route}"
         stream = route.endswith("_stream")
-        r = requests.post(url, json=body, stream=stream, timeout=a.timeout, headers=auth(a))
+        try:
+            r = requests.post(url, json=body, stream=stream, timeout=a.timeout,
+                              headers=auth(a))
+        except requests.RequestException as e:
+            print(f"error: {url}: {e}", file=sys.stderr)
+            return 1
         if not stream or not r.headers.get("Content-Type", "").startswith("text/event-stream"):
-            o = decode_binary(r) if "Inference-Header-Content-Length" in r.headers else r.json()
+            try:
+                o = decode_binary(r) if "Inference-Header-Content-Length" in r.headers \
+                    else r.json()
+            except ValueError:
+                o = {"error": f"HTTP {r.status_code}: {r.text[:500]}"}
             p.response(o)
             p.end()
             if r.status_code >= 400:

@@ -127,16 +127,27 @@ def cmd_describe(stub, args, md):
     print(r.msg, end="" if r.msg.endswith("\n") else "\n")
 
 
-def parse_args(argv):
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--host", default="localhost")
-    common.add_argument("--port", type=int, default=None,
-                        help="7070 for inference commands, 7071 for management ones")
-    common.add_argument("--token", "--auth-token", dest="token", default=None,
-                        help="key sent as `authorization: Bearer KEY`")
-    common.add_argument("--timeout", type=float, default=None, help="call deadline in seconds")
+def common_options(suppress):
+    """The options accepted before and after the command. The command's copy has no defaults
+    (argparse.SUPPRESS): its defaults would otherwise overwrite what was given before the
+    command (`--port 7075 ping` would ping 7070)."""
+    c = argparse.ArgumentParser(add_help=False)
 
-    p = argparse.ArgumentParser(description="torchserve-c gRPC client", parents=[common])
+    def d(value):
+        return argparse.SUPPRESS if suppress else value
+    c.add_argument("--host", default=d("localhost"))
+    c.add_argument("--port", type=int, default=d(None),
+                   help="7070 for inference commands, 7071 for management ones")
+    c.add_argument("--token", "--auth-token", dest="token", default=d(None),
+                   help="key sent as `authorization: Bearer KEY`")
+    c.add_argument("--timeout", type=float, default=d(None), help="call deadline in seconds")
+    return c
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="torchserve-c gRPC client",
+                                parents=[common_options(False)])
+    common = common_options(True)
     sub = p.add_subparsers(dest="action", required=True)
 
     sp = sub.add_parser("ping", parents=[common])

@@ -327,6 +327,32 @@ static void input_one(struct ts_ctx *c, struct otf_str sid, const struct otf_com
     free(id);
 }
 
+/* A customized describe (describe: True, from GET /models/NAME?customized=true) asks the
+ * handler about itself: TorchServe's BaseHandler answers with describe_handle(), and so does our
+ * Python one. The C handlers have no such entry in their ABI, so the worker answers for them,
+ * with what the Python BaseHandler answers by default: {}. 1 when answered (r is freed). */
+static int describe_in_worker(struct ts_ctx *c, struct wreq *r)
+{
+    const char *d = NULL;
+    if (!strcmp(c->h->name, "python"))
+        return 0;
+    for (size_t i = 0; i < r->n_headers; i++)
+        if (!strcasecmp(r->headers[i].key, "describe"))
+            d = r->headers[i].val;
+    if (!d || strcasecmp(d, "true"))
+        return 0;
+    free(r->body);
+    r->body = xstrdup("{}");
+    r->body_len = 2;
+    r->has_response = 1;
+    free(r->ctype);
+    r->ctype = xstrdup("application/json");
+    ctx_queue_final(c, r);
+    wreq_free(r);
+    worker_flush(c);
+    return 1;
+}
+
 static void process_command(struct ts_ctx *c, const struct otf_command *cmd)
 {
     switch (cmd->cmd) {
@@ -347,7 +373,8 @@ static void process_command(struct ts_ctx *c, const struct otf_command *cmd)
             struct wreq *r = wreq_from_otf(&cmd->reqs[i]);
             r->seqno = c->arrived++;
             LOG_REQ(LOG_LEVEL_DEBUG, r->id, "received");
-            list_append(&c->pending_head, &c->pending_tail, r);
+            if (!describe_in_worker(c, r))
+                list_append(&c->pending_head, &c->pending_tail, r);
         }
         return;
     case OTF_CMD_CANCEL:

@@ -543,7 +543,10 @@ void model_dispatch(struct model *m)
     struct batcher_batch plan[PLAN_WORKERS];
     if (m->seqs) {
         sequence_dispatch(m->seqs);
-        return;
+        /* a sequence model's own queue holds only jobs outside any sequence: a customized
+         * describe (management), which goes to a worker like any batch */
+        if (m->queue_len == 0)
+            return;
     }
     for (;;) {
         if (m->queue_len == 0)
