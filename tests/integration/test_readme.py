@@ -145,6 +145,7 @@ def test_readme_python_handler_example():
         f.write(f"management_address=http://127.0.0.1:{free_port()}\n")
         f.write(f"metrics_address=http://127.0.0.1:{free_port()}\n")
         f.write(f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n")
+        f.write("disable_token_authorization=true\n")  # as the repository's config
     os.mkdir(os.path.join(tmp, "model-store"))
     script = block.replace("build/bin/", os.path.join(BUILD, "bin") + "/")
     script = script.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
