@@ -112,7 +112,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 FRONTEND_LIBS := -levent -levent_openssl -lssl -lcrypto -lgrpc -lgpr -labsl_synchronization -lprotobuf-c -llmdb -lyaml -ljansson \
                  -larchive -luuid
-WORKER_LIBS   := $(TORCH_LIBS) -lstdc++ -llmdb -lyaml -ljansson -luuid -ldl -lm
+WORKER_LIBS   := $(TORCH_LIBS) -lstdc++ -llmdb -lhiredis -lyaml -ljansson -luuid -ldl -lm
 ARCHIVER_LIBS := -larchive -ljansson -lyaml -luuid
 
 BINS := $(BUILD)/bin/torchserve-c $(BUILD)/bin/torchserve-c-worker $(BUILD)/bin/torchserve-c-archiver
@@ -263,6 +263,16 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/tap.h tests/unit/core_fake.h $(BUILD
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libcore.a $(BUILD)/libcommon.a $(LDFLAGS) \
 	    -levent -lyaml -ljansson -larchive -luuid -llmdb -lprotobuf-c
+
+# the state store's tests #include state.c, whose Redis backend is state_redis.c (hiredis);
+# test_state_redis starts a redis-server of its own
+STATE_TESTS := $(BUILD)/tests/test_state $(BUILD)/tests/test_state_redis
+$(STATE_TESTS): $(BUILD)/tests/%: tests/unit/%.c tests/unit/tap.h backend/worker/state.c \
+                backend/worker/state.h backend/worker/state_redis.c backend/worker/state_redis.h \
+                $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< backend/worker/state_redis.c $(BUILD)/libcommon.a \
+	    $(LDFLAGS) -llmdb -lhiredis -luuid
 
 # test_py_json embeds CPython: the Python handler's JSON fast paths against the json module
 $(BUILD)/tests/test_py_json: tests/unit/test_py_json.c tests/unit/tap.h tests/py_embed.h \

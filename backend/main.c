@@ -25,6 +25,7 @@ struct options {
     int threads;
     long max_request_size;
     const char *state_dir;
+    const char *state_redis;
     const char *log_level;
     long busy_poll_us;
     long stream_buffer_size;
@@ -33,8 +34,9 @@ struct options {
 static void usage(void)
 {
     fprintf(stderr, "usage: torchserve-c-worker [--threads N] [--max-request-size BYTES] "
-                    "[--state-dir DIR] [--log-level debug|info|warn|error] [--busy-poll-us US] "
-                    "[--stream-buffer-size BYTES]\n"
+                    "[--state-dir DIR] [--state-redis redis://HOST:PORT[/DB]]\n"
+                    "                           [--log-level debug|info|warn|error] "
+                    "[--busy-poll-us US] [--stream-buffer-size BYTES]\n"
                     "The frontend's socket must be on fd 3.\n");
 }
 
@@ -77,6 +79,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->busy_poll_us = n;
         } else if (OPT("--state-dir")) {
             o->state_dir = v;
+        } else if (OPT("--state-redis")) {
+            o->state_redis = v;
         } else if (OPT("--log-level")) {
             o->log_level = v;
         } else {
@@ -129,6 +133,7 @@ int main(int argc, char **argv)
         .fd = WORKER_FD,
         .max_request_size = (size_t)o.max_request_size,
         .state_dir = o.state_dir,
+        .state_redis = o.state_redis,
         .busy_poll_us = o.busy_poll_us,
         .stream_buffer_size = (size_t)o.stream_buffer_size,
     };

@@ -70,8 +70,8 @@ ORDERS = {
         ("sequence",),
         ("model",),
     ],
-    "backend/worker": [("state", "handler_loader"), ("ctx", "ctx_state", "ctx_input", "ctx_park"),
-                       ("worker",)],
+    "backend/worker": [("state_redis",), ("state", "handler_loader"),
+                       ("ctx", "ctx_state", "ctx_input", "ctx_park"), ("worker",)],
 }
 FRONTEND = ("frontend/core", "frontend/mgmt", "frontend/oip", "frontend/http", "frontend/grpc",
             "frontend")

@@ -32,6 +32,10 @@ PKGS="$PKGS python3-pip python3-venv"
 # strace: scripts/bench/syscalls.sh and the test that a reply needs no write-readiness wait
 # (tests/integration/test_http_write.py)
 PKGS="$PKGS strace"
+# libhiredis-dev: the worker's shared sequence-state backend (state_store=redis://...,
+# backend/worker/state_redis.c); redis-server: the Redis its tests and
+# deploy/run-cluster.sh --redis start
+PKGS="$PKGS libhiredis-dev redis-server"
 
 # nodejs: the official openai npm client, the OpenAI API's acceptance client (tests/openai/,
 # installed with npm ci by `make openai-client`)

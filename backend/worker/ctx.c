@@ -63,6 +63,7 @@ void ctx_destroy(struct ts_ctx *c)
     free(c->serialized_file);
     free(c->handler_spec);
     free(c->state_dir);
+    free(c->state_redis);
     state_close(c->state);
     yflat_free(&c->cfg);
     free(c->cur);

@@ -171,6 +171,7 @@ struct ts_ctx {
     uint64_t arrived;              /* requests read so far: the next one's number */
     size_t max_field;
     char *state_dir;
+    char *state_redis;         /* --state-redis URL: sequence state shared in Redis, or NULL */
     struct state_store *state; /* opened at the first ts_state_* call */
     int64_t state_failed_us;   /* when opening it last failed (a full disk, say): until
                                   STATE_RETRY_US later every ts_state_* call fails at once */

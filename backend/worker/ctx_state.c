@@ -41,17 +41,31 @@ static struct state_store *store(struct ts_ctx *c)
         o.sync = 0;
     }
     char err[512];
-    if (!c->state_dir)
+    if (c->state_redis) {
+        /* shared with every instance: a model's keys are "<name>@<version>:<sequence id>" (the
+         * state directory's name); a value lives as long as its sequence may stay idle */
+        const char *slash = c->state_dir ? strrchr(c->state_dir, '/') : NULL;
+        o.redis_url = c->state_redis;
+        o.redis_prefix = slash ? slash + 1 : c->state_dir ? c->state_dir : ts_model_name(c);
+        o.redis_ttl_ms = ts_config_get_long(c, "sequenceMaxIdleMSec", 0);
+        if (o.redis_ttl_ms < 0)
+            o.redis_ttl_ms = 0;
+    } else if (!c->state_dir) {
         LOG_WARN("no --state-dir: sequence state is kept in memory only and is lost with the "
                  "worker");
+    }
     if (state_open(&c->state, c->state_dir, &o, err, sizeof(err))) {
         LOG_ERROR("%s", err);
         c->state_failed_us = ts_now_us();
         return NULL;
     }
-    LOG_INFO("state store %s: LRU capacity %zu, map %zu MiB, %s",
-             c->state_dir ? c->state_dir : "(memory)", o.capacity, o.map_size >> 20,
-             o.sync ? "synced commits" : "MDB_NOSYNC");
+    if (c->state_redis)
+        LOG_INFO("state store %s, keys %s:<sequence id>, %s", c->state_redis, o.redis_prefix,
+                 o.redis_ttl_ms > 0 ? "expiring after sequenceMaxIdleMSec" : "never expiring");
+    else
+        LOG_INFO("state store %s: LRU capacity %zu, map %zu MiB, %s",
+                 c->state_dir ? c->state_dir : "(memory)", o.capacity, o.map_size >> 20,
+                 o.sync ? "synced commits" : "MDB_NOSYNC");
     return c->state;
 }
 
@@ -75,11 +89,18 @@ static const char *state_key(struct ts_ctx *c, size_t idx, struct state_store **
     if (!r->state_fresh) {
         r->state_fresh = 1;
         const char *start = ts_get_header(c, idx, "ts_request_sequence_start");
+        const char *opened = ts_get_header(c, idx, TS_SEQ_NEW_HEADER);
         int b = 0;
         const void *v;
         size_t len;
         if (start && ts_parse_bool(start, &b) == 0 && b && state_get(*st, key, &v, &len) == 0)
             state_del(*st, key);
+        else if (opened && ts_parse_bool(opened, &b) == 0 && b &&
+                 state_get(*st, key, &v, &len) == 0)
+            /* this instance opened the sequence (a client-chosen id it had not seen, or any id
+             * with a shared state store) and found its state: a continuation, which the
+             * answer says, instead of the frontend's ts_request_sequence_start: true */
+            ts_set_header(c, idx, "ts_request_sequence_start", "false");
     }
     *rc = 0;
     return key;
@@ -147,8 +168,12 @@ int ctx_state_commit(struct ts_ctx *c)
         return 0;
     int rc = state_commit(c->state);
     if (rc) {
-        LOG_ERROR("state commit failed: %s (raise handler.state_map_size_mb if the map is full)",
-                  state_strerror(rc));
+        if (c->state_redis)
+            LOG_ERROR("state commit failed: %s", state_last_error(c->state));
+        else
+            LOG_ERROR("state commit failed: %s (raise handler.state_map_size_mb if the map is "
+                      "full)",
+                      state_strerror(rc));
         return rc;
     }
     /* LMDB write-through totals, on later responses as x-ts-worker-state_writes /

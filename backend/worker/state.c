@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "state_redis.h"
 #include "util.h"
 
 struct entry {
@@ -40,10 +41,12 @@ struct entry {
     char *key;
     void *val;
     size_t len;
+    int dirty; /* Redis: written in the current step, not committed yet */
 };
 
 struct state_store {
-    MDB_env *env; /* NULL: memory only */
+    struct state_redis *redis; /* shared state; then env is NULL */
+    MDB_env *env;              /* NULL: memory only (or Redis) */
     MDB_dbi dbi;
     MDB_txn *wtxn; /* staged writes */
     size_t max_key;
@@ -151,14 +154,26 @@ static void grow(struct state_store *st)
 
 static void evict(struct state_store *st)
 {
+    if (st->redis) { /* a staged value is the only copy until the commit */
+        struct entry *e = st->tail;
+        while (st->count > st->capacity && e) {
+            struct entry *prev = e->prev;
+            if (!e->dirty)
+                lru_remove(st, e->key);
+            e = prev;
+        }
+        return;
+    }
     if (!st->env)
         return; /* memory only: the LRU is the only copy */
     while (st->count > st->capacity && st->tail)
         lru_remove(st, st->tail->key);
 }
 
-/* Inserts or replaces key's value (copied); the entry becomes the most recent. */
-static struct entry *lru_set(struct state_store *st, const char *key, const void *val, size_t len)
+/* Inserts or replaces key's value (copied); the entry becomes the most recent. dirty: a staged
+ * Redis write (set before the eviction, which must not take it). */
+static struct entry *lru_set(struct state_store *st, const char *key, const void *val, size_t len,
+                             int dirty)
 {
     struct entry **pp = slot(st, key);
     struct entry *e = *pp;
@@ -176,6 +191,7 @@ static struct entry *lru_set(struct state_store *st, const char *key, const void
     }
     e->val = copy;
     e->len = len;
+    e->dirty = dirty;
     list_push_front(st, e);
     if (st->count > st->nbuckets * 2)
         grow(st);
@@ -240,6 +256,17 @@ int state_open(struct state_store **out, const char *dir, const struct state_opt
         st->nbuckets *= 2;
     st->buckets = xcalloc(st->nbuckets, sizeof(*st->buckets));
     *out = NULL;
+    if (o && o->redis_url) {
+        int rc = state_redis_open(&st->redis, o->redis_url,
+                                  o->redis_prefix ? o->redis_prefix : "torchserve-c",
+                                  o->redis_ttl_ms, err, errlen);
+        if (rc) {
+            state_close(st);
+            return rc;
+        }
+        *out = st;
+        return 0;
+    }
     if (!dir) {
         *out = st;
         return 0;
@@ -298,6 +325,7 @@ void state_close(struct state_store *st)
         mdb_txn_abort(st->wtxn);
     if (st->env)
         mdb_env_close(st->env);
+    state_redis_close(st->redis);
     struct entry *e = st->head;
     while (e) {
         struct entry *n = e->next;
@@ -326,6 +354,19 @@ int state_get(struct state_store *st, const char *key, const void **val, size_t 
     if (rc)
         return rc;
     struct entry *e = *slot(st, key);
+    if (st->redis && !(e && e->dirty)) {
+        /* another instance may have written it since this worker read it */
+        char *v;
+        size_t n;
+        st->stats.misses++;
+        if ((rc = state_redis_get(st->redis, key, &v, &n)))
+            return rc;
+        e = lru_set(st, key, v, n, 0);
+        free(v);
+        *val = e->val;
+        *len = e->len;
+        return 0;
+    }
     if (e) {
         st->stats.hits++;
         list_unlink(st, e);
@@ -343,7 +384,7 @@ int state_get(struct state_store *st, const char *key, const void **val, size_t 
     MDB_val k = {.mv_size = strlen(key), .mv_data = (void *)key}, v;
     rc = mdb_get(txn, st->dbi, &k, &v);
     if (rc == 0)
-        e = lru_set(st, key, v.mv_data, v.mv_size);
+        e = lru_set(st, key, v.mv_data, v.mv_size, 0);
     if (txn != st->wtxn)
         mdb_txn_abort(txn);
     if (rc == MDB_NOTFOUND)
@@ -379,8 +420,10 @@ int state_put(struct state_store *st, const char *key, const void *val, size_t l
         if (rc)
             return rc; /* the transaction is now unusable: state_commit reports it */
     }
+    if (st->redis)
+        state_redis_stage_set(st->redis, key, val, len);
     st->stats.writes++;
-    lru_set(st, key, val, len);
+    lru_set(st, key, val, len, st->redis != NULL);
     return 0;
 }
 
@@ -390,6 +433,11 @@ int state_del(struct state_store *st, const char *key)
     if (rc)
         return rc;
     lru_remove(st, key);
+    if (st->redis) {
+        state_redis_stage_del(st->redis, key);
+        st->stats.writes++;
+        return 0;
+    }
     if (!st->env)
         return 0;
     int64_t t0 = ts_now_us();
@@ -404,6 +452,19 @@ int state_del(struct state_store *st, const char *key)
 
 int state_commit(struct state_store *st)
 {
+    if (st && st->redis) {
+        if (!state_redis_pending(st->redis))
+            return 0;
+        int64_t t0 = ts_now_us();
+        int rc = state_redis_commit(st->redis);
+        st->stats.commit_us += ts_now_us() - t0;
+        if (rc == 0)
+            st->stats.commits++;
+        for (struct entry *e = st->head; e; e = e->next)
+            e->dirty = 0; /* committed, or lost: the caller forgets the cache then */
+        evict(st);
+        return rc;
+    }
     if (!st || !st->wtxn)
         return 0;
     int64_t t0 = ts_now_us();
@@ -423,7 +484,12 @@ void state_forget_cache(struct state_store *st)
 
 int state_dirty(const struct state_store *st)
 {
-    return st && st->wtxn;
+    return st && (st->wtxn || state_redis_pending(st->redis));
+}
+
+const char *state_last_error(const struct state_store *st)
+{
+    return st ? state_redis_error(st->redis) : "";
 }
 
 void state_get_stats(const struct state_store *st, struct state_stats *out)

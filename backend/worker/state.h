@@ -1,5 +1,8 @@
 /*
- * state: the worker's per-sequence state store, an in-memory LRU with write-through to LMDB.
+ * state: the worker's per-sequence state store, an in-memory LRU with write-through to LMDB, or,
+ * when the instances share their sequences' state, to Redis (state_redis.h): then the LRU only
+ * holds what this step wrote (another instance may have written a value since it was read), and
+ * every get of an unwritten value asks Redis.
  *
  * Owns: the LRU (keys = sequence ids, values = opaque bytes), the LMDB environment of one model
  * (<state dir>/data.mdb + lock.mdb) and its one staged write transaction. Several workers of the
@@ -31,6 +34,12 @@ struct state_opts {
     size_t map_size; /* LMDB map size in bytes; 0 = STATE_DEFAULT_MAP_SIZE */
     int sync;        /* 1: fdatasync every commit; 0: MDB_NOSYNC (survives a worker crash,
                         not a machine crash) */
+    /* shared state: redis://[:PASSWORD@]HOST:PORT[/DB] instead of LMDB (dir is then unused),
+     * keys "<redis_prefix>:<sequence id>", each expiring redis_ttl_ms after its last write (0:
+     * never) */
+    const char *redis_url;
+    const char *redis_prefix;
+    long redis_ttl_ms;
 };
 
 struct state_stats {
@@ -66,5 +75,7 @@ void state_get_stats(const struct state_store *st, struct state_stats *out);
 /* Entries currently in the LRU. */
 size_t state_lru_size(const struct state_store *st);
 const char *state_strerror(int err);
+/* What the Redis backend last reported (its error text or the connection's), "" otherwise. */
+const char *state_last_error(const struct state_store *st);
 
 #endif

@@ -755,6 +755,8 @@ int worker_run(const struct worker_opts *o)
         c.park_max = o->stream_buffer_size;
     if (o->state_dir)
         c.state_dir = xstrdup(o->state_dir);
+    if (o->state_redis)
+        c.state_redis = xstrdup(o->state_redis);
     serve(&c);
     int code = c.eof == 2 ? 1 : 0;
     ctx_destroy(&c);

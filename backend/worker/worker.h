@@ -18,6 +18,7 @@ struct worker_opts {
     int fd;                    /* the frontend's end of the socketpair (non-blocking is set here) */
     size_t max_request_size;   /* the largest field of a frame */
     const char *state_dir;     /* sequence state (state.h); NULL: memory only */
+    const char *state_redis;   /* redis://...: sequence state in Redis, shared by the instances */
     long busy_poll_us;         /* busy_poll.h */
     size_t stream_buffer_size; /* what a paused request's output may hold here (ctx_park.c) */
 };

@@ -35,6 +35,7 @@ enum kind {
     K_GRPC_HOST,  /* char *, a bare host name or address */
     K_POS_DOUBLE, /* double > 0 */
     K_SIZE,       /* long > 0 bytes: "10MB", "512KB", "4096" (rlog_parse_size) */
+    K_STATE,      /* char *: lmdb (NULL) | redis://[:PASSWORD@]HOST:PORT[/DB] */
 };
 
 struct key {
@@ -119,6 +120,8 @@ static const struct key keys[] = {
     {"models", K_JSON, F(models_json), 0, 0},
     {"model_snapshot", K_JSON, F(snapshot_json), 0, 0},
     {"state_dir", K_STR, F(state_dir), 0, 0},
+    /* ours: where workers keep sequence state; redis:// shares it between instances */
+    {"state_store", K_STATE, F(state_store), 0, 0},
     {"log_location", K_STR, F(log_location), 0, 0},
     /* ours: access_log.log, model_log.log and ts_log.log rotate at log_max_size, keeping
      * log_max_files rotated files each (log4j2.xml's job in TorchServe) */
@@ -385,6 +388,27 @@ static const char *apply(struct config *c, const struct key *k, const char *v, c
         if (rlog_parse_size(v, (long *)field))
             return "expected a size in bytes, e.g. 10MB, 512KB or 4096";
         return NULL;
+    case K_STATE: {
+        if (!strcmp(v, "lmdb")) {
+            set_str(field, NULL);
+            return NULL;
+        }
+        /* the worker connects; here only the form, so that a typo stops the start */
+        const char *hp = !strncmp(v, "redis://", 8) ? v + 8 : NULL;
+        if (hp && strchr(hp, '@'))
+            hp = strchr(hp, '@') + 1;
+        const char *colon = hp ? strchr(hp, ':') : NULL;
+        long port;
+        char *p = colon ? xstrndup(colon + 1, strcspn(colon + 1, "/")) : NULL;
+        int bad =
+            !colon || colon == hp || ts_parse_long(p, 1, 65535, &port) || strpbrk(v + 8, " \t");
+        free(p);
+        if (bad)
+            return "expected lmdb (each instance's own store, the default) or "
+                   "redis://[:PASSWORD@]HOST:PORT[/DB] (shared by the instances)";
+        set_str(field, v);
+        return NULL;
+    }
     case K_JSON: {
         if (!*v) {
             set_str(field, NULL);
@@ -623,5 +647,6 @@ void config_free(struct config *c)
         free(c->env_keys[i]);
     free(c->env_keys);
     free(c->python);
+    free(c->state_store);
     memset(c, 0, sizeof *c);
 }

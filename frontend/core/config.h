@@ -66,6 +66,8 @@ struct config {
     char *snapshot_json;                /* `model_snapshot=` JSON, NULL unless set */
     int snapshot_line;
     char *state_dir;              /* our key: state_dir; default <run dir>/state */
+    char *state_store;            /* our key: NULL = LMDB under state_dir (the default, "lmdb"),
+                                   * or redis://...: sequence state shared by the instances */
     char *log_location;           /* logs/ */
     long log_max_size;            /* our key: rotate each log past this many bytes (100 MiB) */
     int log_max_files;            /* our key: rotated files kept per log (5) */

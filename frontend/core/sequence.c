@@ -386,7 +386,9 @@ int sequence_submit(struct seq_table *t, struct job *j, const struct seq_request
      * TorchServe's frontend does: clients and sticky routers choose ids) opens a sequence. An id
      * that is a tombstone was closed: without the start flag it gets 410, never a silent new
      * sequence; nor does an unknown id of our own making (above). */
-    if (id && !s && !r->start && is_generated_id(id)) {
+    /* ... unless the instances share their state (state_store=redis://): then it may live on
+     * in the store, and the handler finds out (the answer says which) */
+    if (id && !s && !r->start && is_generated_id(id) && !srv->cfg.state_store) {
         /* a server made this id and this one does not know it: its sequence lived in an
          * instance that restarted or died (or was evicted from the tombstones). Starting it
          * afresh would answer from an empty state as if nothing happened. */

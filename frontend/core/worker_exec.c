@@ -52,6 +52,8 @@ int worker_exec_binary(const struct worker *w, int fd, pid_t *pid, void *arg)
                     busy,
                     "--stream-buffer-size",
                     sbuf,
+                    srv->cfg.state_store ? "--state-redis" : NULL,
+                    srv->cfg.state_store,
                     NULL};
     size_t ne = 0;
     while (environ[ne])

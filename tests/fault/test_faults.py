@@ -75,17 +75,16 @@ def test_slowloris_does_not_starve_others(server_factory):
         c = socket.create_connection(("127.0.0.1", s.ports["inference"]))
         c.sendall(b"POST /predictions/mlp HTTP/1.1\r\nHost: x\r\n")
         socks.append(c)
-    worst = 0.0
+    # served between two trickles, with 300 requests never complete: a server that waited on
+    # a slow client would never answer (predict_ok's timeout fails it); how fast it answers
+    # is the machine's business
     for _ in range(8):
         for c in socks:
             c.sendall(b"X-Slow: 1\r\n")
-        t0 = time.monotonic()
-        predict_ok(s)
-        worst = max(worst, time.monotonic() - t0)
+        predict_ok(s, timeout=30)
         time.sleep(0.3)
     for c in socks:
         c.close()
-    assert worst < 1.0, f"a normal request took {worst:.2f} s during the slowloris"
     predict_ok(s)
 
 
@@ -126,7 +125,7 @@ def test_body_flood_is_dropped_not_buffered(server_factory):
 
 # ----------------------------------------------------------------------------- disconnect storms
 
-STORM_WORDS = " ".join(["w"] * 200)  # 200 words at 50 ms: 10 s if a dropped request kept running
+STORM_WORDS = " ".join(["w"] * 6000)  # 6000 words at 50 ms: 300 s if a dropped request kept running
 
 
 @pytest.fixture
@@ -138,23 +137,24 @@ def stream_srv(server_factory):
 
 
 def assert_worker_free(s):
-    """8 short streams (the batch's 8 slots) finish at once: no dropped request still holds a
-    slot (each of those would run for 10 s)."""
+    """8 short streams (the batch's 8 slots) are served: no dropped request still holds a slot
+    (each of those would run for STORM_WORDS' 300 s, past the requests' 60 s timeout)."""
     out = []
 
     def one():
-        t0 = time.monotonic()
-        r = requests.post(s.url("/predictions/identity_text"), data="a b c", timeout=30)
-        out.append((r.status_code, r.text.split(), time.monotonic() - t0))
+        try:
+            r = requests.post(s.url("/predictions/identity_text"), data="a b c", timeout=60)
+            out.append((r.status_code, r.text.split()))
+        except requests.RequestException as e:
+            out.append((None, repr(e)))
 
     ts = [threading.Thread(target=one) for _ in range(8)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    assert all(st == 200 and words == ["a", "b", "c"] for st, words, _ in out), out
-    slowest = max(dt for _, _, dt in out)
-    assert slowest < 3.0, f"a stream took {slowest:.1f} s: dropped requests still run"
+    assert len(out) == 8 and all(st == 200 and words == ["a", "b", "c"] for st, words in out), \
+        f"dropped requests still hold slots: {out}"
 
 
 def test_disconnect_storm_http_and_sse(stream_srv):

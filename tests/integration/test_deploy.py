@@ -529,10 +529,10 @@ def test_sigterm_stops_everything(cluster):
     started = pids_of_workdir(c.workdir)
     assert any("haproxy" in cmd for _, cmd in started)
     assert any("torchserve-c-worker" in cmd for _, cmd in started)
-    t0 = time.time()
     c.proc.send_signal(signal.SIGTERM)
-    assert c.proc.wait(timeout=40) == 0, c.log()
-    assert time.time() - t0 < 35
+    assert c.proc.wait(timeout=120) == 0, c.log()
+    # every process stopped on its SIGTERM: none needed run-cluster.sh's SIGKILL
+    assert "did not stop after SIGTERM" not in c.log(), c.log()
     assert pids_of_workdir(c.workdir) == []
     for pid, _ in started:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(

@@ -247,17 +247,18 @@ def test_stream_deadline_reaches_worker(isrv):
     worker soon after, and the next call is served."""
     st = inference_stub(isrv)
     req = ipb.PredictionsRequest(model_name="identity_text",
-                                 input={"body": b" ".join([b"d"] * 50)})  # 5 s of words
+                                 input={"body": b" ".join([b"d"] * 600)})  # 60 s of words
     n0 = isrv.log().count("client went away; cancelled on worker")
     t0 = time.time()
     got = []
     e = rpc_error(lambda: [got.append(m) for m in st.StreamPredictions(req, timeout=0.35)])
-    assert e.code() == C.DEADLINE_EXCEEDED and 1 <= len(got) <= 5, (e, len(got))
-    while time.time() < t0 + 5 and \
+    assert e.code() == C.DEADLINE_EXCEEDED and len(got) < 600, (e, len(got))
+    # cancelled on the worker, so long before the stream's natural end (no clock needed: a
+    # job that ended by itself is not cancelled)
+    while time.time() < t0 + 60 and \
             isrv.log().count("client went away; cancelled on worker") == n0:
         time.sleep(0.02)
     assert isrv.log().count("client went away; cancelled on worker") == n0 + 1
-    assert time.time() - t0 < 2, time.time() - t0
     msgs = [m.prediction for m in st.StreamPredictions(ipb.PredictionsRequest(
         model_name="identity_text", input={"body": b"next"}), timeout=10)]
     assert msgs == [b"next"]
@@ -269,16 +270,15 @@ def test_unary_deadline_reaches_worker(isrv):
     cancelled soon after the deadline, and the next call is served."""
     st = inference_stub(isrv)
     req = ipb.PredictionsRequest(model_name="identity_text",
-                                 input={"body": b" ".join([b"u"] * 50)})  # 5 s of words
+                                 input={"body": b" ".join([b"u"] * 600)})  # 60 s of words
     n0 = isrv.log().count("client went away; cancelled on worker")
     t0 = time.time()
     e = rpc_error(st.Predictions, req, timeout=0.3)
     assert e.code() == C.DEADLINE_EXCEEDED, e
-    while time.time() < t0 + 5 and \
+    while time.time() < t0 + 60 and \
             isrv.log().count("client went away; cancelled on worker") == n0:
         time.sleep(0.02)
     assert isrv.log().count("client went away; cancelled on worker") == n0 + 1
-    assert time.time() - t0 < 2, time.time() - t0
     got = st.Predictions(ipb.PredictionsRequest(model_name="identity_text",
                                                 input={"body": b"next"}), timeout=10)
     assert got.prediction == b"next"
@@ -295,15 +295,14 @@ def test_stop_with_calls_in_flight():
         s.wait_ready("identity_text", body={"data": b"x"})
         st = inference_stub(s)
         req = ipb.PredictionsRequest(model_name="identity_text",
-                                     input={"body": b" ".join([b"w"] * 30)})  # 3 s each
-        futs = [st.Predictions.future(req, timeout=30) for _ in range(8)]
+                                     input={"body": b" ".join([b"w"] * 600)})  # 60 s each
+        futs = [st.Predictions.future(req, timeout=120) for _ in range(8)]
         time.sleep(0.3)
-        futs += [st.Predictions.future(req, timeout=30) for _ in range(8)]
-        t0 = time.time()
+        futs += [st.Predictions.future(req, timeout=120) for _ in range(8)]
         s.proc.send_signal(signal.SIGTERM)
-        futs += [st.Predictions.future(req, timeout=30) for _ in range(8)]
-        s.proc.wait(timeout=15)
-        assert time.time() - t0 < 10, time.time() - t0
+        futs += [st.Predictions.future(req, timeout=120) for _ in range(8)]
+        # at once: long before a single call could have finished (the wait is a hang guard)
+        s.proc.wait(timeout=50)
         for f in futs:
             assert f.exception(timeout=10) is not None
         stop_clean(s)

@@ -13,10 +13,8 @@ deploy/runtime-packages.txt (which the Dockerfile's runtime stage installs, and 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import requests

@@ -447,12 +447,10 @@ def test_scale_to_zero_fails_what_is_queued(server_factory):
     assert all(r is not None and r.status_code == 200 for r in out), [r and r.text for r in out]
     out, threads = batch(2)
     time.sleep(0.5)  # two requests of a batch of 4: queued until maxBatchDelay (60 s)
-    t0 = time.monotonic()
     r = srv.put("/models/mlp?min_worker=0&max_worker=0&synchronous=true", api="management")
     assert r.status_code == 200, r.text
-    for t in threads:
+    for t in threads:  # answered at once: waiting for maxBatchDelay (60 s), out would be None
         t.join(30)
-    assert time.monotonic() - t0 < 10
     for r in out:
         assert r is not None and r.status_code == 503, r and r.text
         msg = r.json()["message"]

@@ -658,11 +658,12 @@ def test_forward_whose_module_argument_is_not_called_self(server_factory, tmp_pa
 
 def test_cancel_frees_the_worker(server_factory):
     """A client that goes away (SSE disconnect, gRPC cancel) stops its generation: with one
-    stream slot, the next request is served at once instead of after 200 words."""
+    stream slot, the next request is served instead of after 4000 words (200 s). The timeouts
+    only guard against a hang: served at all means the long one was stopped."""
     srv = server_factory(models=["identity_text"],
                          yaml={"identity_text": {"batchSize": 1, "handler": {"delay_ms": 50}}})
     srv.wait_ready("identity_text")
-    long_text = " ".join(["w"] * 200)
+    long_text = " ".join(["w"] * 4000)
     body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": [long_text]}]}
     short = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": ["a b"]}]}
     # SSE: read two events, then hang up
@@ -673,10 +674,8 @@ def test_cancel_frees_the_worker(server_factory):
         if n == 2:
             break
     r.close()
-    t0 = time.time()
-    r = srv.post("/v2/models/identity_text/infer", json=short, timeout=10)
+    r = srv.post("/v2/models/identity_text/infer", json=short, timeout=60)
     assert r.status_code == 200 and r.json()["outputs"][0]["data"] == ["a b"]
-    assert time.time() - t0 < 2.0
     # gRPC: cancel the stream after two responses
     grpc, pb, stub = grpc_client(srv)
     it = stub.ModelStreamInfer(iter([text_request(pb, long_text, "long")]))
@@ -684,10 +683,8 @@ def test_cancel_frees_the_worker(server_factory):
         if k == 1:
             it.cancel()
             break
-    t0 = time.time()
-    r = stub.ModelInfer(text_request(pb, "a b", "short"), timeout=10)
+    r = stub.ModelInfer(text_request(pb, "a b", "short"), timeout=60)
     assert raw_text(r.raw_output_contents[0]) == "a b"
-    assert time.time() - t0 < 2.0
     assert "client went away" in srv.log()
 
 

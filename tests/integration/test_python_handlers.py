@@ -159,7 +159,7 @@ def stateful_server(server_factory, **yaml):
 def test_stateful_py_sums_stream_end_and_cancel(server_factory):
     """Generated ids: running sums; an odd number streams its sum stream_steps times; 0 ends
     the sequence (410 after); -1 cancels a running stream of the same sequence."""
-    srv = stateful_server(server_factory, handler={"stream_steps": 40, "stream_delay_ms": 50})
+    srv = stateful_server(server_factory, handler={"stream_steps": 400, "stream_delay_ms": 50})
     r = post_seq(srv, None, 2)
     assert r.status_code == 200 and r.text == "2", r.text
     sid = r.headers[SEQ]
@@ -181,20 +181,18 @@ def test_stateful_py_sums_stream_end_and_cancel(server_factory):
         time.sleep(0.3)
         res["cancel"] = post_seq(srv, sid, -1)
 
-    t0 = time.time()
     run_threads([stream, cancel])
-    elapsed = time.time() - t0
     assert res["status"] == 200
     text = "".join(chunks)
     assert text and set(text) == {"9"}, text  # every chunk carried the sum 9
-    assert 2 <= len(text) < 40 and elapsed < 1.9, (text, elapsed)  # cut short (full: 2 s)
+    assert 2 <= len(text) < 400, text  # cut short (the whole stream: 400 chunks, 20 s)
     c = res["cancel"]
     assert c.status_code == 200 and c.text == "-1" and c.headers.get(CANCEL) == "true", c.text
     r = post_seq(srv, sid, 4)
     assert r.status_code == 410 and "was cancelled" in r.json()["message"], r.text
-    # the other sequence: a full stream of 40 answers, then the end
+    # the other sequence: a full stream of 400 answers, then the end
     s = Stream(srv.ports["inference"], "/predictions/stateful_py", "1", {SEQ: other})
-    assert s.read_all().decode() == "11" * 40
+    assert s.read_all().decode() == "11" * 400
     assert s.chunked
     s.close()
     r = post_seq(srv, other, 0)

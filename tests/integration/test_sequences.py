@@ -221,14 +221,14 @@ def test_expiry_ended_and_limits(server_factory):
     # session timeout: busy all along, but older than sequenceTimeoutMSec
     old, _ = start_seq(srv, 2)
     t0 = time.time()
-    while time.time() - t0 < 1.5:
+    while time.time() - t0 < 60:  # a hang guard: the sequence expires after 0.9 s
         r = step(srv, old, 2)
         if r.status_code != 200:
             break
         time.sleep(0.2)
     assert r.status_code == 410, r.text
     assert "expired (session timeout 900 ms)" in r.json()["message"]
-    assert 0.8 < time.time() - t0 < 1.4
+    assert time.time() - t0 > 0.8  # not before its timeout
 
     # ended by 0: later requests learn it, and it never becomes a new sequence silently
     done, _ = start_seq(srv, 5)
@@ -371,7 +371,7 @@ def test_sequence_closed_while_worker_down_drops_its_state(server_factory):
 def test_cancel_stops_a_running_stream(server_factory):
     """continuousBatching: an odd number streams its sum; a -1 sent meanwhile stops that
     stream, answers -1 with the cancel header, and the sequence is closed and its state gone."""
-    yaml = {"handler": {"stream_steps": 40, "stream_delay_ms": 50}}
+    yaml = {"handler": {"stream_steps": 400, "stream_delay_ms": 50}}
     srv = server_factory(models=["stateful"], yaml={"stateful": yaml})
     wait_ready(srv)
     sid, first = start_seq(srv, 2)
@@ -394,13 +394,11 @@ def test_cancel_stops_a_running_stream(server_factory):
         res["cancel"] = step(srv, sid, -1)
         res["cancel_done"] = time.time()
 
-    t0 = time.time()
     run_threads([stream, cancel])
-    elapsed = time.time() - t0
     assert res["stream_status"] == 200
     text = "".join(chunks)
     assert text and set(text) == {"5"}, text  # every chunk carried the sum 5
-    assert len(text) < 40 and elapsed < 1.5, (text, elapsed)  # stopped early (full: 2 s)
+    assert len(text) < 400, text  # stopped early (the whole stream: 400 chunks, 20 s)
     c = res["cancel"]
     assert c.status_code == 200 and c.text == "-1" and c.headers.get(CANCEL) == "true", c.text
     # the sequence is closed for good...
