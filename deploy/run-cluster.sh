@@ -3,7 +3,8 @@
 #
 #   deploy/run-cluster.sh N [--models NAME[=FILE] ... | all] [--model-store DIR]
 #                           [--ts-config FILE] [--http-port PORT] [--grpc-port PORT]
-#                           [--base-port PORT] [--workdir DIR] [--startup-timeout SECONDS]
+#                           [--base-port PORT] [--redis] [--workdir DIR]
+#                           [--startup-timeout SECONDS]
 #   deploy/run-cluster.sh --help
 #
 # Once every instance answers /ping and the balancer answers too, prints one line on stdout:
@@ -26,10 +27,15 @@
 #                killed instance can be started again on its ports at once: a port of the
 #                ephemeral range may meanwhile be the local end of some outgoing connection (a
 #                health check), which blocks it for as long as that connection lingers
+# --redis        start a redis-server (on a free loopback port, nothing saved to disk) and give
+#                every instance state_store=redis://127.0.0.1:PORT: a sequence then continues
+#                with its state on another instance when its own dies (docs/deploy.md). To use a
+#                Redis of your own, put state_store=redis://HOST:PORT in --ts-config instead
 # --workdir      where instances, logs and the HAProxy config live (kept); default: a temporary
 #                directory, removed at the end
 #
 # Files in the work directory: haproxy.cfg, haproxy.log, haproxy.sock (HAProxy's runtime API),
+# redis.log (with --redis),
 # instances (one line per instance: name pid http mgmt metrics grpc grpc_mgmt dir), and per
 # instance NAME/config.properties, NAME/server.log and NAME/start.sh (the instance's command:
 # run it to start a killed instance again on its ports). The binaries come from build/bin/ (or
@@ -54,6 +60,8 @@ host=127.0.0.1
 
 stop=0
 haproxy_pid=""
+redis=0
+redis_pid=""
 names=()
 pids=()
 
@@ -123,6 +131,8 @@ cleanup() {
     local pid all=() deadline
     [ -n "$haproxy_pid" ] && all+=("$haproxy_pid")
     all+=("${pids[@]}")
+    # Redis last: the instances' workers may still write to it while they stop
+    local pid_r=$redis_pid
     for pid in "${all[@]}"; do
         alive "$pid" && kill -TERM "$pid" 2>/dev/null
     done
@@ -138,6 +148,10 @@ cleanup() {
         fi
         wait "$pid" 2>/dev/null
     done
+    if [ -n "$pid_r" ] && alive "$pid_r"; then
+        kill -TERM "$pid_r" 2>/dev/null
+        wait "$pid_r" 2>/dev/null
+    fi
     if [ "$own_workdir" = 1 ]; then
         rm -rf "$workdir"
     fi
@@ -172,6 +186,7 @@ while [ $# -gt 0 ]; do
     --http-port) [ $# -ge 2 ] || usage; http_port=$2; shift 2 ;;
     --grpc-port) [ $# -ge 2 ] || usage; grpc_port=$2; shift 2 ;;
     --base-port) [ $# -ge 2 ] || usage; base_port=$2; shift 2 ;;
+    --redis) redis=1; shift ;;
     --workdir) [ $# -ge 2 ] || usage; workdir=$2; shift 2 ;;
     --startup-timeout) [ $# -ge 2 ] || usage; startup_timeout=$2; shift 2 ;;
     -h | --help) help ;;
@@ -218,10 +233,29 @@ if [ -z "$http_port" ] || [ -z "$grpc_port" ]; then
     [ -n "$grpc_port" ] || grpc_port=${bports[1]}
 fi
 
+# ---- the shared state store ----
+redis_url=""
+if [ "$redis" = 1 ]; then
+    command -v redis-server >/dev/null ||
+        die "redis-server not found: scripts/install-deps.sh installs it"
+    read -r p_redis <<<"$(free_ports 1)"
+    [ -n "$p_redis" ] || die "could not find a free port for Redis"
+    redis-server --port "$p_redis" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$workdir" </dev/null >"$workdir/redis.log" 2>&1 &
+    redis_pid=$!
+    until [ "$(redis-cli -p "$p_redis" PING 2>/dev/null)" = PONG ]; do
+        alive "$redis_pid" || die "redis-server exited: $(tail -n 5 "$workdir/redis.log")"
+        sleep 0.05
+    done
+    redis_url=redis://127.0.0.1:$p_redis
+    say "redis-server pid $redis_pid on 127.0.0.1:$p_redis, log $workdir/redis.log"
+fi
+
 # ---- instances ----
 own_keys='inference_address|management_address|metrics_address'
 own_keys+='|grpc_inference_address|grpc_inference_port|grpc_management_address|grpc_management_port'
 own_keys+='|disable_token_authorization|model_store|state_dir|log_location'
+[ -z "$redis_url" ] || own_keys+='|state_store'
 : >"$workdir/instances"
 render_args=()
 for i in $(seq 1 "$n"); do
@@ -247,6 +281,7 @@ for i in $(seq 1 "$n"); do
         echo "grpc_management_address=$host"
         echo "grpc_management_port=$p_grpc_mgmt"
         echo "disable_token_authorization=true"
+        [ -z "$redis_url" ] || echo "state_store=$redis_url"
     } >"$dir/config.properties"
     # TMPDIR: the instance's pidfile and scratch directories stay in its own directory.
     # start.sh is the instance's command, also for starting it again by hand.
@@ -324,6 +359,13 @@ while [ "$stop" = 0 ]; do
     if [ "$done_pid" = "$haproxy_pid" ]; then
         say "haproxy exited with status $rc; stopping the instances"
         haproxy_pid=""
+        status=1
+        break
+    fi
+    if [ "$done_pid" = "$redis_pid" ]; then
+        say "redis-server exited with status $rc: sequences can no longer keep their state;" \
+            "stopping the instances"
+        redis_pid=""
         status=1
         break
     fi

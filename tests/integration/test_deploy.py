@@ -117,13 +117,14 @@ def pids_of_workdir(workdir):
     return found
 
 
-def start_cluster(tmp, n=N, models=("stateful", "mlp"), yaml_overrides=None, timeout=90):
+def start_cluster(tmp, n=N, models=("stateful", "mlp"), yaml_overrides=None, timeout=90,
+                  extra=()):
     store = prepare_store(tmp, list(models), yaml_overrides or {"stateful": STATEFUL})
     workdir = os.path.join(tmp, "cluster")
     stderr_path = os.path.join(tmp, "run-cluster.err")
     env = dict(os.environ, TS_BUILD=os.path.relpath(BUILD, ROOT))
     proc = subprocess.Popen([RUN_CLUSTER, str(n), "--models", *models, "--model-store", store,
-                             "--workdir", workdir], stdout=subprocess.PIPE,
+                             "--workdir", workdir, *extra], stdout=subprocess.PIPE,
                             stderr=open(stderr_path, "w"), env=env, text=True)
     line = ""
     deadline = time.time() + timeout
@@ -540,6 +541,66 @@ def test_sigterm_stops_everything(cluster):
     port = int(c.http.rsplit(":", 1)[1])
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2)
+
+
+def test_shared_state_survives_kill_9_of_an_instance(tmp_path):
+    """run-cluster.sh --redis: 2 instances sharing sequence state in a redis-server it starts.
+    Sequences of both kinds of id over HTTP, and one over gRPC with its id in the body only, on
+    both instances; kill -9 of the instance that holds the first one: every sequence goes on
+    through the balancer with its running sum, those of the dead instance on the other one,
+    whose first answer for each says ts_request_sequence_start: false (a continuation, never
+    "true", never a 404); SIGTERM stops Redis too."""
+    c = start_cluster(str(tmp_path), n=2, models=("stateful",), extra=["--redis"])
+    try:
+        assert "redis-server pid" in c.log()
+        seqs = [Seq(c) for _ in range(4)] + [Seq(c, f"shared-{uuid.uuid4()}") for _ in range(4)]
+        for s in seqs:
+            s.step(10)
+            s.step(2)
+        channel = grpc.insecure_channel(c.grpc)
+        st = igrpc.InferenceAPIsServiceStub(channel)
+        gid = f"shared-grpc-{uuid.uuid4()}"
+
+        def grpc_step(v):
+            r, call = st.Predictions.with_call(ipb.PredictionsRequest(
+                model_name="stateful", sequence_id=gid, input={"data": str(v).encode()}),
+                timeout=30)
+            return int(r.prediction), dict(call.initial_metadata())[INSTANCE], \
+                dict(call.trailing_metadata())
+
+        total, ghome, _ = grpc_step(7)
+        victim = next(iter(seqs[0].instances))
+        assert {next(iter(s.instances)) for s in seqs} == set(c.instances), "one instance only"
+        vpid = c.instances[victim]["pid"]
+        os.kill(vpid, signal.SIGKILL)
+        # gone (run-cluster.sh reaped it): a request racing with the death itself may get a
+        # 502, as test_failover_kill_9_one_instance shows; this one is about what comes after
+        deadline = time.time() + 30
+        while f"(pid {vpid}) exited" not in c.log() and time.time() < deadline:
+            time.sleep(0.05)
+        assert f"(pid {vpid}) exited" in c.log(), c.log()
+        moved = 0
+        for s in seqs:
+            was = next(iter(s.instances))
+            r = c.post("/predictions/stateful", data="4", headers={SEQ: s.id})
+            s.total += 4
+            assert r.status_code == 200 and int(r.text) == s.total, (s.id, r.status_code, r.text)
+            assert r.headers[INSTANCE] != victim
+            if was == victim:
+                moved += 1
+                assert r.headers.get(START) == "false", (s.id, dict(r.headers))
+            else:
+                assert START not in r.headers, (s.id, dict(r.headers))
+            s.step(0)
+        assert moved >= 1
+        got, where, trailer = grpc_step(5)
+        assert got == total + 5 and where != victim, (got, total, where)
+        if ghome == victim:
+            assert trailer.get(START) == "false", trailer
+        channel.close()
+    finally:
+        assert stop_cluster(c) == 0, c.log()
+    assert "redis-server" not in " ".join(cmd for _, cmd in pids_of_workdir(c.workdir))
 
 
 def test_start_up_failure_leaves_nothing(tmp_path):
