@@ -64,6 +64,7 @@ def seen(r):
     return json.loads(r.text)
 
 
+@pytest.mark.smoke
 def test_handler_sees_start_only_for_server_ids_or_the_flag(srv):
     r = srv.post("/predictions/echo", data=b"1")
     got = seen(r)
@@ -96,6 +97,7 @@ def test_builtin_stateful_starts_a_new_client_id_from_zero_and_says_so(srv):
     assert r.status_code == 200 and r.text == "10" and START not in r.headers, r.text
 
 
+@pytest.mark.smoke
 def test_grpc_trailer_says_the_sequence_started(srv):
     ch = grpc.insecure_channel(f"127.0.0.1:{srv.ports['grpc']}")
     st = igrpc.InferenceAPIsServiceStub(ch)

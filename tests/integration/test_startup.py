@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 
 import pytest
@@ -87,6 +86,7 @@ def assert_reported(err, *, missing=True, typo=True, broken=False):
             err
 
 
+@pytest.mark.smoke
 def test_background_start_fails_on_a_named_model(setup):
     tmp_path, cfg, env, port = setup
     p = start(tmp_path, cfg, env, "mlp=mlp.mar", "typo=typo.mar", "foo=foo.mar")
@@ -115,13 +115,12 @@ def test_foreground_start_reports_a_worker_that_fails_to_load(setup):
     """broken's worker fails to load its model.pt: the reason is printed (stderr is the
     terminal in the foreground) and the server exits 1 without `Model server started.`."""
     tmp_path, cfg, env, port = setup
-    t0 = time.time()
     p = start(tmp_path, cfg, env, "mlp=mlp.mar", "broken=broken.mar", foreground=True)
     assert p.returncode == 1, (p.stdout, p.stderr[-3000:])
     assert p.stdout == ""
     assert_reported(p.stderr, missing=False, typo=False, broken=True)
     assert "stopping (--continue-on-model-error" in p.stderr
-    assert pidfiles(tmp_path) == [] and time.time() - t0 < 170
+    assert pidfiles(tmp_path) == []
 
 
 def test_failed_model_among_all_does_not_stop_the_start(setup):

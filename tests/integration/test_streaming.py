@@ -221,17 +221,22 @@ WORDS = "streaming is why people come to this project"
 
 
 def timing_error(times, n):
-    """None if word k (1-based) arrived k x DELAY_MS after the request, +- TOL_MS."""
+    """None if the words were paced and streamed: word k (1-based) arrived no earlier than
+    k x DELAY_MS - TOL_MS after the request (the server waits between words; a loaded client
+    can only see them later), and the first one before the last one was due (n x DELAY_MS:
+    streamed as they come, not sent at the end; a margin of (n - 1) x DELAY_MS that a busy
+    machine's stalls do not eat)."""
     for k, t in enumerate(times[:n], 1):
-        if abs(t * 1000 - k * DELAY_MS) > TOL_MS:
-            return f"word {k} at {t * 1000:.0f} ms, expected {k * DELAY_MS} +- {TOL_MS}: {times}"
+        if t * 1000 < k * DELAY_MS - TOL_MS:
+            return f"word {k} at {t * 1000:.0f} ms, before {k * DELAY_MS} - {TOL_MS}: {times}"
+    if times and times[0] * 1000 >= n * DELAY_MS:
+        return f"the first word at {times[0] * 1000:.0f} ms, when all {n} were due: {times}"
     return None
 
 
 def on_time(run, n, attempts=2):
-    """Runs run() -> arrival times until they are on time. The bytes are checked strictly on
-    every attempt by run() itself; only the clock gets a second chance, because the test shares
-    2 cores with builds and other suites and one scheduling stall can exceed the tolerance."""
+    """Runs run() -> arrival times until they are paced (timing_error). The bytes are checked
+    strictly on every attempt by run() itself; only the clock gets a second chance."""
     errs = []
     for _ in range(attempts):
         err = timing_error(run(), n)
@@ -441,9 +446,8 @@ def test_request_joins_a_running_batch(server, ref):
     rows = c1["stepped"] - c0["stepped"]
     assert rows == 99 + 29
     # each step with both streams adds one row over the step count: b ran inside a's steps
+    # (which is also how b got its first character while a was still streaming; no clock)
     assert rows - steps >= 25, f"{rows} rows in {steps} steps"
-    # b got its first character while a was still streaming
-    assert b.times[0] + b.t0 < a.t0 + a.times[-1]
 
 
 # ---------------------------------------------------------------- cancellation
