@@ -66,6 +66,12 @@ class StatefulHandler(BaseHandler):
                 continue
             start = (ctx.get_request_header(idx, ctx.header_key_sequence_start) or "").lower()
             start = start not in ("", "false", "0")
+            # torchserve-c tells a handler that its server opened this sequence for an id the
+            # client chose (TorchServe's frontend sets the start header only for ids it makes):
+            # a sequence this worker has no sum for starts from zero then
+            new = (ctx.get_request_header(idx, "ts_request_sequence_new") or "").lower()
+            if new not in ("", "false", "0") and seq not in self.sums:
+                start = True
             if start or seq not in ctx.cache:
                 ctx.cache[seq] = {"cancel": False, "end": False, "requests": 0}
                 if start:
