@@ -123,8 +123,8 @@ int main(void)
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1);
         dup2(null, 2);
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
-               "", "--appendonly", "no", (char *)NULL);
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", (char *)NULL);
         _exit(127);
     }
     /* until it accepts connections */
