@@ -9,7 +9,7 @@ shows after it (`# {json}`, `# NNN {json}`, `# NNN "message"`, `# 6`).
 
 The counts below are asserted so that skipped commands cannot pile up unseen: adding a command
 to the docs means adding it here. Skipped, and why: `make test` (the whole test suite; CI runs
-it), `make bench` (minutes of benchmarks; docs/performance.md's commands run one of them),
+it), docs/openai.md's `make run` (the server README's first block started serves its curls), `make bench` (minutes of benchmarks; docs/performance.md's commands run one of them),
 `docker build` / `docker run` (no Docker engine here; test_image.py checks the image's layout,
 packages and Dockerfile), `kubectl apply` (no Kubernetes cluster; test_deploy.py checks the
 manifests) and README's offline install_py_dep_per_model example (it needs a directory of wheels;
@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import doc_commands  # noqa: E402
 from conftest import BUILD, ROOT  # noqa: E402
 
-COMMANDS_RUN = 100
-COMMANDS_SKIPPED = 7
+COMMANDS_RUN = 103
+COMMANDS_SKIPPED = 8
 
 
 def test_every_block_is_marked_and_parsed():

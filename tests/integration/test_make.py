@@ -28,8 +28,10 @@ def fake_python(tmp_path, rc):
 def make(*args, timeout=120):
     # -o all -o models -o deps: the build and the install are not what is tested here (the
     # tree is built); UNIT_TESTS= runs no unit test binary
+    # (and the openai npm client's install, which test-integration needs too)
     return subprocess.run(["make", "--no-print-directory", "-o", "all", "-o", "models", "-o",
-                           "deps", f"BUILD={os.path.relpath(BUILD, ROOT)}", "UNIT_TESTS=", *args],
+                           "deps", "-o", "tests/openai/node_modules/.package-lock.json",
+                           f"BUILD={os.path.relpath(BUILD, ROOT)}", "UNIT_TESTS=", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
