@@ -144,6 +144,8 @@ def example_requests(tmp):
                           lambda r: r.text.split() == ["hello", "streaming", "world"]),
         "char_lm": (json.dumps({"prompt": "The ", "max_new_tokens": 4}).encode(), js,
                     lambda r: len(r.text) >= 4),
+        "tiny_gpt": (json.dumps({"prompt": "The keeper", "max_new_tokens": 4}).encode(), js,
+                     lambda r: len(r.text) >= 1),
         "stateful": (b"4", {}, lambda r: r.text == "4"),
         "stateful_py": (b"4", {}, lambda r: r.text == "4"),
         "lstm_stateful": (b"[0.1, 0.2, 0.3, 0.4]", js, lambda r: isinstance(r.json(), list)),
