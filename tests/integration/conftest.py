@@ -295,7 +295,10 @@ def prepare_store(tmp, models, yaml_overrides):
 
 
 def start_server(tmp, models=(), config=None, yaml=None, extra_args=(), store=None,
-                 load=True, env=None):
+                 load=True, env=None, wait_started=True):
+    """wait_started=False: return once the inference port accepts connections, before the
+    start-up models have loaded (`Model server started.` comes after them), for a test that
+    looks at the server while it loads."""
     yaml = yaml or {}
     ports = {k: free_port() for k in ("inference", "management", "metrics", "grpc", "grpc_mgmt")}
     cfg = {
@@ -328,6 +331,19 @@ def start_server(tmp, models=(), config=None, yaml=None, extra_args=(), store=No
     penv.update(env or {})
     log = open(os.path.join(tmp, "server.log"), "w")
     proc = subprocess.Popen(args, cwd=tmp, stdout=subprocess.PIPE, stderr=log, env=penv)
+    if not wait_started:
+        deadline = time.time() + 30
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", ports["inference"]), timeout=1).close()
+                return Server(tmp, proc, ports, store)
+            except OSError:
+                time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        log.close()
+        raise AssertionError("server did not listen:\n" +
+                             open(os.path.join(tmp, "server.log")).read())
     deadline = time.time() + 30
     line = b""
     while time.time() < deadline:

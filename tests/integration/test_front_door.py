@@ -92,7 +92,8 @@ def test_not_ready_until_min_workers_loaded(tmp_path):
     it has loaded (they all said ready while it loaded), liveness says live throughout."""
     store = str(tmp_path / "store")
     d = write_py_model(store, "slow", SLOW_LOAD)
-    s = start_server(str(tmp_path), store=store, models=["slow"])
+    # `Model server started.` waits for the start-up models: look at it while it loads
+    s = start_server(str(tmp_path), store=store, models=["slow"], wait_started=False)
     try:
         time.sleep(1)  # the worker is up and inside its load call
         assert s.worker_pids(), s.log()[-2000:]
