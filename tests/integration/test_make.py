@@ -1,7 +1,7 @@
 """The Makefile's two user commands, driven with a stand-in for the Python the tests run on.
 
 `make test` must run every suite even when one fails (the layer check, the unit tests, the
-integration, fault and thread-drive suites), and still exit non-zero; `make run` and `make test`
+integration, fault, GPU and thread-drive suites), and still exit non-zero; `make run` and `make test`
 must build in a second make process, after the install step (tests/integration/test_readme.py
 runs what `make run` serves; .ci/fresh-machine.sh runs `make run` after removing a package the
 build needs).
@@ -17,7 +17,8 @@ from conftest import BUILD, ROOT  # noqa: E402
 
 
 def fake_python(tmp_path, rc):
-    """A `python` that records its arguments, one call a line, and exits with rc."""
+    """A `python` for the tests (TEST_PYTHON) that records its arguments, one call a line, and
+    exits with rc."""
     log = tmp_path / "calls"
     exe = tmp_path / "python"
     exe.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\nexit {rc}\n")
@@ -37,22 +38,22 @@ def make(*args, timeout=120):
 
 def test_make_test_runs_every_suite_and_fails(tmp_path):
     py, log = fake_python(tmp_path, 1)
-    p = make("test", f"PYTHON={py}")
+    p = make("test", f"TEST_PYTHON={py}")
     assert p.returncode != 0, p.stdout + p.stderr
     calls = log.read_text().splitlines()
     # the layer check fails first; every pytest suite still runs
     assert calls[0].startswith("scripts/check_layers.py"), calls
     suites = [c for c in calls if c.startswith("-m pytest")]
-    assert len(suites) == 3, calls
-    assert suites[0].endswith(" tests/integration") and suites[1].endswith(" tests/fault"), suites
-    assert "test_grpc.py" in suites[2], suites
+    assert [s.split()[-1] for s in suites[:3]] == ["tests/integration", "tests/fault",
+                                                   "tests/gpu"], suites
+    assert len(suites) == 4 and "test_grpc.py" in suites[3], suites
 
 
 def test_make_test_passes_when_every_suite_passes(tmp_path):
     py, log = fake_python(tmp_path, 0)
-    p = make("test", f"PYTHON={py}")
+    p = make("test", f"TEST_PYTHON={py}")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert len([c for c in log.read_text().splitlines() if c.startswith("-m pytest")]) == 3
+    assert len([c for c in log.read_text().splitlines() if c.startswith("-m pytest")]) == 4
 
 
 def test_run_and_test_build_in_a_second_make():
