@@ -13,8 +13,9 @@ it), docs/openai.md's `make run` (the server README's first block started serves
 `docker build` / `docker run` (no Docker engine here; test_image.py checks the image's layout,
 packages and Dockerfile), `kubectl apply` (no Kubernetes cluster; test_deploy.py checks the
 manifests) and README's offline install_py_dep_per_model example (it needs a directory of wheels;
-test_parity_python.py does the same with a wheel it builds). docs/history/ is a record of past
-measurements, not run.
+test_parity_python.py does the same with a wheel it builds), docs/gpu.md's worker built against
+another torch (it would replace the tests' worker) and its whole GPU check (minutes; make test
+runs tests/gpu). docs/history/ is a record of past measurements, not run.
 """
 import json
 import os
@@ -27,8 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import doc_commands  # noqa: E402
 from conftest import BUILD, ROOT  # noqa: E402
 
-COMMANDS_RUN = 103
-COMMANDS_SKIPPED = 8
+COMMANDS_RUN = 104
+COMMANDS_SKIPPED = 11
 
 
 def test_every_block_is_marked_and_parsed():
