@@ -435,10 +435,18 @@ def main():
                 print("   ", c["where"], repr(c["text"][:70]), c["comments"])
         return 0
     if "--inside" not in sys.argv:
-        # a private network namespace (the docs' fixed ports) and /tmp (the docs' paths)
+        # a private network namespace (the docs' fixed ports) and /tmp (the docs' paths); a
+        # checkout under /tmp (CI clones into mktemp -d) is seen at /mnt there, bound before the
+        # private /tmp hides it
+        inside = "mount -t tmpfs tmpfs /tmp && exec \"$0\" \"$1\" --inside"
+        root = ROOT
+        if ROOT == "/tmp" or ROOT.startswith("/tmp/"):
+            inside = "mount --bind \"$2\" /mnt && " + inside
+            root = "/mnt"
         return subprocess.run(["unshare", "--map-root-user", "--net", "--mount", "sh", "-c",
-                               'mount -t tmpfs tmpfs /tmp && exec "$0" "$1" --inside',
-                               sys.executable, os.path.abspath(__file__)]).returncode
+                               inside, sys.executable,
+                               os.path.join(root, os.path.relpath(os.path.abspath(__file__), ROOT)),
+                               ROOT]).returncode
     print(json.dumps(run_all(blocks)))
     return 0
 
