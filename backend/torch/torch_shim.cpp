@@ -458,6 +458,18 @@ void copy_out(const at::Tensor &t, struct tsh_tensor *o)
         std::memcpy(o->data, t.data_ptr(), o->nbytes);
 }
 
+/* Tensors onto the host and into a calloc'd array of malloc'd tsh_tensors; *res and *nres say
+ * what was made so far, so that the caller frees it when a copy throws. */
+void copy_all_out(const std::vector<at::Tensor> &flat, struct tsh_tensor **res, size_t *nres)
+{
+    std::vector<at::Tensor> host = tsh_device::to_host(flat);
+    *res = static_cast<tsh_tensor *>(std::calloc(host.size() ? host.size() : 1, sizeof(**res)));
+    if (!*res)
+        throw std::bad_alloc();
+    for (const at::Tensor &t : host)
+        copy_out(t, &(*res)[(*nres)++]);
+}
+
 /* The arguments of tsh_call as IValues: tensors wrapped without a copy, on the model's device
  * (through the pinned input buffer, as tsh_forward's), kept values as they are. */
 std::vector<c10::IValue> call_args(struct tsh_model *m, const struct tsh_arg *args, size_t nargs)
@@ -694,12 +706,7 @@ int tsh_forward(struct tsh_model *m, const struct tsh_tensor *in, size_t nin,
         } else {
             flat = run_forward(m, host);
         }
-        flat = tsh_device::to_host(flat);
-        res = static_cast<tsh_tensor *>(std::calloc(flat.size() ? flat.size() : 1, sizeof(*res)));
-        if (!res)
-            throw std::bad_alloc();
-        for (const at::Tensor &t : flat)
-            copy_out(t, &res[nres++]);
+        copy_all_out(flat, &res, &nres);
         *out = res;
         *nout = nres;
     });
@@ -740,12 +747,7 @@ int tsh_call(struct tsh_model *m, const char *method, const struct tsh_arg *args
         flatten(ret, flat);
         for (at::Tensor &t : flat)
             t = c_dtype(t);
-        flat = tsh_device::to_host(flat);
-        res = static_cast<tsh_tensor *>(std::calloc(flat.size() ? flat.size() : 1, sizeof(*res)));
-        if (!res)
-            throw std::bad_alloc();
-        for (const at::Tensor &t : flat)
-            copy_out(t, &res[nres++]);
+        copy_all_out(flat, &res, &nres);
         *out = res;
         *nout = nres;
     });

@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,25 +35,16 @@ WARMUP = int(os.environ.get("WARMUP", "3"))
 SKIP = os.environ.get("SKIP", "").split()
 CONNS_MLP = [int(c) for c in os.environ.get("CONNS_MLP", "8 32").split()]
 CONNS_RESNET = [int(c) for c in os.environ.get("CONNS_RESNET", "8 16 32").split()]
+# the same helpers as the resnet18 benchmark next to this file
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resnet_bench import free_port, to_ms  # noqa: E402
+
 LUA = os.path.join(ROOT, "scripts", "bench", "post.lua")
 SAMPLE = os.path.join(ROOT, "scripts", "models", "mlp", "sample.json")
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def ratio(a, b):
     return f"{a / b:.2f}" if b > 0 else "-"
-
-
-def to_ms(v):
-    n = float(re.match(r"[0-9.]+", v).group(0))
-    return n / 1000 if v.endswith("us") else n if v.endswith("ms") else n * 1000
 
 
 def wrk(url, conns, seconds, body, ctype):

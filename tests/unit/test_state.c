@@ -1,5 +1,6 @@
 #include "../../backend/worker/state.c"
 #include "tap.h"
+#include "state_check.h"
 
 #include <sys/wait.h>
 
@@ -12,30 +13,15 @@ static const char *fresh_dir(const char *name)
     return path;
 }
 
-static struct state_store *open_or_die(const char *dir, size_t cap, size_t map)
+static struct state_store *open_lmdb(const char *dir, size_t cap, size_t map)
 {
     struct state_opts o = {.capacity = cap, .map_size = map};
-    struct state_store *st = NULL;
-    char err[512];
-    int rc = state_open(&st, dir, &o, err, sizeof(err));
-    if (rc)
-        fprintf(stderr, "  %s\n", err);
-    CHECK_EQ_INT(rc, 0);
-    return st;
-}
-
-static void check_val(struct state_store *st, const char *key, const char *want)
-{
-    const void *v;
-    size_t len;
-    CHECK_EQ_INT(state_get(st, key, &v, &len), 0);
-    CHECK_EQ_INT(len, strlen(want));
-    CHECK(!memcmp(v, want, len));
+    return open_or_die(dir, &o);
 }
 
 TEST(lru_evicts_but_lmdb_keeps)
 {
-    struct state_store *st = open_or_die(fresh_dir("evict"), 2, 0);
+    struct state_store *st = open_lmdb(fresh_dir("evict"), 2, 0);
     CHECK_EQ_INT(state_put(st, "a", "1", 1), 0);
     CHECK_EQ_INT(state_put(st, "b", "2", 1), 0);
     CHECK_EQ_INT(state_put(st, "c", "3", 1), 0);
@@ -56,13 +42,13 @@ TEST(lru_evicts_but_lmdb_keeps)
 TEST(reopen_resumes_committed_only)
 {
     const char *dir = fresh_dir("reopen");
-    struct state_store *st = open_or_die(dir, 8, 0);
+    struct state_store *st = open_lmdb(dir, 8, 0);
     CHECK_EQ_INT(state_put(st, "seq", "acked", 5), 0);
     CHECK_EQ_INT(state_commit(st), 0);
     CHECK_EQ_INT(state_put(st, "seq", "staged", 6), 0);
     CHECK_EQ_INT(state_put(st, "other", "x", 1), 0);
     state_close(st); /* a crash before the commit */
-    st = open_or_die(dir, 8, 0);
+    st = open_lmdb(dir, 8, 0);
     check_val(st, "seq", "acked");
     const void *v;
     size_t len;
@@ -73,7 +59,7 @@ TEST(reopen_resumes_committed_only)
 TEST(del_drops_from_lru_and_disk)
 {
     const char *dir = fresh_dir("del");
-    struct state_store *st = open_or_die(dir, 8, 0);
+    struct state_store *st = open_lmdb(dir, 8, 0);
     CHECK_EQ_INT(state_put(st, "k", "v", 1), 0);
     CHECK_EQ_INT(state_commit(st), 0);
     CHECK_EQ_INT(state_del(st, "k"), 0);
@@ -83,7 +69,7 @@ TEST(del_drops_from_lru_and_disk)
     size_t len;
     CHECK_EQ_INT(state_get(st, "k", &v, &len), -ENOENT);
     state_close(st);
-    st = open_or_die(dir, 8, 0);
+    st = open_lmdb(dir, 8, 0);
     CHECK_EQ_INT(state_get(st, "k", &v, &len), -ENOENT);
     CHECK_EQ_INT(state_commit(st), 0); /* nothing staged */
     state_close(st);
@@ -93,14 +79,14 @@ TEST(del_drops_from_lru_and_disk)
 TEST(two_processes_share_the_env)
 {
     const char *dir = fresh_dir("multi");
-    struct state_store *st = open_or_die(dir, 8, 0);
+    struct state_store *st = open_lmdb(dir, 8, 0);
     CHECK_EQ_INT(state_put(st, "parent", "p", 1), 0);
     CHECK_EQ_INT(state_commit(st), 0);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
         /* never the inherited env: open our own, as an exec'd worker does */
-        struct state_store *c = open_or_die(dir, 8, 0);
+        struct state_store *c = open_lmdb(dir, 8, 0);
         check_val(c, "parent", "p");
         CHECK_EQ_INT(state_put(c, "child", "c", 1), 0);
         CHECK_EQ_INT(state_commit(c), 0);
@@ -116,7 +102,7 @@ TEST(two_processes_share_the_env)
 
 TEST(data_fd_is_cloexec)
 {
-    struct state_store *st = open_or_die(fresh_dir("cloexec"), 8, 0);
+    struct state_store *st = open_lmdb(fresh_dir("cloexec"), 8, 0);
     int fd = -1;
     CHECK_EQ_INT(mdb_env_get_fd(st->env, &fd), 0);
     CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
@@ -143,7 +129,7 @@ TEST(memory_only_never_evicts)
 
 TEST(many_keys_and_rehash)
 {
-    struct state_store *st = open_or_die(fresh_dir("many"), 64, 0);
+    struct state_store *st = open_lmdb(fresh_dir("many"), 64, 0);
     char k[32], v[32];
     for (int i = 0; i < 2000; i++) {
         snprintf(k, sizeof(k), "ts-seq-%d", i);
@@ -164,7 +150,7 @@ TEST(many_keys_and_rehash)
 
 TEST(bad_keys_and_full_map)
 {
-    struct state_store *st = open_or_die(fresh_dir("full"), 8, 1u << 16);
+    struct state_store *st = open_lmdb(fresh_dir("full"), 8, 1u << 16);
     char longkey[600];
     memset(longkey, 'x', sizeof(longkey) - 1);
     longkey[sizeof(longkey) - 1] = '\0';

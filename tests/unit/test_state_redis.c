@@ -4,6 +4,7 @@
  * removals and expiry reach Redis, and a bad URL or a dead server is an error with a message. */
 #include "../../backend/worker/state.c"
 #include "tap.h"
+#include "state_check.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -28,22 +29,7 @@ static struct state_store *open_redis(size_t cap, long ttl_ms)
 {
     struct state_opts o = {
         .capacity = cap, .redis_url = url, .redis_prefix = "m@1.0", .redis_ttl_ms = ttl_ms};
-    struct state_store *st = NULL;
-    char err[512];
-    int rc = state_open(&st, NULL, &o, err, sizeof(err));
-    if (rc)
-        fprintf(stderr, "  %s\n", err);
-    CHECK_EQ_INT(rc, 0);
-    return st;
-}
-
-static void check_val(struct state_store *st, const char *key, const char *want)
-{
-    const void *v;
-    size_t len;
-    CHECK_EQ_INT(state_get(st, key, &v, &len), 0);
-    CHECK_EQ_INT(len, strlen(want));
-    CHECK(!memcmp(v, want, len));
+    return open_or_die(NULL, &o);
 }
 
 TEST(staged_writes_read_back_and_never_evicted_before_the_commit)
