@@ -9,7 +9,11 @@
  * one slot per request the worker may hold (batchSize) and stays in the worker, inside the shim
  * (tsh_call_keep): a request owns one slot from its first step until it finishes or is
  * cancelled, and gets the lowest free one, so that the step's batched attention, which covers
- * slots 0..max, stays short. A model may also export clear_slot(cache, slot), which is called
+ * slots 0..max, stays short. Early requests finish first and leave their low slots free below
+ * busy ones: a model that exports copy_slot(cache, src, dst, n) has the sequence in the highest
+ * busy slot moved down into the lowest free one before a step (compact), once per hole, which
+ * costs a copy of its positions instead of every later step reading the whole range. A model
+ * may also export clear_slot(cache, slot), which is called
  * before a slot's first use: its new_cache may then leave the memory unset, and a worker holds
  * the pages of the slots it has used, not of all of them.
  *
@@ -67,6 +71,8 @@ struct tg_state {
     unsigned char *used;    /* per slot */
     unsigned char *cleared; /* per slot: clear_slot() ran (new_cache may leave it unset) */
     int has_clear;          /* the model has clear_slot() */
+    int has_copy;           /* the model has copy_slot() */
+    int *owner;             /* per slot: the request index that holds it in this step, or -1 */
     long max_new_default;
     long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
     long max_prefill;
@@ -268,6 +274,7 @@ static void state_free(struct tg_state *s)
     tsh_model_free(s->m);
     free(s->used);
     free(s->cleared);
+    free(s->owner);
     free(s->tok);
     free(s->slot);
     free(s->pos);
@@ -343,6 +350,8 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     s->used = xcalloc((size_t)s->slots, 1);
     s->cleared = xcalloc((size_t)s->slots, 1);
     s->has_clear = tsh_has_method(s->m, "clear_slot");
+    s->has_copy = tsh_has_method(s->m, "copy_slot");
+    s->owner = xmalloc((size_t)s->slots * sizeof(*s->owner));
     s->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*s->chunks));
     s->chunk_req = xmalloc((size_t)s->slots * sizeof(*s->chunk_req));
     s->dec_req = xmalloc((size_t)s->slots * sizeof(*s->dec_req));
@@ -501,6 +510,63 @@ static long prefill_budget(const struct tg_state *s, size_t n_dec)
     return b > s->max_prefill ? s->max_prefill : b;
 }
 
+/* Moves positions 0..n-1 of slot src into slot dst (the model's copy_slot). */
+static int copy_slot(struct tg_state *s, int src, int dst, int64_t n, char *err, size_t errlen)
+{
+    struct tsh_arg a[4];
+    a[0].kind = TSH_ARG_VALUE;
+    a[0].u.value = s->cache;
+    a[1] = iarg(src);
+    a[2] = iarg(dst);
+    a[3] = iarg(n);
+    struct tsh_tensor *out;
+    size_t nout;
+    char *e = NULL;
+    if (tsh_call(s->m, "copy_slot", a, 4, &out, &nout, &e)) {
+        snprintf(err, errlen, "copy_slot failed: %s", e);
+        free(e);
+        return -1;
+    }
+    tsh_tensors_free(out, nout);
+    return 0;
+}
+
+/* Keeps the busy slots at the bottom: the sequence in the highest busy slot moves into the
+ * lowest free one below it, as long as there is one. Only slots held by a request of this step
+ * move; a failed copy leaves the sequence where it is (it stays correct, only wider to read). */
+static void compact(struct tg_state *s, struct ts_ctx *ctx, size_t n)
+{
+    if (!s->has_copy)
+        return;
+    for (int k = 0; k < s->slots; k++)
+        s->owner[k] = -1;
+    for (size_t i = 0; i < n; i++) {
+        struct tg_seq *u = ts_is_cancelled(ctx, i) ? NULL : ts_get_user(ctx, i);
+        if (u)
+            s->owner[u->slot] = (int)i;
+    }
+    int lo = 0;
+    for (int hi = s->slots - 1; hi > lo; hi--) {
+        if (s->owner[hi] < 0)
+            continue;
+        while (lo < hi && s->used[lo])
+            lo++;
+        if (lo == hi)
+            break;
+        char err[512];
+        struct tg_seq *u = ts_get_user(ctx, (size_t)s->owner[hi]);
+        if ((s->has_clear && !s->cleared[lo] && clear_slot(s, lo, err, sizeof(err))) ||
+            copy_slot(s, hi, lo, u->ncache, err, sizeof(err))) {
+            ts_log(ctx, LOG_LEVEL_WARN, "textgen: %s", err);
+            return;
+        }
+        s->used[lo] = 1;
+        s->used[hi] = 0;
+        u->slot = lo;
+        ts_counter_add(ctx, "slot_moves", 1);
+    }
+}
+
 static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
 {
     struct tg_state *s = state;
@@ -517,6 +583,7 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         else
             s->dec_req[n_dec++] = i; /* one slot each: at most s->slots */
     }
+    compact(s, ctx, n);
     /* the rows: decode rows first, then the oldest prompts' chunks within the budget */
     long budget = prefill_budget(s, n_dec);
     if (npre > 1)

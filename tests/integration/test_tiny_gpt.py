@@ -9,8 +9,9 @@ two best logits are closer than 1e-4 (batching changes float rounding); those st
 and printed (pytest -s).
 
 The textgen handler reports worker counters as response headers: x-ts-worker-tokens,
-x-ts-worker-steps, x-ts-worker-prefill_tokens and x-ts-worker-slots_in_use (KV cache slots held
-when the frame left). A probe request reads them.
+x-ts-worker-steps, x-ts-worker-prefill_tokens, x-ts-worker-slots_in_use (KV cache slots held
+when the frame left) and x-ts-worker-slot_moves (sequences moved down into a freed slot). A probe
+request reads them.
 """
 import json
 import os
@@ -262,6 +263,9 @@ def test_16_streams_and_one_joining_match_their_alone_runs(server_factory):
     assert tokens == sum(n for _, n in jobs) + join[1]
     assert tokens / steps > 4, (tokens, steps)  # they ran as one batch
     assert after["slots_in_use"] == 1
+    # the short ones finished first: sequences above their freed slots were moved down
+    # (copy_slot), and still got their alone-run's tokens
+    assert after.get("slot_moves", 0) > before.get("slot_moves", 0), (before, after)
 
 
 def open_stream(port, prompt, n):

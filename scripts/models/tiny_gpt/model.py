@@ -21,6 +21,11 @@ Three scripted entry points:
         up to the longest sequence of the step, masked beyond its own length: what lies there
         must be finite, which zeros are and an earlier sequence's keys and values are.
 
+    copy_slot(cache, src: int, dst: int, n: int)
+        copies positions 0..n-1 of one slot into another (a cleared one): the server moves a
+        sequence down into a slot that was freed below it, so that the busy slots stay at the
+        bottom (see below).
+
     step(cache, tokens, slots, pos, n_dec: int, t_dec: int, chunks) -> logits [n_dec + P, 256]
         one iteration of continuous batching over N rows, a row being one token of one slot at
         one position (tokens, slots, pos: int64 [N]). Rows 0..n_dec-1 decode: one row per slot,
@@ -33,7 +38,9 @@ Three scripted entry points:
 
 The decode rows attend in one batched product over the cache slots 0..max(slot) as they lie in
 memory (no copy of anyone's keys): a slot that does not decode in this step computes a row that
-is dropped. A server that gives out the lowest free slot keeps that range short.
+is dropped. A server that gives out the lowest free slot, and moves a sequence from the highest
+busy slot into a slot freed below it (copy_slot), keeps that range short: early sequences finish
+first, and without the move their late neighbours would keep the range at its widest.
 """
 import math
 from typing import List, Tuple
@@ -122,6 +129,10 @@ class TinyGPT(nn.Module):
     @torch.jit.export
     def clear_slot(self, cache: Tensor, slot: int):
         cache[:, :, slot].zero_()
+
+    @torch.jit.export
+    def copy_slot(self, cache: Tensor, src: int, dst: int, n: int):
+        cache[:, :, dst, :, :n] = cache[:, :, src, :, :n]
 
     @torch.jit.export
     def context_length(self) -> int:
