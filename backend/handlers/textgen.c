@@ -112,8 +112,6 @@ static void seq_free(void *p)
     free(u);
 }
 
-static struct tsh_arg iarg(int64_t v);
-
 static struct tsh_arg targ(int dtype, const void *data, int ndim, int64_t d0, int64_t d1)
 {
     struct tsh_arg a = {.kind = TSH_ARG_TENSOR};
@@ -133,27 +131,42 @@ static struct tsh_arg iarg(int64_t v)
     return a;
 }
 
-/* One step() over n rows, n_dec of them decoding, and nchunks chunks: the logits, checked. */
-/* Zeros a slot before its first use (the model's clear_slot). */
-static int clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
+/* A method of the model on the cache and integer arguments (clear_slot, copy_slot). */
+static int cache_call(struct tg_state *s, const char *method, const int64_t *ints, size_t nints,
+                      char *err, size_t errlen)
 {
-    struct tsh_arg a[2];
+    struct tsh_arg a[4];
+    if (nints >= sizeof(a) / sizeof(a[0])) {
+        snprintf(err, errlen, "%s: too many arguments", method);
+        return -1;
+    }
     a[0].kind = TSH_ARG_VALUE;
     a[0].u.value = s->cache;
-    a[1] = iarg(slot);
+    for (size_t k = 0; k < nints; k++)
+        a[k + 1] = iarg(ints[k]);
     struct tsh_tensor *out;
     size_t nout;
     char *e = NULL;
-    if (tsh_call(s->m, "clear_slot", a, 2, &out, &nout, &e)) {
-        snprintf(err, errlen, "clear_slot failed: %s", e);
+    if (tsh_call(s->m, method, a, nints + 1, &out, &nout, &e)) {
+        snprintf(err, errlen, "%s failed: %s", method, e);
         free(e);
         return -1;
     }
     tsh_tensors_free(out, nout);
+    return 0;
+}
+
+/* Zeros a slot before its first use (the model's clear_slot). */
+static int clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
+{
+    int64_t arg = slot;
+    if (cache_call(s, "clear_slot", &arg, 1, err, errlen))
+        return -1;
     s->cleared[slot] = 1;
     return 0;
 }
 
+/* One step() over n rows, n_dec of them decoding, and nchunks chunks: the logits, checked. */
 static int run_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_dec,
                     const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
                     char *err, size_t errlen)
@@ -510,27 +523,6 @@ static long prefill_budget(const struct tg_state *s, size_t n_dec)
     return b > s->max_prefill ? s->max_prefill : b;
 }
 
-/* Moves positions 0..n-1 of slot src into slot dst (the model's copy_slot). */
-static int copy_slot(struct tg_state *s, int src, int dst, int64_t n, char *err, size_t errlen)
-{
-    struct tsh_arg a[4];
-    a[0].kind = TSH_ARG_VALUE;
-    a[0].u.value = s->cache;
-    a[1] = iarg(src);
-    a[2] = iarg(dst);
-    a[3] = iarg(n);
-    struct tsh_tensor *out;
-    size_t nout;
-    char *e = NULL;
-    if (tsh_call(s->m, "copy_slot", a, 4, &out, &nout, &e)) {
-        snprintf(err, errlen, "copy_slot failed: %s", e);
-        free(e);
-        return -1;
-    }
-    tsh_tensors_free(out, nout);
-    return 0;
-}
-
 /* Keeps the busy slots at the bottom: the sequence in the highest busy slot moves into the
  * lowest free one below it, as long as there is one. Only slots held by a request of this step
  * move; a failed copy leaves the sequence where it is (it stays correct, only wider to read). */
@@ -556,7 +548,7 @@ static void compact(struct tg_state *s, struct ts_ctx *ctx, size_t n)
         char err[512];
         struct tg_seq *u = ts_get_user(ctx, (size_t)s->owner[hi]);
         if ((s->has_clear && !s->cleared[lo] && clear_slot(s, lo, err, sizeof(err))) ||
-            copy_slot(s, hi, lo, u->ncache, err, sizeof(err))) {
+            cache_call(s, "copy_slot", (int64_t[]){hi, lo, u->ncache}, 3, err, sizeof(err))) {
             ts_log(ctx, LOG_LEVEL_WARN, "textgen: %s", err);
             return;
         }
