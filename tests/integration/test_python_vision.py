@@ -159,23 +159,29 @@ def test_grpc_top5_equals_torch(srv, ref, fmt):
     assert_top5(ref, json.loads(r.prediction), data, f"gRPC {fmt}")
 
 
-def test_eight_concurrent_requests_are_one_batch(srv, ref):
-    """batchSize 8, maxBatchDelay 3 s: the 8 requests go to the worker together and the handler
-    stacks them into one forward; every answer says so and is its own image's answer."""
+def post_at_once(srv, images):
+    """Each image in its own request to resnet18, all released at once: the answers, in order."""
     import requests
-    images = [make_image(100 + i, "JPEG" if i % 2 else "PNG") for i in range(8)]
-    out = [None] * 8
-    barrier = threading.Barrier(8)
+    out = [None] * len(images)
+    barrier = threading.Barrier(len(images))
 
     def client(i):
         barrier.wait()
         out[i] = requests.post(srv.url("/predictions/resnet18"), data=images[i], timeout=60)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(images))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return out
+
+
+def test_eight_concurrent_requests_are_one_batch(srv, ref):
+    """batchSize 8, maxBatchDelay 3 s: the 8 requests go to the worker together and the handler
+    stacks them into one forward; every answer says so and is its own image's answer."""
+    images = [make_image(100 + i, "JPEG" if i % 2 else "PNG") for i in range(8)]
+    out = post_at_once(srv, images)
     for i, r in enumerate(out):
         assert r is not None and r.status_code == 200, r.text if r is not None else None
         assert r.headers.get("x-ts-worker-batch") == "8", dict(r.headers)
@@ -196,22 +202,10 @@ def test_one_bad_image_fails_only_itself(srv, ref):
     """8 concurrent requests, one batch of 8 (maxBatchDelay 3 s): the request whose body is
     not an image gets 400 naming it, the 7 others their own top 5 from one forward of the
     batch (each answer says the call held all 8 requests), and the worker goes on."""
-    import requests
     bad = 5
     images = [make_image(200 + i, "JPEG" if i % 2 else "PNG") for i in range(8)]
     images[bad] = b"\xff\xd8\xff\xe0 a truncated JPEG header and nothing else"
-    out = [None] * 8
-    barrier = threading.Barrier(8)
-
-    def client(i):
-        barrier.wait()
-        out[i] = requests.post(srv.url("/predictions/resnet18"), data=images[i], timeout=60)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    out = post_at_once(srv, images)
     for i, r in enumerate(out):
         assert r is not None and r.headers.get("x-ts-worker-batch") == "8", \
             (i, r.status_code, dict(r.headers))
