@@ -35,6 +35,11 @@ OPT      := -O1
 SANITIZE := address,undefined
 endif
 
+DEPS_PREFIX  ?=
+ifneq ($(DEPS_PREFIX),)
+DEPS_CFLAGS  := -I$(abspath $(DEPS_PREFIX))/include
+DEPS_LDFLAGS := -L$(abspath $(DEPS_PREFIX))/lib -Wl,-rpath,$(abspath $(DEPS_PREFIX))/lib
+endif
 CFLAGS   := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
             -Icommon -Ibackend -Ifrontend -I$(BUILD)/gen $(DEPS_CFLAGS)
 # e.g. EXTRA_CFLAGS=-DTS_METRICS_OFF BUILD=build-nometrics: the metrics' A/B baseline
@@ -74,11 +79,6 @@ CUDA_RUNTIME_H := $(firstword $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h
                     $(if $(TORCH_DIR),$(abspath $(TORCH_DIR))/../nvidia/*/include/cuda_runtime_api.h)))
 CUDA_GRAPHS  ?= $(if $(and $(TORCH_CUDA),$(CUDA_RUNTIME_H)),1,0)
 TORCH_GRAPH  := backend/torch/torch_graph$(if $(filter 1,$(CUDA_GRAPHS)),,_none).cpp
-DEPS_PREFIX  ?=
-ifneq ($(DEPS_PREFIX),)
-DEPS_CFLAGS  := -I$(abspath $(DEPS_PREFIX))/include
-DEPS_LDFLAGS := -L$(abspath $(DEPS_PREFIX))/lib -Wl,-rpath,$(abspath $(DEPS_PREFIX))/lib
-endif
 CXXFLAGS := -std=gnu++17 $(OPT) -g -Wall -Wextra -Werror -fPIC -Ibackend/torch \
             $(TORCH_INC) -Wno-unused-parameter \
             $(if $(TORCH_ABI),-D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI)) $(EXTRA_CXXFLAGS)

@@ -8,7 +8,7 @@
 #   lib/   the shared libraries those need, from ldd, without glibc's, libstdc++ and libgcc_s:
 #          the worker inherits the frontend's LD_LIBRARY_PATH, and the host's libstdc++ is newer
 #          than Debian's (check.sh also drops any library the host has itself)
-#   dev/   headers and libraries the worker is built with (LMDB, libyaml, jansson, libuuid), a
+#   dev/   headers and libraries the worker is built with (LMDB, hiredis, libyaml, jansson, libuuid), a
 #          prefix for make DEPS_PREFIX=
 #   INFO   the commit and the date
 # Copy the tarball to the same path in the GPU host's checkout (or carry BUILD/gpu-carry there);
@@ -48,8 +48,9 @@ for h in lmdb.h yaml.h jansson.h jansson_config.h; do
     cp "/usr/include/$h" "$STAGE/dev/include/"
 done
 cp /usr/include/uuid/uuid.h "$STAGE/dev/include/uuid/"
+cp -r /usr/include/hiredis "$STAGE/dev/include/"
 MA=$(gcc -print-multiarch)
-for l in liblmdb.so libyaml.so libjansson.so libuuid.so; do
+for l in liblmdb.so libhiredis.so libyaml.so libjansson.so libuuid.so; do
     real=$(readlink -f "/usr/lib/$MA/$l")
     soname=$(objdump -p "$real" | awk '/SONAME/ {print $2}')
     cp "$real" "$STAGE/dev/lib/$soname"

@@ -139,7 +139,7 @@ elif [ "${BENCH:-1}" != 0 ]; then
     step "benchmarks"
     quick=""
     nvidia-smi -L >/dev/null 2>&1 || quick=--quick
-    WRK_LD=$FRONT_LD "$PY" scripts/gpu/bench.py --build "$GB" --store "$MS" --wrk "$WRK" \
+    WRK_LD=$FRONT_LD TS_FRONTEND_LD=$FRONT_LD "$PY" scripts/gpu/bench.py --build "$GB" --store "$MS" --wrk "$WRK" \
         --out "$OUT/bench.json" $quick || FAILED="$FAILED
     a benchmark (see check.log)"
 fi

@@ -41,8 +41,10 @@ TOP5_TOL = 1e-2
 # characters
 TIE_TOL = 1e-2
 # nvjpeg's IDCT and chroma upsampling and the tensor resize against PIL: up to 1e-2 on the CPU
-# already (docs/performance.md, "Decoding otherwise than PIL: drift")
-DECODE_TOL = 5e-2
+# already (docs/performance.md, "Decoding otherwise than PIL: drift"), 5.2e-2 measured on an H100
+# (torch 2.11+cu130, this random-weight resnet18, whose probabilities are flat and move easily);
+# a decode gone wrong (channels, orientation, range) moves them by far more
+DECODE_TOL = 1e-1
 
 STREAM_HANDLER = '''
 import torch
