@@ -3,28 +3,33 @@
  * over bytes (scripts/models/tiny_gpt: its model.py documents the methods used here).
  *
  * The model exports new_cache(slots, ctx), which makes the keys and values of `slots` sequences
- * of up to `ctx` positions, and step(cache, tokens, slots, pos, n_dec, t_dec, chunks), which runs
- * one iteration over rows of (token, slot, position), writes their keys and values into the
- * cache in place and returns the logits the server needs. The cache is made once, at load, with
- * one slot per request the worker may hold (batchSize) and stays in the worker, inside the shim
+ * of up to `ctx` positions, and step(cache, tokens, slots, pos, groups, chunks), which runs one
+ * iteration over rows of (token, slot, position), writes their keys and values into the cache in
+ * place and returns the logits the server needs. The cache is made once, at load, with one slot
+ * per request the worker may hold (batchSize) and stays in the worker, inside the shim
  * (tsh_call_keep): a request owns one slot from its first step until it finishes or is
- * cancelled, and gets the lowest free one, so that the step's batched attention, which covers
- * slots 0..max, stays short. Early requests finish first and leave their low slots free below
- * busy ones: a model that exports copy_slot(cache, src, dst, n) has the sequence in the highest
- * busy slot moved down into the lowest free one before a step (compact), once per hole, which
- * costs a copy of its positions instead of every later step reading the whole range. A model
- * may also export clear_slot(cache, slot), which is called
- * before a slot's first use: its new_cache may then leave the memory unset, and a worker holds
- * the pages of the slots it has used, not of all of them.
+ * cancelled. A model may also export clear_slot(cache, slot), which is called before a slot's
+ * first use: its new_cache may then leave the memory unset, and a worker holds the pages of the
+ * slots it has used, not of all of them.
+ *
+ * Decode attention reads keys and values, the larger part of a decode row's cost. The decode rows
+ * go to step() in slot order, cut into groups of neighbouring slots: a group reads its slot range
+ * up to its longest position, in one batched product, and costs a few small products of its own.
+ * plan_groups cuts them where that costs least (measured at load: calibrate), so that a sequence
+ * near the start of its context does not read as far as one near the end, and the free slots
+ * between busy ones are not read. A new request takes the lowest free slot above the highest busy
+ * one (or, at the top, the lowest free one): requests that arrive together sit together, in the
+ * order of their positions, and those that finish first leave the bottom of the range.
  *
  * Every handle() call is one iteration of the running batch, one step() call:
  *  - each request whose prompt is in the cache feeds its last token (a decode row) and gets the
  *    next one;
  *  - prompts are fed in chunks, oldest request first, within a budget of prompt tokens per step
- *    (chunked prefill): about as many as cost what a step of the decode rows alone costs
- *    (measured at load: calibrate), so that a joining prompt delays the others by about one
- *    step. With nothing decoding a step takes up to handler.max_prefill_tokens. The last chunk
- *    of a prompt gives its first token.
+ *    (chunked prefill): about as many as cost what this step's decode rows cost (with the
+ *    costs measured at load), so that a joining prompt delays the others by about one step; the
+ *    few last tokens of a prompt that cost less than a step's own cost come along (tail_rides).
+ *    With nothing decoding a step takes up to handler.max_prefill_tokens. The last chunk of a
+ *    prompt gives its first token.
  * A new token goes through the request's stop sequences (common/textstop.h) and is streamed as
  * one partial result as soon as it is released; the request continues (ts_continue) until
  * max_new_tokens, a stop sequence, or a full context. Its final response carries the rest of
@@ -36,8 +41,10 @@
  * is held back at an incomplete UTF-8 sequence. Sampling: greedy when temperature is 0 (the
  * default), else temperature and top_p with a per-request generator seeded from "seed".
  *
- * Counters (x-ts-worker-* headers): tokens, steps, prefill_tokens, and slots_in_use, which goes
- * down again when a request leaves, whether it finished or its client went away.
+ * Counters (x-ts-worker-* headers): tokens, steps, prefill_tokens, slots_in_use (which goes down
+ * again when a request leaves, whether it finished or its client went away), decode_groups,
+ * kv_read (slot positions the decode groups read, per layer) and kv_one (what one group over
+ * the decoding slots would have read).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -57,8 +64,7 @@
 #define DEFAULT_MAX_PREFILL 512
 #define CHUNK_MIN 8 /* prompt tokens a step takes at least while others decode */
 /* the load-time measurement of what a step costs (calibrate) */
-#define CAL_ROWS 8  /* decode rows of its larger decode step */
-#define CAL_POS 128 /* their position: what attention reads */
+#define CAL_ROWS 8  /* decode rows of its larger decode steps */
 #define CAL_PRE 64  /* prompt tokens of its prefill step */
 #define CAL_TRIES 5 /* each step runs this many times; the fastest counts */
 
@@ -71,20 +77,24 @@ struct tg_state {
     unsigned char *used;    /* per slot */
     unsigned char *cleared; /* per slot: clear_slot() ran (new_cache may leave it unset) */
     int has_clear;          /* the model has clear_slot() */
-    int has_copy;           /* the model has copy_slot() */
-    int *owner;             /* per slot: the request index that holds it in this step, or -1 */
+    int split;              /* handler.decode_groups: decode rows in the cheapest groups */
     long max_new_default;
     long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
     long max_prefill;
-    /* a step costs step_us + row_us per decode row + tok_us per prompt token (calibrate) */
-    double step_us, row_us, tok_us;
+    /* a step costs step_us, + row_us per decode row, + group_us per decode group and pos_us per
+     * slot position it reads, + tok_us per prompt token (calibrate) */
+    double step_us, row_us, group_us, pos_us, tok_us;
     uint64_t arrivals;
     /* the step's rows, grown as needed */
     int64_t *tok, *slot, *pos;
     size_t rows_cap;
     int64_t *chunks;   /* [P, 3]: at most one chunk per slot */
     size_t *chunk_req; /* request index of each chunk */
-    size_t *dec_req;   /* request index of each decode row */
+    size_t *dec_req;   /* request index of each decode row, in slot order */
+    int64_t *groups;   /* [G, 4]: slot_lo, slot_hi, t, rows: at most one group per decode row */
+    size_t ngroups;
+    double *best;  /* plan_groups: per decode row, the cheapest cost of the rows up to it */
+    size_t *first; /* and the first row of its last group */
 };
 
 struct tg_seq {
@@ -131,58 +141,39 @@ static struct tsh_arg iarg(int64_t v)
     return a;
 }
 
-/* A method of the model on the cache and integer arguments (clear_slot, copy_slot). */
-static int cache_call(struct tg_state *s, const char *method, const int64_t *ints, size_t nints,
-                      char *err, size_t errlen)
+/* Zeros a slot before its first use (the model's clear_slot). */
+static int clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
 {
-    struct tsh_arg a[4];
-    if (nints >= sizeof(a) / sizeof(a[0])) {
-        snprintf(err, errlen, "%s: too many arguments", method);
-        return -1;
-    }
-    a[0].kind = TSH_ARG_VALUE;
-    a[0].u.value = s->cache;
-    for (size_t k = 0; k < nints; k++)
-        a[k + 1] = iarg(ints[k]);
+    struct tsh_arg a[2] = {{.kind = TSH_ARG_VALUE, .u.value = s->cache}, iarg(slot)};
     struct tsh_tensor *out;
     size_t nout;
     char *e = NULL;
-    if (tsh_call(s->m, method, a, nints + 1, &out, &nout, &e)) {
-        snprintf(err, errlen, "%s failed: %s", method, e);
+    if (tsh_call(s->m, "clear_slot", a, 2, &out, &nout, &e)) {
+        snprintf(err, errlen, "clear_slot failed: %s", e);
         free(e);
         return -1;
     }
     tsh_tensors_free(out, nout);
-    return 0;
-}
-
-/* Zeros a slot before its first use (the model's clear_slot). */
-static int clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
-{
-    int64_t arg = slot;
-    if (cache_call(s, "clear_slot", &arg, 1, err, errlen))
-        return -1;
     s->cleared[slot] = 1;
     return 0;
 }
 
-/* One step() over n rows, n_dec of them decoding, and nchunks chunks: the logits, checked. */
-static int run_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_dec,
-                    const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
-                    char *err, size_t errlen)
+/* One step() over n rows, n_dec of them decoding in the s->ngroups groups of s->groups, and
+ * nchunks chunks: the logits, checked. */
+static int run_step(struct tg_state *s, size_t n, size_t n_dec, const int64_t *chunks,
+                    size_t nchunks, struct tsh_tensor **out, size_t *nout, char *err, size_t errlen)
 {
     static const int64_t none = 0;
-    struct tsh_arg a[7];
+    struct tsh_arg a[6];
     a[0].kind = TSH_ARG_VALUE;
     a[0].u.value = s->cache;
     a[1] = targ(TSH_INT64, s->tok, 1, (int64_t)n, 0);
     a[2] = targ(TSH_INT64, s->slot, 1, (int64_t)n, 0);
     a[3] = targ(TSH_INT64, s->pos, 1, (int64_t)n, 0);
-    a[4] = iarg((int64_t)n_dec);
-    a[5] = iarg(t_dec);
-    a[6] = targ(TSH_INT64, nchunks ? chunks : &none, 2, (int64_t)nchunks, 3);
+    a[4] = targ(TSH_INT64, s->ngroups ? s->groups : &none, 2, (int64_t)s->ngroups, 4);
+    a[5] = targ(TSH_INT64, nchunks ? chunks : &none, 2, (int64_t)nchunks, 3);
     char *e = NULL;
-    if (tsh_call(s->m, "step", a, 7, out, nout, &e)) {
+    if (tsh_call(s->m, "step", a, 6, out, nout, &e)) {
         snprintf(err, errlen, "step failed: %s", e);
         free(e);
         return -1;
@@ -207,24 +198,27 @@ static void grow_rows(struct tg_state *s, size_t n)
     s->pos = xrealloc(s->pos, n * sizeof(*s->pos));
 }
 
-/* CPU time of the process in us: what a step costs whether or not the machine lets it run */
+/* CPU time of this thread in us: what a step costs whether or not the machine lets it run. The
+ * thread's, not the process's: with worker_threads above 1, the process's counts every thread
+ * of the GEMMs (and their spinning) and makes a prompt token look dearer than it is. */
 static double cpu_us(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-/* The cheapest of CAL_TRIES runs of a step over the rows in s->tok/slot/pos, in us of CPU. */
-static double time_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_dec,
-                        const int64_t *chunks, size_t nchunks, char *err, size_t errlen)
+/* The cheapest of CAL_TRIES runs of a step over the rows in s->tok/slot/pos and the groups in
+ * s->groups, in us of CPU. */
+static double time_step(struct tg_state *s, size_t n, size_t n_dec, const int64_t *chunks,
+                        size_t nchunks, char *err, size_t errlen)
 {
     double best = -1;
     for (int k = 0; k < CAL_TRIES; k++) {
         struct tsh_tensor *out;
         size_t nout;
         double t0 = cpu_us();
-        if (run_step(s, n, n_dec, t_dec, chunks, nchunks, &out, &nout, err, errlen))
+        if (run_step(s, n, n_dec, chunks, nchunks, &out, &nout, err, errlen))
             return -1;
         double dt = cpu_us() - t0;
         tsh_tensors_free(out, nout);
@@ -234,18 +228,36 @@ static double time_step(struct tg_state *s, size_t n, size_t n_dec, int64_t t_de
     return best;
 }
 
-/* What a step costs, measured at load (which also warms the model up): a decode step of one row
- * and one of CAL_ROWS rows at position CAL_POS give the cost of a step and of a decode row, a
- * prefill step of CAL_PRE tokens the cost of a prompt token. Each is the cheapest of CAL_TRIES
- * runs in CPU time: on a busy machine the wall time of a long step includes the time others ran,
- * which made a prompt token look dear and shrank the budget. The prefill budget (prefill_budget)
- * follows from them: a step may take as many prompt tokens as cost what its decode rows cost, so
- * that a joining prompt delays the others by about one step. Measured once, not as steps run: the
- * cost of a mixed step does not say which part took the time. */
+/* Decode rows 0..rows-1 in slots 0..rows-1 at position pos, as one group or one group each. */
+static void cal_decode(struct tg_state *s, int64_t rows, int64_t pos, int one_group)
+{
+    s->ngroups = one_group ? 1 : (size_t)rows;
+    for (int64_t i = 0; i < rows; i++) {
+        s->tok[i] = '\n';
+        s->slot[i] = i;
+        s->pos[i] = pos;
+        int64_t *g = s->groups + 4 * (one_group ? 0 : i);
+        g[0] = one_group ? 0 : i;
+        g[1] = one_group ? rows : i + 1;
+        g[2] = pos + 1;
+        g[3] = one_group ? rows : 1;
+    }
+}
+
+/* What a step costs, measured at load (which also warms the model up), each part the cheapest
+ * of CAL_TRIES runs in CPU time: on a busy machine the wall time of a long step includes the
+ * time others ran. Decode steps of one row, and of CAL_ROWS rows at the context's last position
+ * and at a quarter of it, in one group and in a group each, give the cost of a step, of a decode
+ * row, of a slot position read and of a group (the whole of those slots is read, more than the
+ * L3 caches of a common CPU hold, as the steps of a full batch read theirs from memory); a prefill
+ * step of CAL_PRE tokens the cost of a prompt token. plan_groups and prefill_budget follow from
+ * them. Measured once, not as steps run: the cost of a mixed step does not say which part took the
+ * time. */
 static int calibrate(struct tg_state *s, char *err, size_t errlen)
 {
     int64_t rows = s->slots < CAL_ROWS ? s->slots : CAL_ROWS;
-    int64_t pos = s->ctx_len - 1 < CAL_POS ? s->ctx_len - 1 : CAL_POS;
+    int64_t pos = s->ctx_len - 1;
+    int64_t pos_q = pos / 4;
     int64_t pre = s->ctx_len < CAL_PRE ? s->ctx_len : CAL_PRE;
     for (int64_t i = 0; i < rows; i++)
         if (s->has_clear && !s->cleared[i] && clear_slot(s, (int)i, err, errlen))
@@ -257,25 +269,33 @@ static int calibrate(struct tg_state *s, char *err, size_t errlen)
         s->pos[i] = i;
     }
     int64_t chunk[3] = {0, 0, pre};
-    double tp = time_step(s, (size_t)pre, 0, 0, chunk, 1, err, errlen);
-    for (int64_t i = 0; i < rows; i++) {
-        s->tok[i] = '\n';
-        s->slot[i] = i;
-        s->pos[i] = pos;
+    s->ngroups = 0;
+    double tp = time_step(s, (size_t)pre, 0, chunk, 1, err, errlen);
+    double t[4] = {0}; /* 1 row; rows at pos; rows at pos_q; rows at pos, a group each */
+    for (int k = 0; k < 4 && tp >= 0; k++) {
+        int64_t r = k == 0 ? 1 : rows;
+        cal_decode(s, r, k == 2 ? pos_q : pos, k != 3);
+        if ((t[k] = time_step(s, (size_t)r, (size_t)r, NULL, 0, err, errlen)) < 0)
+            return -1;
     }
-    double t1 = tp < 0 ? -1 : time_step(s, 1, 1, pos + 1, NULL, 0, err, errlen);
-    double tn =
-        t1 < 0 ? -1 : time_step(s, (size_t)rows, (size_t)rows, pos + 1, NULL, 0, err, errlen);
-    if (tn < 0)
+    if (tp < 0)
         return -1;
-    s->row_us = rows > 1 && tn > t1 ? (tn - t1) / (double)(rows - 1) : t1;
-    s->step_us = t1 > s->row_us ? t1 - s->row_us : 0;
+    double width = (double)rows * (double)(pos - pos_q);
+    s->pos_us = width > 0 && t[1] > t[2] ? (t[1] - t[2]) / width : 0;
+    s->group_us = rows > 1 && t[3] > t[1] ? (t[3] - t[1]) / (double)(rows - 1) : 0;
+    double one = s->pos_us * (double)(pos + 1); /* what a row at pos reads */
+    s->row_us = rows > 1 ? (t[1] - t[0]) / (double)(rows - 1) - one : 0;
+    if (s->row_us < 0)
+        s->row_us = 0;
+    s->step_us = t[0] - s->group_us - one - s->row_us;
+    if (s->step_us < 0)
+        s->step_us = 0;
     s->tok_us = tp > s->step_us ? (tp - s->step_us) / (double)pre : tp / (double)pre;
     /* a prompt token never costs more than a decode row (the same products, batched, and a
      * shorter attention): a slow prefill run on a busy machine must not shrink the budget
      * below the decode rows */
-    if (s->tok_us > s->row_us)
-        s->tok_us = s->row_us;
+    if (s->tok_us > s->row_us + one)
+        s->tok_us = s->row_us + one;
     if (s->tok_us <= 0)
         s->tok_us = 1;
     return 0;
@@ -287,13 +307,15 @@ static void state_free(struct tg_state *s)
     tsh_model_free(s->m);
     free(s->used);
     free(s->cleared);
-    free(s->owner);
     free(s->tok);
     free(s->slot);
     free(s->pos);
     free(s->chunks);
     free(s->chunk_req);
     free(s->dec_req);
+    free(s->groups);
+    free(s->best);
+    free(s->first);
     free(s);
 }
 
@@ -311,6 +333,16 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     s->chunk_fixed = ts_config_get_long(ctx, "handler.prefill_chunk", 0);
     s->max_prefill = ts_config_get_long(ctx, "handler.max_prefill_tokens", DEFAULT_MAX_PREFILL);
     long want_ctx = ts_config_get_long(ctx, "handler.context_length", 0);
+    const char *split = ts_config_get(ctx, "handler.decode_groups");
+    s->split = 1;
+    if (split && ts_parse_bool(split, &s->split)) {
+        ts_set_load_error(ctx,
+                          "model-config.yaml: handler.decode_groups: \"%s\" is not true or "
+                          "false",
+                          split);
+        free(s);
+        return -1;
+    }
     if (s->max_new_default < 0 || s->max_new_default > TEXTGEN_MAX_NEW_LIMIT ||
         s->chunk_fixed < 0 || s->max_prefill < 1 || want_ctx < 0) {
         ts_set_load_error(ctx, "handler.max_new_tokens, handler.prefill_chunk, "
@@ -363,21 +395,24 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     s->used = xcalloc((size_t)s->slots, 1);
     s->cleared = xcalloc((size_t)s->slots, 1);
     s->has_clear = tsh_has_method(s->m, "clear_slot");
-    s->has_copy = tsh_has_method(s->m, "copy_slot");
-    s->owner = xmalloc((size_t)s->slots * sizeof(*s->owner));
     s->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*s->chunks));
     s->chunk_req = xmalloc((size_t)s->slots * sizeof(*s->chunk_req));
     s->dec_req = xmalloc((size_t)s->slots * sizeof(*s->dec_req));
+    s->groups = xmalloc((size_t)s->slots * 4 * sizeof(*s->groups));
+    s->best = xmalloc((size_t)s->slots * sizeof(*s->best));
+    s->first = xmalloc((size_t)s->slots * sizeof(*s->first));
     if (calibrate(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s: %s", file, err);
         goto fail;
     }
     ts_log(ctx, LOG_LEVEL_INFO,
            "textgen: %d slots of %lld positions, KV cache %.1f MB (%s); a step costs %.0f us, "
-           "plus %.0f us per decode row and %.0f us per prompt token",
+           "plus %.0f us per decode row, %.0f us per decode group%s and %.1f us per 1000 slot "
+           "positions it reads, and %.0f us per prompt token",
            s->slots, (long long)s->ctx_len, (double)tsh_value_nbytes(s->cache) / 1048576.0,
            s->has_clear ? "touched as slots are first used" : "as new_cache made it", s->step_us,
-           s->row_us, s->tok_us);
+           s->row_us, s->group_us, s->split ? "" : " (one group: handler.decode_groups false)",
+           s->pos_us * 1000, s->tok_us);
     *state = s;
     return 0;
 fail:
@@ -401,6 +436,23 @@ static void finish(struct ts_ctx *ctx, size_t i, struct tg_seq *u, struct buf *t
     set_usage(ctx, i, "x-ts-completion-tokens", u->generated);
     ts_set_header(ctx, i, "x-ts-finish-reason", reason);
     ts_set_response(ctx, i, text->data ? (const char *)text->data : "", text->len);
+}
+
+/* The slot for a new request: the lowest free one above the highest busy one, else the lowest
+ * free one; -1 when all are busy. Requests that arrive together sit together, in the order of
+ * their positions, which plan_groups cuts into short reads, and the busy range does not
+ * wander over the cache (whose pages a slot takes at its first use). */
+static int free_slot(const struct tg_state *s)
+{
+    int top = s->slots;
+    while (top > 0 && !s->used[top - 1])
+        top--;
+    if (top < s->slots)
+        return top;
+    for (int k = 0; k < s->slots; k++)
+        if (!s->used[k])
+            return k;
+    return -1;
 }
 
 /* A new request: its parameters, a slot. 0 when it goes on; else it has been answered. */
@@ -439,10 +491,8 @@ static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
         textgen_params_free(&p);
         return -1;
     }
-    int slot = 0;
-    while (slot < s->slots && s->used[slot])
-        slot++;
-    if (slot == s->slots) {
+    int slot = free_slot(s);
+    if (slot < 0) {
         /* the frontend sends a worker at most batchSize requests at once: a handler bug */
         ts_set_error(ctx, i, 503, "textgen: all %d KV cache slots are in use", s->slots);
         textgen_params_free(&p);
@@ -508,55 +558,100 @@ static int by_arrival(const void *a, const void *b, void *arg)
     return x->arrival < y->arrival ? -1 : x->arrival > y->arrival;
 }
 
-/* Prompt tokens this step may take. */
-static long prefill_budget(const struct tg_state *s, size_t n_dec)
+static int by_slot(const void *a, const void *b, void *arg)
+{
+    struct ts_ctx *ctx = arg;
+    const struct tg_seq *x = ts_get_user(ctx, *(const size_t *)a);
+    const struct tg_seq *y = ts_get_user(ctx, *(const size_t *)b);
+    return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+/* What a decode group over rows i..j (in slot order) reads: its slot range times its longest
+ * position. */
+static double group_reads(const struct tg_state *s, size_t i, size_t j, int64_t t)
+{
+    return (double)(s->slot[j] - s->slot[i] + 1) * (double)t;
+}
+
+/* Cuts the decode rows, in slot order in s->tok/slot/pos, into groups of neighbouring slots
+ * (s->groups): a group reads its slot range up to its longest position and costs group_us of
+ * its own, and the cuts are the cheapest ones (best[j]: the cheapest cost of rows 0..j, whose
+ * last group starts at first[j]; O(n_dec^2), n_dec <= batchSize). One group when
+ * handler.decode_groups is false. Returns what the groups cost, in us. */
+static double plan_groups(struct tg_state *s, struct ts_ctx *ctx, size_t n_dec)
+{
+    s->ngroups = 0;
+    if (!n_dec)
+        return 0;
+    int64_t t_all = 0;
+    for (size_t j = 0; j < n_dec; j++) {
+        int64_t t = 0;
+        size_t i = j + 1;
+        do {
+            i--;
+            if (s->pos[i] + 1 > t)
+                t = s->pos[i] + 1;
+            double c = s->group_us + s->pos_us * group_reads(s, i, j, t) + (i ? s->best[i - 1] : 0);
+            if (i == j || c < s->best[j]) {
+                s->best[j] = c;
+                s->first[j] = i;
+            }
+        } while (i > 0 && s->split);
+        if (!s->split)
+            s->first[j] = 0;
+        if (t > t_all)
+            t_all = t;
+    }
+    /* the groups, found from the last row back */
+    double reads = 0;
+    for (size_t end = n_dec; end > 0; end = s->first[end - 1]) {
+        size_t i = s->first[end - 1];
+        int64_t t = 0;
+        for (size_t k = i; k < end; k++)
+            if (s->pos[k] + 1 > t)
+                t = s->pos[k] + 1;
+        int64_t *g = s->groups + 4 * s->ngroups++;
+        g[0] = s->slot[i];
+        g[1] = s->slot[end - 1] + 1;
+        g[2] = t;
+        g[3] = (int64_t)(end - i);
+        reads += group_reads(s, i, end - 1, t);
+    }
+    for (size_t a = 0, b = s->ngroups - 1; a < b; a++, b--)
+        for (int k = 0; k < 4; k++) {
+            int64_t x = s->groups[4 * a + k];
+            s->groups[4 * a + k] = s->groups[4 * b + k];
+            s->groups[4 * b + k] = x;
+        }
+    ts_counter_add(ctx, "decode_groups", (int64_t)s->ngroups);
+    ts_counter_add(ctx, "kv_read", (int64_t)reads);
+    ts_counter_add(ctx, "kv_one", (int64_t)group_reads(s, 0, n_dec - 1, t_all));
+    return (double)s->ngroups * s->group_us + s->pos_us * reads;
+}
+
+/* Whether the last `tail` tokens of a prompt that go over this step's measured budget are taken
+ * with the rest of it: when they cost less than a step's own cost, since the step they would
+ * otherwise need costs the prompt's first token a whole step more, and the others wait for them
+ * either way. Never beyond handler.max_prefill_tokens, nor with a fixed handler.prefill_chunk. */
+static int tail_rides(const struct tg_state *s, size_t n_dec, long budget, int64_t tail)
+{
+    return n_dec > 0 && !s->chunk_fixed && budget + tail <= s->max_prefill &&
+           (double)tail * s->tok_us <= s->step_us;
+}
+
+/* Prompt tokens this step may take, when its decode rows cost dec_us. */
+static long prefill_budget(const struct tg_state *s, size_t n_dec, double dec_us)
 {
     if (n_dec == 0)
         return s->max_prefill;
     long b = s->chunk_fixed;
     if (!b) {
-        double est = (s->step_us + s->row_us * (double)n_dec) / s->tok_us;
+        double est = (s->step_us + s->row_us * (double)n_dec + dec_us) / s->tok_us;
         b = est > (double)s->max_prefill ? s->max_prefill : (long)est;
     }
     if (b < CHUNK_MIN)
         b = CHUNK_MIN;
     return b > s->max_prefill ? s->max_prefill : b;
-}
-
-/* Keeps the busy slots at the bottom: the sequence in the highest busy slot moves into the
- * lowest free one below it, as long as there is one. Only slots held by a request of this step
- * move; a failed copy leaves the sequence where it is (it stays correct, only wider to read). */
-static void compact(struct tg_state *s, struct ts_ctx *ctx, size_t n)
-{
-    if (!s->has_copy)
-        return;
-    for (int k = 0; k < s->slots; k++)
-        s->owner[k] = -1;
-    for (size_t i = 0; i < n; i++) {
-        struct tg_seq *u = ts_is_cancelled(ctx, i) ? NULL : ts_get_user(ctx, i);
-        if (u)
-            s->owner[u->slot] = (int)i;
-    }
-    int lo = 0;
-    for (int hi = s->slots - 1; hi > lo; hi--) {
-        if (s->owner[hi] < 0)
-            continue;
-        while (lo < hi && s->used[lo])
-            lo++;
-        if (lo == hi)
-            break;
-        char err[512];
-        struct tg_seq *u = ts_get_user(ctx, (size_t)s->owner[hi]);
-        if ((s->has_clear && !s->cleared[lo] && clear_slot(s, lo, err, sizeof(err))) ||
-            cache_call(s, "copy_slot", (int64_t[]){hi, lo, u->ncache}, 3, err, sizeof(err))) {
-            ts_log(ctx, LOG_LEVEL_WARN, "textgen: %s", err);
-            return;
-        }
-        s->used[lo] = 1;
-        s->used[hi] = 0;
-        u->slot = lo;
-        ts_counter_add(ctx, "slot_moves", 1);
-    }
 }
 
 static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
@@ -575,26 +670,28 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         else
             s->dec_req[n_dec++] = i; /* one slot each: at most s->slots */
     }
-    compact(s, ctx, n);
-    /* the rows: decode rows first, then the oldest prompts' chunks within the budget */
-    long budget = prefill_budget(s, n_dec);
-    if (npre > 1)
-        qsort_r(pre, npre, sizeof(*pre), by_arrival, ctx);
-    size_t nrows = n_dec, nchunks = 0;
-    int64_t t_dec = 0;
-    grow_rows(s, n_dec + (size_t)budget);
+    /* the rows: decode rows first, in slot order and cut into groups, then the oldest prompts'
+     * chunks within the budget */
+    if (n_dec > 1)
+        qsort_r(s->dec_req, n_dec, sizeof(*s->dec_req), by_slot, ctx);
+    grow_rows(s, n_dec + (size_t)s->max_prefill); /* a step's prompt tokens: at most that */
     for (size_t k = 0; k < n_dec; k++) {
         struct tg_seq *u = ts_get_user(ctx, s->dec_req[k]);
         s->tok[k] = u->next;
         s->slot[k] = u->slot;
         s->pos[k] = u->ncache;
-        if (u->ncache + 1 > t_dec)
-            t_dec = u->ncache + 1;
     }
+    long budget = prefill_budget(s, n_dec, plan_groups(s, ctx, n_dec));
+    if (npre > 1)
+        qsort_r(pre, npre, sizeof(*pre), by_arrival, ctx);
+    size_t nrows = n_dec, nchunks = 0;
     long left = budget;
     for (size_t k = 0; k < npre && left > 0; k++) {
         struct tg_seq *u = ts_get_user(ctx, pre[k]);
-        int64_t take = u->plen - u->fed < left ? u->plen - u->fed : left;
+        int64_t rest = u->plen - u->fed;
+        int64_t take = rest < left ? rest : left;
+        if (rest > left && tail_rides(s, n_dec, budget, rest - left))
+            take = rest;
         int64_t *c = s->chunks + 3 * nchunks;
         c[0] = u->slot;
         c[1] = (int64_t)nrows;
@@ -613,7 +710,7 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         struct tsh_tensor *out;
         size_t nout;
         char err[512];
-        if (run_step(s, nrows, n_dec, t_dec, s->chunks, nchunks, &out, &nout, err, sizeof(err))) {
+        if (run_step(s, nrows, n_dec, s->chunks, nchunks, &out, &nout, err, sizeof(err))) {
             /* every request of the step fails: the cache may hold half of this step */
             ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", err);
             for (size_t k = 0; k < n_dec; k++)

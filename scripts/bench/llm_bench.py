@@ -11,7 +11,9 @@ token), read by the C client llm_load (env LLM_LOAD). Reported:
   - TTFT p50/p99: request sent to first token; inter-token p50/p99/max: gaps between a stream's
     consecutive tokens, all streams (max: the longest stall);
   - the limit: the same model's batched greedy loop in plain PyTorch at the same batch size,
-    run in this process on one thread like the worker (all prompts prefilled in one step(),
+    run in this process on one thread like the worker (OMP_NUM_THREADS=1, which the worker
+    gets from worker_threads and which OpenBLAS reads too: torch.set_num_threads alone leaves
+    OpenBLAS's GEMMs on every core; all prompts prefilled in one step(),
     then NEW - 1 decode steps of the whole batch in lockstep), just before each server run with
     the server idle: its tokens/s, and the ratio;
   - the targets: server tokens/s >= 0.85 of the loop's at 32 streams; TTFT p99 <= the prefill
@@ -19,7 +21,8 @@ token), read by the C client llm_load (env LLM_LOAD). Reported:
   - the worker's mean batch (tokens / steps from its counters) and the CPU seconds of the
     frontend, the worker and the client per 1000 tokens.
 REPEAT (default 1) runs per load; the best of the server's and of the loop's are reported. PREFILL_CHUNK sets
-handler.prefill_chunk (default: the model-config's, 0 = measured). The server is
+handler.prefill_chunk (default: the model-config's, 0 = measured), DECODE_GROUPS
+handler.decode_groups (default true; false: one attention product per step). The server is
 started like the integration tests start it (tests/integration/conftest.py): batchSize 64,
 worker_threads 1.
 """
@@ -30,6 +33,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+# before torch is loaded (conftest and the loop import it): OpenBLAS takes its thread count from
+# the environment at load time, and the worker runs with OMP_NUM_THREADS=1 (worker_threads)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if len(sys.argv) > 1:
@@ -111,6 +118,7 @@ def loop_limit(m, batch, ps):
     the loop's decode step time."""
     import torch
     none = torch.zeros(0, 3, dtype=torch.long)
+    nogroup = torch.zeros(0, 4, dtype=torch.long)
     with torch.inference_mode():
         cache = m.new_cache(batch, PROMPT + NEW)
         for s in range(batch):
@@ -120,13 +128,13 @@ def loop_limit(m, batch, ps):
         pos = torch.arange(PROMPT).repeat(batch)
         chunks = torch.tensor([[s, s * PROMPT, PROMPT] for s in range(batch)])
         t0 = time.perf_counter()
-        lg = m.step(cache, toks, slots, pos, 0, 0, chunks)
+        lg = m.step(cache, toks, slots, pos, nogroup, chunks)
         nxt = lg.argmax(-1)
         t1 = time.perf_counter()
         for k in range(NEW - 1):
             p = PROMPT + k
-            lg = m.step(cache, nxt, torch.arange(batch), torch.full((batch,), p), batch, p + 1,
-                        none)
+            lg = m.step(cache, nxt, torch.arange(batch), torch.full((batch,), p),
+                        torch.tensor([[0, batch, p + 1, batch]]), none)
             nxt = lg.argmax(-1)
         t2 = time.perf_counter()
     return batch * NEW / (t2 - t0), (t2 - t1) / max(NEW - 1, 1)
@@ -141,8 +149,8 @@ def prefill_alone(m, ps):
         best = float("inf")
         for _ in range(5):
             t = time.perf_counter()
-            m.step(cache, x, torch.zeros(PROMPT, dtype=torch.long), torch.arange(PROMPT), 0, 0,
-                   torch.tensor([[0, 0, PROMPT]]))
+            m.step(cache, x, torch.zeros(PROMPT, dtype=torch.long), torch.arange(PROMPT),
+                   torch.zeros(0, 4, dtype=torch.long), torch.tensor([[0, 0, PROMPT]]))
             best = min(best, time.perf_counter() - t)
     return best
 
@@ -156,7 +164,8 @@ def main():
     with open(bodies, "w") as f:
         for p in ps:
             f.write(json.dumps({"prompt": p, "max_new_tokens": NEW}) + "\n")
-    handler = {"prefill_chunk": os.environ["PREFILL_CHUNK"]} if "PREFILL_CHUNK" in os.environ else {}
+    handler = {k: os.environ[e] for k, e in (("prefill_chunk", "PREFILL_CHUNK"),
+                                            ("decode_groups", "DECODE_GROUPS")) if e in os.environ}
     # the worker's token and step counters come back as x-ts-worker-* headers (opt-in)
     srv = start_server(tmp, models=["tiny_gpt"], config={"worker_debug_headers": True},
                        yaml={"tiny_gpt": {"batchSize": 64, "handler": handler}})

@@ -2,7 +2,8 @@
 # tiny_gpt under load (issue 36): tokens/s, TTFT and inter-token latency at 1, 8, 32 and 64
 # concurrent streams against the same model's batched greedy loop in plain PyTorch.
 #   scripts/bench/llm_bench.sh [BUILD_DIR]      (default build; needs `make all models`)
-# See llm_bench.py for what is measured. Env: CONC, PROMPT, NEW, SPREAD_MS, REPEAT.
+# See llm_bench.py for what is measured. Env: CONC, PROMPT, NEW, SPREAD_MS, REPEAT, PREFILL_CHUNK,
+# DECODE_GROUPS.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}

@@ -10,8 +10,9 @@ and printed (pytest -s).
 
 The textgen handler reports worker counters as response headers: x-ts-worker-tokens,
 x-ts-worker-steps, x-ts-worker-prefill_tokens, x-ts-worker-slots_in_use (KV cache slots held
-when the frame left) and x-ts-worker-slot_moves (sequences moved down into a freed slot). A probe
-request reads them.
+when the frame left), x-ts-worker-decode_groups, and x-ts-worker-kv_read and x-ts-worker-kv_one
+(slot positions the decode groups read, and what one group over the decoding slots would have
+read). A probe request reads them.
 """
 import json
 import os
@@ -73,15 +74,16 @@ def alone_run(prompt, n):
     toks, gaps = [], []
     with torch.no_grad():
         lg = m.step(cache, torch.tensor(x), torch.zeros(len(x), dtype=torch.long),
-                    torch.arange(len(x)), 0, 0, torch.tensor([[0, 0, len(x)]]))[-1]
+                    torch.arange(len(x)), torch.zeros(0, 4, dtype=torch.long),
+                    torch.tensor([[0, 0, len(x)]]))[-1]
         pos = len(x)
         for _ in range(n):
             top = torch.topk(lg, 2).values
             gaps.append(float(top[0] - top[1]))
             t = int(lg.argmax())
             toks.append(t)
-            lg = m.step(cache, torch.tensor([t]), torch.tensor([0]), torch.tensor([pos]), 1,
-                        pos + 1, none)[0]
+            lg = m.step(cache, torch.tensor([t]), torch.tensor([0]), torch.tensor([pos]),
+                        torch.tensor([[0, 1, pos + 1, 1]]), none)[0]
             pos += 1
     return toks, gaps
 
@@ -263,9 +265,63 @@ def test_16_streams_and_one_joining_match_their_alone_runs(server_factory):
     assert tokens == sum(n for _, n in jobs) + join[1]
     assert tokens / steps > 4, (tokens, steps)  # they ran as one batch
     assert after["slots_in_use"] == 1
-    # the short ones finished first: sequences above their freed slots were moved down
-    # (copy_slot), and still got their alone-run's tokens
-    assert after.get("slot_moves", 0) > before.get("slot_moves", 0), (before, after)
+
+
+def staggered(srv, jobs):
+    """The jobs' streams, each started once the one before has its first token (so they hold
+    slots 0, 1, 2, ... in order): their texts."""
+    out = [b""] * len(jobs)
+    errors = []
+    threads = []
+
+    def one(i, prompt, n, first):
+        try:
+            r = srv.post("/predictions/tiny_gpt", json={"prompt": prompt, "max_new_tokens": n},
+                         stream=True, timeout=300)
+            assert r.status_code == 200, r.text
+            for c in r.iter_content(None):
+                out[i] += c
+                first.set()
+        except Exception as e:  # reported below
+            errors.append(e)
+        first.set()
+
+    for i, (p, n) in enumerate(jobs):
+        first = threading.Event()
+        threads.append(threading.Thread(target=one, args=(i, p, n, first)))
+        threads[-1].start()
+        assert first.wait(120)
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    return out
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_decode_groups_read_each_sequence_about_its_own_length(server_factory, split):
+    """4 streams at far-apart positions (prompts of 400, 250, 100 and 10 tokens, in slots 0-3):
+    the decode rows go in groups that read less of the cache than one product over the 4 slots up
+    to the longest (kv_read against kv_one), and each stream gets its alone-run's tokens. With
+    handler.decode_groups: false, one product per step reads exactly that."""
+    srv = server_factory(models=["tiny_gpt"], config=DEBUG, yaml={"tiny_gpt": {
+        "batchSize": 8, "handler": {"decode_groups": split}}})
+    srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
+    before = probe(srv)
+    jobs = [(prompt_of(20 + i, length), 60) for i, length in enumerate((400, 250, 100, 10))]
+    texts = staggered(srv, jobs)
+    after = probe(srv)
+    ties = []
+    for t, (p, n) in zip(texts, jobs):
+        compare(t, p, n, ties)
+    groups, read, one = (after[k] - before.get(k, 0) for k in ("decode_groups", "kv_read",
+                                                               "kv_one"))
+    steps = after["steps"] - before["steps"] - 1
+    print(f"\ndecode_groups {split}: {groups} groups in {steps} steps, slot positions read {read}"
+          f" against {one} in one group ({read / one:.2f}); near ties {ties}")
+    if split:
+        assert groups > steps and read < 0.8 * one, (groups, steps, read, one)
+    else:
+        assert groups <= steps and read == one, (groups, steps, read, one)
 
 
 def open_stream(port, prompt, n):
@@ -325,3 +381,11 @@ def test_64_streams_finish_with_nothing_leaked(server_factory):
     print(f"\n64 streams: {compared} steps compared, {len(ties)} near ties (< {TIE}): {ties}")
     assert rss[1][0] - rss[0][0] < 8 * 1024, rss  # frontend
     assert rss[1][1] - rss[0][1] < 16 * 1024, rss  # worker
+
+
+def test_decode_groups_other_values_are_refused(server_factory):
+    s = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"handler": {
+        "decode_groups": "sometimes"}}}, load=False, config={"enable_model_api": "true"})
+    r = s.post("/models?url=tiny_gpt&initial_workers=1&synchronous=true", api="management")
+    assert r.status_code == 500, r.text
+    assert 'handler.decode_groups: "sometimes" is not true or false' in r.json()["message"], r.text

@@ -4,7 +4,7 @@ Byte-level vocabulary (256 ids, a token is a byte), 4 pre-norm blocks of d_model
 64, an MLP of 1024 with GELU), rotary position embeddings (RoPE), a final LayerNorm and an
 untied output layer. Context: CTX positions.
 
-Three scripted entry points:
+Scripted entry points (and context_length(), the positions it was built for):
 
     forward(x: int64 [B, T]) -> logits float32 [B, T, 256]
         the plain causal transformer over whole sequences, no cache: training and the tests'
@@ -17,30 +17,30 @@ Three scripted entry points:
         few slots holds few pages of it.
 
     clear_slot(cache, slot: int)
-        zeros one slot: the server calls it before the slot's first use. Attention reads a slot
-        up to the longest sequence of the step, masked beyond its own length: what lies there
-        must be finite, which zeros are and an earlier sequence's keys and values are.
+        zeros one slot: the server calls it before the slot's first use. Attention may read a slot
+        beyond its own length, masked: what lies there must be finite, which zeros are and an
+        earlier sequence's keys and values are.
 
-    copy_slot(cache, src: int, dst: int, n: int)
-        copies positions 0..n-1 of one slot into another (a cleared one): the server moves a
-        sequence down into a slot that was freed below it, so that the busy slots stay at the
-        bottom (see below).
-
-    step(cache, tokens, slots, pos, n_dec: int, t_dec: int, chunks) -> logits [n_dec + P, 256]
+    step(cache, tokens, slots, pos, groups, chunks) -> logits [n_dec + P, 256]
         one iteration of continuous batching over N rows, a row being one token of one slot at
-        one position (tokens, slots, pos: int64 [N]). Rows 0..n_dec-1 decode: one row per slot,
-        distinct slots, each attending to its slot's positions 0..pos; t_dec is the largest of
-        their pos + 1. The other rows are prefill chunks: chunks is int64 [P, 3], for each chunk
-        (slot, first row, rows), rows that are consecutive positions of one slot. Every row's key
-        and value are written into the cache in place before attention, so a chunk attends to
-        what earlier steps left in its slot and to itself (causally). The result holds the
-        logits of each decode row, then of the last row of each chunk.
+        one position (tokens, slots, pos: int64 [N]). The first rows decode: one row per slot,
+        distinct slots, each attending to its slot's positions 0..pos. They come in groups:
+        groups is int64 [G, 4], for each group (slot_lo, slot_hi, t, rows): its next `rows` rows,
+        in slot order, have slots in [slot_lo, slot_hi) and positions below t, and attend in one
+        batched product over the cache slots slot_lo..slot_hi-1, positions 0..t-1, as they lie in
+        memory (no copy of anyone's keys): a slot of the range without a row computes a row that
+        is dropped, and a row is masked beyond its own position. The other rows are prefill
+        chunks: chunks is int64 [P, 3], for each chunk (slot, first row, rows), rows that are
+        consecutive positions of one slot. Every row's key and value are written into the cache
+        in place before attention, so a chunk attends to what earlier steps left in its slot and
+        to itself (causally). The result holds the logits of each decode row, then of the last
+        row of each chunk.
 
-The decode rows attend in one batched product over the cache slots 0..max(slot) as they lie in
-memory (no copy of anyone's keys): a slot that does not decode in this step computes a row that
-is dropped. A server that gives out the lowest free slot, and moves a sequence from the highest
-busy slot into a slot freed below it (copy_slot), keeps that range short: early sequences finish
-first, and without the move their late neighbours would keep the range at its widest.
+What a group reads is (slot_hi - slot_lo) x t positions of keys and values per layer, the larger
+part of a decode row's cost, and a group costs a few small products of its own: the server
+(backend/handlers/textgen.c) cuts its decoding slots into the groups that cost least. A group
+that has a row for every slot of its range needs no scatter of its queries, and one whose rows
+are all at position t - 1 (a batch in lockstep) no mask.
 """
 import math
 from typing import List, Tuple
@@ -131,55 +131,80 @@ class TinyGPT(nn.Module):
         cache[:, :, slot].zero_()
 
     @torch.jit.export
-    def copy_slot(self, cache: Tensor, src: int, dst: int, n: int):
-        cache[:, :, dst, :, :n] = cache[:, :, src, :, :n]
-
-    @torch.jit.export
     def context_length(self) -> int:
         return self.ctx
 
     @torch.jit.export
-    def step(self, cache: Tensor, tokens: Tensor, slots: Tensor, pos: Tensor, n_dec: int,
-             t_dec: int, chunks: Tensor) -> Tensor:
+    def step(self, cache: Tensor, tokens: Tensor, slots: Tensor, pos: Tensor, groups: Tensor,
+             chunks: Tensor) -> Tensor:
         n = tokens.size(0)
         h = self.tok(tokens)
-        cos = self.cos.index_select(0, pos)[:, None]  # [N, 1, HALF]: broadcast over heads
-        sin = self.sin.index_select(0, pos)[:, None]
-        dslots = slots[:n_dec]
-        s_used = 0
-        mask = torch.zeros(0)
-        if n_dec > 0:
-            s_used = int(dslots.max()) + 1
-            # each used slot's last visible position: its decode row's, 0 for one that is not
-            # decoding now (its row is dropped; one visible key keeps its softmax finite)
-            last = torch.zeros(s_used, dtype=torch.long)
-            last.index_copy_(0, dslots, pos[:n_dec])
-            mask = torch.zeros(s_used, 1, 1, t_dec)
-            mask.masked_fill_((torch.arange(t_dec)[None, :] > last[:, None])[:, None, None],
-                              float("-inf"))
+        cos = self.cos.index_select(0, pos)[:, None, None]  # [N, 1, 1, HALF]: q and k, all heads
+        sin = self.sin.index_select(0, pos)[:, None, None]
+        # each decode group: its rows; unless it is dense (a row for every slot of its range, in
+        # slot order), where they sit in the range; unless all its rows are at its last position,
+        # its mask
+        group_list: List[List[int]] = groups.tolist()
+        g_row: List[int] = []
+        g_idx: List[Tensor] = []
+        g_mask: List[Tensor] = []
+        g_dense: List[bool] = []
+        g_masked: List[bool] = []
+        n_dec = 0
+        for g in group_list:
+            lo, hi, t, nr = g[0], g[1], g[2], g[3]
+            idx = slots[n_dec:n_dec + nr] - lo
+            gpos = pos[n_dec:n_dec + nr]
+            dense = hi - lo == nr and bool((idx == torch.arange(nr)).all())
+            masked = not dense or not bool((gpos == t - 1).all())
+            mask = torch.zeros(0)
+            if masked:
+                # each slot's last visible position: its row's, 0 for a slot of the range that
+                # does not decode now (its row is dropped; one visible key keeps softmax finite)
+                last = torch.zeros(hi - lo, dtype=torch.long)
+                last.index_copy_(0, idx, gpos)
+                mask = torch.zeros(hi - lo, 1, 1, t)
+                mask.masked_fill_((torch.arange(t)[None, :] > last[:, None])[:, None, None],
+                                  float("-inf"))
+            g_row.append(n_dec)
+            g_idx.append(idx)
+            g_mask.append(mask)
+            g_dense.append(dense)
+            g_masked.append(masked)
+            n_dec += nr
         n_chunks = chunks.size(0)
         chunk_list: List[List[int]] = chunks.tolist()
         for layer, blk in enumerate(self.blocks):
             qkv = blk.qkv(blk.ln1(h)).view(n, 3, self.heads, self.head_dim)
-            q = rotate(qkv[:, 0], cos, sin)
-            k = rotate(qkv[:, 1], cos, sin)
+            qk = rotate(qkv[:, :2], cos, sin)
+            q = qk[:, 0] * self.scale  # a power of two: the same as scaling the scores
             ck = cache[layer, 0]
             cv = cache[layer, 1]
-            ck[slots, :, pos] = k
+            ck[slots, :, pos] = qk[:, 1]
             cv[slots, :, pos] = qkv[:, 2]
             o = torch.empty(n, self.heads, self.head_dim)
-            if n_dec > 0:
-                qd = torch.zeros(s_used, self.heads, 1, self.head_dim)
-                qd[dslots, :, 0] = q[:n_dec]
-                att = torch.matmul(qd, ck[:s_used, :, :t_dec].transpose(-1, -2)) * self.scale
-                att = (att + mask).softmax(-1)
-                od = torch.matmul(att, cv[:s_used, :, :t_dec])
-                o[:n_dec] = od[dslots, :, 0]
+            for gi in range(len(group_list)):
+                lo, hi, t, nr = group_list[gi][0], group_list[gi][1], group_list[gi][2], \
+                    group_list[gi][3]
+                r0 = g_row[gi]
+                if g_dense[gi]:
+                    qd = q[r0:r0 + nr].unsqueeze(2)
+                else:
+                    qd = torch.zeros(hi - lo, self.heads, 1, self.head_dim)
+                    qd[g_idx[gi], :, 0] = q[r0:r0 + nr]
+                att = torch.matmul(qd, ck[lo:hi, :, :t].transpose(-1, -2))
+                if g_masked[gi]:
+                    att = att + g_mask[gi]
+                od = torch.matmul(att.softmax(-1), cv[lo:hi, :, :t])
+                if g_dense[gi]:
+                    o[r0:r0 + nr] = od[:, :, 0]
+                else:
+                    o[r0:r0 + nr] = od[g_idx[gi], :, 0]
             for c in range(n_chunks):
                 slot, r0, nr = chunk_list[c][0], chunk_list[c][1], chunk_list[c][2]
                 p0 = int(pos[r0])
                 qc = q[r0:r0 + nr].transpose(0, 1)  # [H, nr, HD]
-                att = torch.matmul(qc, ck[slot, :, :p0 + nr].transpose(-1, -2)) * self.scale
+                att = torch.matmul(qc, ck[slot, :, :p0 + nr].transpose(-1, -2))
                 causal = torch.ones(nr, p0 + nr, dtype=torch.bool).triu(p0 + 1)
                 att = att.masked_fill(causal, float("-inf")).softmax(-1)
                 o[r0:r0 + nr] = torch.matmul(att, cv[slot, :, :p0 + nr]).transpose(0, 1)
