@@ -583,12 +583,9 @@ static double plan_groups(struct tg_state *s, struct ts_ctx *ctx, size_t n_dec)
     s->ngroups = 0;
     if (!n_dec)
         return 0;
-    int64_t t_all = 0;
-    for (size_t j = 0; j < n_dec; j++) {
+    for (size_t j = 0; s->split && j < n_dec; j++) {
         int64_t t = 0;
-        size_t i = j + 1;
-        do {
-            i--;
+        for (size_t i = j + 1; i-- > 0;) {
             if (s->pos[i] + 1 > t)
                 t = s->pos[i] + 1;
             double c = s->group_us + s->pos_us * group_reads(s, i, j, t) + (i ? s->best[i - 1] : 0);
@@ -596,33 +593,30 @@ static double plan_groups(struct tg_state *s, struct ts_ctx *ctx, size_t n_dec)
                 s->best[j] = c;
                 s->first[j] = i;
             }
-        } while (i > 0 && s->split);
-        if (!s->split)
-            s->first[j] = 0;
-        if (t > t_all)
-            t_all = t;
+        }
     }
-    /* the groups, found from the last row back */
+    /* the groups, found from the last row back and written in slot order */
+    for (size_t end = n_dec; end > 0; end = s->split ? s->first[end - 1] : 0)
+        s->ngroups++;
     double reads = 0;
-    for (size_t end = n_dec; end > 0; end = s->first[end - 1]) {
-        size_t i = s->first[end - 1];
+    int64_t t_all = 0;
+    size_t g = s->ngroups, end = n_dec;
+    while (end > 0) {
+        size_t i = s->split ? s->first[end - 1] : 0;
         int64_t t = 0;
         for (size_t k = i; k < end; k++)
             if (s->pos[k] + 1 > t)
                 t = s->pos[k] + 1;
-        int64_t *g = s->groups + 4 * s->ngroups++;
-        g[0] = s->slot[i];
-        g[1] = s->slot[end - 1] + 1;
-        g[2] = t;
-        g[3] = (int64_t)(end - i);
+        int64_t *row = s->groups + 4 * --g;
+        row[0] = s->slot[i];
+        row[1] = s->slot[end - 1] + 1;
+        row[2] = t;
+        row[3] = (int64_t)(end - i);
         reads += group_reads(s, i, end - 1, t);
+        if (t > t_all)
+            t_all = t;
+        end = i;
     }
-    for (size_t a = 0, b = s->ngroups - 1; a < b; a++, b--)
-        for (int k = 0; k < 4; k++) {
-            int64_t x = s->groups[4 * a + k];
-            s->groups[4 * a + k] = s->groups[4 * b + k];
-            s->groups[4 * b + k] = x;
-        }
     ts_counter_add(ctx, "decode_groups", (int64_t)s->ngroups);
     ts_counter_add(ctx, "kv_read", (int64_t)reads);
     ts_counter_add(ctx, "kv_one", (int64_t)group_reads(s, 0, n_dec - 1, t_all));
