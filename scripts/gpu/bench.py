@@ -5,14 +5,15 @@
    configuration workers:batchSize:maxBatchDelay:decode in RESNET_CONFIGS (decode: the image
    handlers' handler.decode, auto = nvjpeg on the GPU, or pil); and the limits they are
    measured against: PIL preprocessing (decode, Resize(256), CenterCrop(224), normalise) on one
-   core times the cores, and the GPU forward at the batch size.
+   core times the cores, the same preprocessing on the device in one process (decode: device,
+   the handler's own code), and the GPU forward at the batch size.
 2. the mlp at batch 1 over HTTP on one connection: p50/p99 end to end, eager and with
    handler.cuda_graph, and the forward the worker reports (x-ts-worker-forward-us).
 
 The load generator is wrk (C), never Python; this script only starts servers, runs wrk and
 reads what it prints. Usage:
     python3 scripts/gpu/bench.py --build DIR --store DIR --wrk PATH [--out FILE] [--quick]
-Env: RESNET_CONFIGS ("8:16:5:auto 14:8:5:pil"), DURATION (s per run, 15), WRK_LD (LD_LIBRARY_PATH of
+Env: RESNET_CONFIGS ("8:16:5:auto 4:16:5:auto 2:32:5:auto 14:8:5:pil"), DURATION (s per run, 15), WRK_LD (LD_LIBRARY_PATH of
 wrk only).
 """
 import argparse
@@ -112,6 +113,41 @@ def pil_rate(data, seconds=2.0):
     return n / (time.perf_counter() - t0)
 
 
+def device_rate(build, data, batch, seconds=2.0):
+    """image_classifier's preprocessing on the device (decode: device) of batches of batch
+    images in this process, images/s, and whether torchvision decodes them in one call."""
+    import torch
+    sys.path.insert(0, os.path.join(build, "lib", "python"))
+    try:
+        from ts.handler_utils import vision
+        from torchvision import transforms
+    finally:
+        sys.path.pop(0)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    p = vision.Pipeline(transforms.Compose([
+        transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
+        transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]))
+    jpegs = [(i, data) for i in range(batch)]
+
+    def one():
+        rows = p.device_stage(jpegs, dev)
+        out = torch.empty((batch, 3, 224, 224), device=dev)
+        for j, (_, image) in enumerate(rows):
+            p.write(image, out[j])
+        p.scale(out)
+        return out
+
+    for _ in range(3):
+        one()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        one()
+        n += batch
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return n / (time.perf_counter() - t0), vision.BATCHED_DECODE
+
+
 def forward_rate(store, batch, seconds=2.0):
     """resnet18's forward alone in this Python's torch on cuda (or the CPU), images/s."""
     import torch
@@ -146,13 +182,18 @@ def resnet(args, results):
     results["pil_limit_img_s"] = round(rate * cores, 1)
     log(f"PIL preprocessing: {rate:.0f} img/s on one core, {rate * cores:.0f} on {cores}")
     configs = os.environ.get("RESNET_CONFIGS",
-                             "2:8:5:auto" if args.quick else "8:16:5:auto 14:8:5:pil")
+                             "2:8:5:auto" if args.quick else
+                             "8:16:5:auto 4:16:5:auto 2:32:5:auto 14:8:5:pil")
     runs = []
     for cfg in configs.split():
         f = cfg.split(":")
         w, b, d = (int(v) for v in f[:3])
         decode = f[3] if len(f) > 3 else "auto"
         fwd = forward_rate(args.store, b, 1.0 if args.quick else 2.0)
+        if decode != "pil":
+            dec, batched = device_rate(args.build, data, b, 1.0 if args.quick else 2.0)
+            log(f"preprocessing on the device, batches of {b}: {dec:.0f} img/s in one process "
+                f"({'one decode call per batch' if batched else 'one decode call per image'})")
         store = tempfile.mkdtemp(dir=args.tmp)
         unpack(store, "resnet18", "resnet18.mar",
                {"minWorkers": w, "maxWorkers": w, "batchSize": b, "maxBatchDelay": d,
@@ -175,6 +216,7 @@ def resnet(args, results):
         r.update({"workers": w, "batch": b, "delay_ms": d, "decode": decode,
                   "load_s": round(load_s, 1),
                   "forward_limit_img_s": round(fwd, 1),
+                  "device_preprocess_img_s": round(dec, 1) if decode != "pil" else None,
                   "of_pil_limit": round(r["rps"] / (rate * cores), 3)})
         runs.append(r)
         log(f"resnet18 {w} workers, batch {b}, delay {d} ms, decode {decode}: "

@@ -410,10 +410,9 @@ def test_vision_keys_are_checked(server_factory):
         assert r.status_code == 500 and msg in r.json()["message"], r.text
 
 
-def test_preprocess_is_torchvisions_bit_for_bit(ref):
-    """ImageClassifier.preprocess (ToTensor and Normalize in place into the batch, images
-    prepared on a thread pool when torch has several threads) makes exactly the tensor of
-    torchvision's transforms and torch.stack, for JPEG and PNG, large and small images."""
+def classifier(ref, handler=None):
+    """An ImageClassifier on the CPU with ref's transform, as initialize() leaves it, built from
+    the build's ts package (handler: model-config.yaml's handler section)."""
     from conftest import BUILD
     sys.path.insert(0, os.path.join(BUILD, "lib", "python"))
     try:
@@ -424,10 +423,18 @@ def test_preprocess_is_torchvisions_bit_for_bit(ref):
     h = ImageClassifier()
     h.image_processing = ref["tf"]
     h.device = torch.device("cpu")
-    h.model_yaml_config = {}
+    h.model_yaml_config = {"handler": handler} if handler else {}
     h.context = Context("r", ref["dir"], None, 4, None, "t")
     h._configure_decoding()
     h._failed, h._pool = {}, None
+    return h
+
+
+def test_preprocess_is_torchvisions_bit_for_bit(ref):
+    """ImageClassifier.preprocess (ToTensor and Normalize in place into the batch, images
+    prepared on a thread pool when torch has several threads) makes exactly the tensor of
+    torchvision's transforms and torch.stack, for JPEG and PNG, large and small images."""
+    h = classifier(ref)
     images = [make_image(300, "JPEG", (640, 480)), make_image(301, "PNG", (480, 640)),
               make_image(302, "JPEG", (200, 150)), textured_jpeg(303, (1280, 960))]
     want = torch.stack([ref["tf"](Image.open(io.BytesIO(d))) for d in images])
@@ -439,3 +446,39 @@ def test_preprocess_is_torchvisions_bit_for_bit(ref):
             assert torch.equal(got, want), f"{n} thread(s): max diff {(got - want).abs().max()}"
     finally:
         torch.set_num_threads(threads)
+
+
+def test_device_preprocess_is_the_per_image_tensor_path_bit_for_bit(ref):
+    """handler.decode: device prepares a batch's JPEGs together (one decode call where
+    torchvision takes a list, one Resize and CenterCrop per image size, one division and
+    Normalize for the batch): the tensor equals each image decoded and transformed on its own,
+    bit for bit, for images of three sizes in any order; a PNG among them takes the PIL path,
+    and a broken JPEG and a text that is not base64 fail alone, with their request named."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+    h = classifier(ref, {"decode": "device"})
+    assert h.decode_device == torch.device("cpu")
+    tensor_tf = transforms.Compose([transforms.Resize(256, antialias=True),
+                                    transforms.CenterCrop(224),
+                                    transforms.ConvertImageDtype(torch.float32),
+                                    transforms.Normalize(**NORM)])
+
+    def alone(data):
+        if data[:3] != b"\xff\xd8\xff":
+            return ref["tf"](Image.open(io.BytesIO(data)))
+        return tensor_tf(decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                                     mode=ImageReadMode.RGB))
+
+    jpegs = [textured_jpeg(310, (640, 480)), make_image(311, "JPEG", (480, 640)),
+             textured_jpeg(312, (640, 480)), make_image(313, "JPEG", (200, 150)),
+             make_image(314, "JPEG", (480, 640))]
+    png = make_image(315, "PNG", (320, 240))
+    broken = jpegs[0][: len(jpegs[0]) // 3]
+    rows = [jpegs[0], jpegs[1], png, jpegs[2], broken, jpegs[3], "not base64!", jpegs[4]]
+    got = h.preprocess([{"body": d} for d in rows])
+    assert sorted(h._failed) == [4, 6], h._failed
+    assert h._failed[4].startswith("request 4: not a JPEG torchvision can decode"), h._failed
+    assert "request 6: text input is not base64" in h._failed[6], h._failed
+    want = torch.stack([alone(d) for i, d in enumerate(rows) if i not in (4, 6)])
+    assert torch.equal(got, want), f"max diff {(got - want).abs().max()}"
+    one = h.preprocess([{"body": jpegs[3]}])
+    assert not h._failed and torch.equal(one[0], alone(jpegs[3]))

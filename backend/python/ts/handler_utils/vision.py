@@ -10,8 +10,10 @@ batch:
   1/8) that still covers the first Resize's output (PIL's draft mode): this changes pixels, so
   it is opt-in, and does nothing where no scale fits (a 640x480 image resized to 256).
 - device: torchvision.io.decode_jpeg on a device (nvjpeg on cuda, libjpeg-turbo on the CPU),
-  then the same transforms on the uint8 tensor (Resize with antialias). Other formats take the
-  PIL path. Pixels differ from PIL's by decoder and resampling rounding.
+  then the same transforms on the uint8 tensor (Resize with antialias), for all the JPEGs of a
+  batch at once (one decode call, one resize per image size) and scaled and normalised as one
+  batch. Other formats take the PIL path. Pixels differ from PIL's by decoder and resampling
+  rounding.
 A transform the pipeline does not know after ToTensor (or, on the device path, anywhere) leaves
 the image to image_processing itself, as TorchServe runs it.
 """
@@ -26,6 +28,23 @@ from PIL import Image
 from torchvision import transforms
 
 JPEG_MAGIC = b"\xff\xd8\xff"
+
+
+def _batched_decode():
+    """Whether torchvision.io.decode_jpeg takes a list (0.19 on)."""
+    import torchvision
+
+    try:
+        return tuple(int(v) for v in torchvision.__version__.split(".")[:2]) >= (0, 19)
+    except ValueError:
+        return False
+
+
+BATCHED_DECODE = _batched_decode()
+
+
+def is_jpeg(data):
+    return bytes(data[:3]) == JPEG_MAGIC
 
 # PIL's pixels reach torch read-only (np.asarray); they are only read (copied into the batch)
 warnings.filterwarnings(
@@ -120,21 +139,43 @@ class Pipeline:
             raise BadImage(f"request {idx}: the image cannot be transformed ({e})") from e
         return image
 
-    def device_stage(self, data, idx, device):
-        """A JPEG decoded on device and transformed there (uint8 CHW), or None when the bytes
-        are not a JPEG (the caller takes the PIL path)."""
+    def device_stage(self, jpegs, device):
+        """The JPEGs of a batch, [(request index, bytes)], decoded on device and transformed
+        there: [(request index, uint8 CHW tensor or BadImage)]. They are decoded in one call
+        where torchvision can (a list, 0.19 on: nvjpeg's batched decode on a GPU), and each set
+        of one size is resized and cropped as one batch, so that a batch costs a few kernel
+        launches instead of a few per image. One undecodable image fails the batched call: the
+        images are then decoded one by one, so that it alone fails."""
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        if not bytes(data[:3]) == JPEG_MAGIC:
-            return None
-        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        try:
-            image = decode_jpeg(raw, mode=ImageReadMode.RGB, device=str(device))
-        except Exception as e:  # pylint: disable=broad-except
-            raise BadImage(f"request {idx}: not a JPEG torchvision can decode ({e})") from e
-        for t in self.tensor_steps:
-            image = t(image)
-        return image
+        raws = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for _, data in jpegs]
+        images = None
+        if len(raws) > 1 and BATCHED_DECODE:
+            try:
+                images = decode_jpeg(raws, mode=ImageReadMode.RGB, device=str(device))
+            except Exception:  # pylint: disable=broad-except
+                images = None  # which image it was is found one by one below
+        if images is None:
+            images = []
+            for (idx, _), raw in zip(jpegs, raws):
+                try:
+                    images.append(decode_jpeg(raw, mode=ImageReadMode.RGB, device=str(device)))
+                except Exception as e:  # pylint: disable=broad-except
+                    images.append(
+                        BadImage(f"request {idx}: not a JPEG torchvision can decode ({e})")
+                    )
+        out = list(images)
+        sizes = {}
+        for k, image in enumerate(images):
+            if isinstance(image, torch.Tensor):
+                sizes.setdefault(tuple(image.shape), []).append(k)
+        for ks in sizes.values():
+            x = torch.stack([images[k] for k in ks]) if len(ks) > 1 else images[ks[0]][None]
+            for t in self.tensor_steps:
+                x = t(x)
+            for j, k in enumerate(ks):
+                out[k] = x[j]
+        return [(idx, image) for (idx, _), image in zip(jpegs, out)]
 
     # ---- into the batch
 
@@ -147,20 +188,26 @@ class Pipeline:
 
     def write(self, item, out):
         """item (a PIL image of the fused path, or a uint8 or finished tensor) into out, a row of
-        the float batch, as ToTensor and Normalize would make it."""
+        the float batch. True when out holds pixel values (0-255) that scale() still has to turn
+        into what ToTensor and Normalize make: the caller scales the rows together."""
         if isinstance(item, torch.Tensor) and item.is_floating_point():
             out.copy_(item)  # image_processing's own result
-            return
+            return False
         if not isinstance(item, torch.Tensor):
             if item.mode not in ("RGB", "RGBA", "L", "CMYK", "LA", "P"):
                 # ToTensor's other modes (1, I, I;16, F) do not scale by 255
                 out.copy_(transforms.ToTensor()(item))
                 self._normalize(out)
-                return
+                return False
             item = torch.from_numpy(_pixels(item)).permute(2, 0, 1)
         out.copy_(item)
-        out.div_(255)
-        self._normalize(out)
+        return True
+
+    def scale(self, rows):
+        """ToTensor's division and Normalize, in place, on one row or a batch of rows that
+        write() filled: elementwise, so the same floats either way."""
+        rows.div_(255)
+        self._normalize(rows)
 
     def _normalize(self, out):
         if self.mean is None:

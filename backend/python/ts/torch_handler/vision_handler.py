@@ -29,7 +29,7 @@ import torch
 from PIL import Image
 
 from ts.handler_utils.timer import timed
-from ts.handler_utils.vision import BadImage, Pipeline, request_bytes
+from ts.handler_utils.vision import BadImage, Pipeline, is_jpeg, request_bytes
 from ts.torch_handler.base_handler import BaseHandler
 from ts.utils.util import PredictionException
 
@@ -116,18 +116,21 @@ class VisionHandler(BaseHandler):
 
     # ---- one request
 
-    def _prepare(self, row, idx):
+    def _source(self, row, idx):
+        """A request's nested list of numbers as a tensor, or its image bytes."""
         value = row.get("data") or row.get("body") if isinstance(row, dict) else row
         if isinstance(value, (list, tuple)):
             return torch.FloatTensor(value)
         data = request_bytes(value, idx)
         if self.pipeline is None:
             raise NotImplementedError(f"{type(self).__name__} defines no image_processing transform")
-        if self.decode_device is not None:
-            image = self.pipeline.device_stage(data, idx, self.decode_device)
-            if image is not None:
-                return image
-        return self.pipeline.pil_stage(data, idx, self.fast_decode)
+        return data
+
+    def _prepare(self, row, idx):
+        source = self._source(row, idx)
+        if isinstance(source, torch.Tensor):
+            return source
+        return self.pipeline.pil_stage(source, idx, self.fast_decode)
 
     def _prepare_or_fail(self, data, idx):
         try:
@@ -138,14 +141,37 @@ class VisionHandler(BaseHandler):
 
     def _prepare_all(self, data):
         n = len(data)
+        if self.decode_device is not None:
+            return self._prepare_on_device(data)
         threads = torch.get_num_threads()
-        # decoding on a GPU is asynchronous already, and nvjpeg's handle is shared: one thread
-        on_gpu = self.decode_device is not None and self.decode_device.type != "cpu"
-        if n < 2 or threads < 2 or on_gpu:
+        if n < 2 or threads < 2:
             return [self._prepare_or_fail(data, i) for i in range(n)]
         if self._pool is None or self._pool._max_workers != threads:
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="ts-preprocess")
         return list(self._pool.map(lambda i: self._prepare_or_fail(data, i), range(n)))
+
+    def _prepare_on_device(self, data):
+        """The JPEGs decoded and transformed together on the device (decoding there is
+        asynchronous already, and nvjpeg's handle is shared: one thread); other images as on
+        the PIL path."""
+        items, jpegs = [None] * len(data), []
+        for i, row in enumerate(data):
+            try:
+                source = self._source(row, i)
+                if isinstance(source, torch.Tensor):
+                    items[i] = source
+                elif is_jpeg(source):
+                    jpegs.append((i, source))
+                else:
+                    items[i] = self.pipeline.pil_stage(source, i, self.fast_decode)
+            except BadImage as e:
+                self._failed[i] = str(e)
+        for i, image in self.pipeline.device_stage(jpegs, self.decode_device):
+            if isinstance(image, BadImage):
+                self._failed[i] = str(image)
+            else:
+                items[i] = image
+        return items
 
     @timed
     def preprocess(self, data):
@@ -167,11 +193,17 @@ class VisionHandler(BaseHandler):
         first = items[good[0]]
         dtype = first.dtype if isinstance(first, torch.Tensor) and first.is_floating_point() else None
         batch = torch.empty((len(good),) + shape, dtype=dtype or torch.float32, device=self.device)
+        unscaled = []
         for j, i in enumerate(good):
-            if self.pipeline is not None:
-                self.pipeline.write(items[i], batch[j])
-            else:
+            if self.pipeline is None:
                 batch[j].copy_(items[i])
+            elif self.pipeline.write(items[i], batch[j]):
+                unscaled.append(j)
+        if len(unscaled) == len(good):
+            self.pipeline.scale(batch)  # the usual case: one division and Normalize
+        else:
+            for j in unscaled:
+                self.pipeline.scale(batch[j])
         return batch
 
     def handle(self, data, context):
