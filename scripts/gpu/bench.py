@@ -13,7 +13,8 @@
 The load generator is wrk (C), never Python; this script only starts servers, runs wrk and
 reads what it prints. Usage:
     python3 scripts/gpu/bench.py --build DIR --store DIR --wrk PATH [--out FILE] [--quick]
-Env: RESNET_CONFIGS ("8:16:5:auto 4:16:5:auto 2:32:5:auto 14:8:5:pil"), DURATION (s per run, 15), WRK_LD (LD_LIBRARY_PATH of
+Env: RESNET_CONFIGS ("8:16:5:auto 4:16:5:auto 2:32:5:auto 14:8:5:pil"), CONNS (wrk connections for
+resnet18, 64), DURATION (s per run, 15), WRK_LD (LD_LIBRARY_PATH of
 wrk only).
 """
 import argparse
@@ -204,7 +205,7 @@ def resnet(args, results):
             srv.wait_ready(["resnet18"], timeout=300)
             load_s = time.time() - t0
             url = srv.url("/predictions/resnet18")
-            conns = 8 if args.quick else 64
+            conns = int(os.environ.get("CONNS", 8 if args.quick else 64))
             wrk(args, url, body, "image/jpeg", conns, 4, 3)  # warm-up: first batches, allocator
             sampler = GpuSampler()
             sampler.start()
