@@ -149,4 +149,8 @@ if [ -n "$FAILED" ]; then
     echo "check.sh: FAILED:$FAILED"
     exit 1
 fi
-echo "check.sh: passed on commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+# a copied tree's .git may lag behind the files (a device's copy): the bundle names the commit
+# it was made from too
+from=""
+[ -f "$GB/carry/INFO" ] && from="; bundle made at $(sed -n 's/^commit //p' "$GB/carry/INFO" | head -1)"
+echo "check.sh: passed on commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$from"
