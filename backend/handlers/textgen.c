@@ -21,15 +21,21 @@
  * one (or, at the top, the lowest free one): requests that arrive together sit together, in the
  * order of their positions, and those that finish first leave the bottom of the range.
  *
- * Every handle() call is one iteration of the running batch, one step() call:
- *  - each request whose prompt is in the cache feeds its last token (a decode row) and gets the
- *    next one;
- *  - prompts are fed in chunks, oldest request first, within a budget of prompt tokens per step
- *    (chunked prefill): about as many as cost what this step's decode rows cost (with the
- *    costs measured at load), so that a joining prompt delays the others by about one step; the
- *    few last tokens of a prompt that cost less than a step's own cost come along (tail_rides).
- *    With nothing decoding a step takes up to handler.max_prefill_tokens. The last chunk of a
- *    prompt gives its first token.
+ * Every handle() call is one iteration of the running batch, one step() call: each request whose
+ * prompt is in the cache feeds its last token (a decode row) and gets the next one. Prompts:
+ *  - on the CPU (handler.prefill_thread, default true), by a thread of the worker's own while
+ *    the batch decodes (struct tg_prefill): the oldest waiting prompts, up to
+ *    handler.prefill_chunk tokens if set, else handler.max_prefill_tokens, in one step() of
+ *    their own on the second core, so that a joining prompt delays no decode step; the first
+ *    tokens go out at the first iteration after it, before that iteration's step. With nothing
+ *    decoding and nothing in the thread, in the iteration itself, as below.
+ *  - otherwise (a GPU, or prefill_thread false), in the decode steps: in chunks, oldest request
+ *    first, within a budget of prompt tokens per step (chunked prefill): about as many as cost
+ *    what this step's decode rows cost (with the costs measured at load), so that a joining
+ *    prompt delays the others by about one step; the few last tokens of a prompt that cost less
+ *    than a step's own cost come along (tail_rides). handler.prefill_chunk fixes the budget.
+ *    With nothing decoding a step takes up to handler.max_prefill_tokens.
+ * The last chunk of a prompt gives its first token.
  * A new token goes through the request's stop sequences (common/textstop.h) and is streamed as
  * one partial result as soon as it is released; the request continues (ts_continue) until
  * max_new_tokens, a stop sequence, or a full context. Its final response carries the rest of
@@ -41,12 +47,14 @@
  * is held back at an incomplete UTF-8 sequence. Sampling: greedy when temperature is 0 (the
  * default), else temperature and top_p with a per-request generator seeded from "seed".
  *
- * Counters (x-ts-worker-* headers): tokens, steps, prefill_tokens, slots_in_use (which goes down
+ * Counters (x-ts-worker-* headers): tokens, steps, prefill_tokens (of which
+ * prefill_thread_tokens by the thread, in prefill_jobs steps), slots_in_use (which goes down
  * again when a request leaves, whether it finished or its client went away), decode_groups,
  * kv_read (slot positions the decode groups read, per layer) and kv_one (what one group over
  * the decoding slots would have read).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -68,6 +76,38 @@
 #define CAL_PRE 64  /* prompt tokens of its prefill step */
 #define CAL_TRIES 5 /* each step runs this many times; the fastest counts */
 
+/* A step's rows: token, slot and position of each, grown as needed (grow_rows). */
+struct tg_rows {
+    int64_t *tok, *slot, *pos;
+    size_t cap;
+};
+
+/* handler.prefill_thread: prompts are fed by a thread of the worker's own while the batch
+ * decodes. One job at a time: chunks of the oldest waiting prompts, up to max_prefill_tokens,
+ * in one step() with no decode row; the main thread posts it and takes its logits once it is
+ * done. The two step() calls write disjoint slots of one cache (a prompt's slot is not decoding),
+ * and a decode group may read a prompt's slot while the job writes it: those rows of its product
+ * are never used. state, under mu: */
+enum { PF_IDLE, PF_RUN, PF_DONE, PF_QUIT };
+
+struct tg_prefill {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state;
+    size_t pending; /* requests of the done job not yet given its result */
+    /* the job, written by the main thread while the state is PF_IDLE */
+    struct tg_rows rows;
+    size_t n;
+    int64_t *chunks; /* [nchunks, 3] */
+    size_t nchunks;
+    /* its result, written by the thread while the state is PF_RUN */
+    struct tsh_tensor *out;
+    size_t nout;
+    int rc;
+    char err[512];
+};
+
 struct tg_state {
     struct ts_ctx *ctx;
     struct tsh_model *m;
@@ -78,6 +118,7 @@ struct tg_state {
     unsigned char *cleared; /* per slot: clear_slot() ran (new_cache may leave it unset) */
     int has_clear;          /* the model has clear_slot() */
     int split;              /* handler.decode_groups: decode rows in the cheapest groups */
+    struct tg_prefill *pf;  /* handler.prefill_thread, on a CPU; else NULL */
     long max_new_default;
     long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
     long max_prefill;
@@ -85,13 +126,11 @@ struct tg_state {
      * slot position it reads, + tok_us per prompt token (calibrate) */
     double step_us, row_us, group_us, pos_us, tok_us;
     uint64_t arrivals;
-    /* the step's rows, grown as needed */
-    int64_t *tok, *slot, *pos;
-    size_t rows_cap;
-    int64_t *chunks;   /* [P, 3]: at most one chunk per slot */
-    size_t *chunk_req; /* request index of each chunk */
-    size_t *dec_req;   /* request index of each decode row, in slot order */
-    int64_t *groups;   /* [G, 4]: slot_lo, slot_hi, t, rows: at most one group per decode row */
+    struct tg_rows rows; /* the step's */
+    int64_t *chunks;     /* [P, 3]: at most one chunk per slot */
+    size_t *chunk_req;   /* request index of each chunk */
+    size_t *dec_req;     /* request index of each decode row, in slot order */
+    int64_t *groups;     /* [G, 4]: slot_lo, slot_hi, t, rows: at most one group per decode row */
     size_t ngroups;
     double *best;  /* plan_groups: per decode row, the cheapest cost of the rows up to it */
     size_t *first; /* and the first row of its last group */
@@ -103,6 +142,7 @@ struct tg_seq {
     unsigned char *prompt;
     int64_t plen, fed; /* prompt tokens, and how many are in the cache */
     int64_t next;      /* the last token generated, not yet in the cache; -1 before the first */
+    int pf_k;          /* its chunk in the prefill thread's job, or -1 */
     int64_t ncache;    /* positions of the slot in the cache */
     long generated, max_new;
     double temperature, top_p;
@@ -111,10 +151,18 @@ struct tg_seq {
     struct textstop ts;
 };
 
+static void pf_wait(struct tg_prefill *pf);
+static void pf_release(struct tg_prefill *pf, size_t n);
+
 static void seq_free(void *p)
 {
     struct tg_seq *u = p;
     struct tg_state *s = u->s;
+    if (u->pf_k >= 0) {
+        /* its slot is written until the job ends, and its result is no one's */
+        pf_wait(s->pf);
+        pf_release(s->pf, 1);
+    }
     s->used[u->slot] = 0;
     ts_counter_add(s->ctx, "slots_in_use", -1);
     textstop_free(&u->ts);
@@ -158,19 +206,21 @@ static int clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
     return 0;
 }
 
-/* One step() over n rows, n_dec of them decoding in the s->ngroups groups of s->groups, and
- * nchunks chunks: the logits, checked. */
-static int run_step(struct tg_state *s, size_t n, size_t n_dec, const int64_t *chunks,
-                    size_t nchunks, struct tsh_tensor **out, size_t *nout, char *err, size_t errlen)
+/* One step() over the first n rows of r, n_dec of them decoding in the s->ngroups groups of
+ * s->groups, and nchunks chunks: the logits, checked. */
+static int run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
+                    const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
+                    char *err, size_t errlen)
 {
     static const int64_t none = 0;
+    size_t ngroups = n_dec ? s->ngroups : 0;
     struct tsh_arg a[6];
     a[0].kind = TSH_ARG_VALUE;
     a[0].u.value = s->cache;
-    a[1] = targ(TSH_INT64, s->tok, 1, (int64_t)n, 0);
-    a[2] = targ(TSH_INT64, s->slot, 1, (int64_t)n, 0);
-    a[3] = targ(TSH_INT64, s->pos, 1, (int64_t)n, 0);
-    a[4] = targ(TSH_INT64, s->ngroups ? s->groups : &none, 2, (int64_t)s->ngroups, 4);
+    a[1] = targ(TSH_INT64, r->tok, 1, (int64_t)n, 0);
+    a[2] = targ(TSH_INT64, r->slot, 1, (int64_t)n, 0);
+    a[3] = targ(TSH_INT64, r->pos, 1, (int64_t)n, 0);
+    a[4] = targ(TSH_INT64, ngroups ? s->groups : &none, 2, (int64_t)ngroups, 4);
     a[5] = targ(TSH_INT64, nchunks ? chunks : &none, 2, (int64_t)nchunks, 3);
     char *e = NULL;
     if (tsh_call(s->m, "step", a, 6, out, nout, &e)) {
@@ -188,14 +238,113 @@ static int run_step(struct tg_state *s, size_t n, size_t n_dec, const int64_t *c
     return 0;
 }
 
-static void grow_rows(struct tg_state *s, size_t n)
+static void grow_rows(struct tg_rows *r, size_t n)
 {
-    if (n <= s->rows_cap)
+    if (n <= r->cap)
         return;
-    s->rows_cap = n;
-    s->tok = xrealloc(s->tok, n * sizeof(*s->tok));
-    s->slot = xrealloc(s->slot, n * sizeof(*s->slot));
-    s->pos = xrealloc(s->pos, n * sizeof(*s->pos));
+    r->cap = n;
+    r->tok = xrealloc(r->tok, n * sizeof(*r->tok));
+    r->slot = xrealloc(r->slot, n * sizeof(*r->slot));
+    r->pos = xrealloc(r->pos, n * sizeof(*r->pos));
+}
+
+/* ---- the prefill thread */
+
+static void *pf_main(void *arg)
+{
+    struct tg_state *s = arg;
+    struct tg_prefill *pf = s->pf;
+    pthread_mutex_lock(&pf->mu);
+    for (;;) {
+        while (pf->state == PF_IDLE || pf->state == PF_DONE)
+            pthread_cond_wait(&pf->cv, &pf->mu);
+        if (pf->state == PF_QUIT)
+            break;
+        pthread_mutex_unlock(&pf->mu);
+        pf->out = NULL;
+        pf->nout = 0;
+        pf->rc = run_step(s, &pf->rows, pf->n, 0, pf->chunks, pf->nchunks, &pf->out, &pf->nout,
+                          pf->err, sizeof(pf->err));
+        pthread_mutex_lock(&pf->mu);
+        pf->state = PF_DONE;
+        pthread_cond_broadcast(&pf->cv);
+    }
+    pthread_mutex_unlock(&pf->mu);
+    return NULL;
+}
+
+/* Until the job (if any) is done. */
+static void pf_wait(struct tg_prefill *pf)
+{
+    pthread_mutex_lock(&pf->mu);
+    while (pf->state == PF_RUN)
+        pthread_cond_wait(&pf->cv, &pf->mu);
+    pthread_mutex_unlock(&pf->mu);
+}
+
+/* n requests of the done job have its result: the job ends with the last. */
+static void pf_release(struct tg_prefill *pf, size_t n)
+{
+    pthread_mutex_lock(&pf->mu);
+    pf->pending -= n;
+    if (pf->pending == 0) {
+        tsh_tensors_free(pf->out, pf->nout);
+        pf->out = NULL;
+        pf->state = PF_IDLE;
+    }
+    pthread_mutex_unlock(&pf->mu);
+}
+
+static int pf_state(struct tg_prefill *pf)
+{
+    pthread_mutex_lock(&pf->mu);
+    int st = pf->state;
+    pthread_mutex_unlock(&pf->mu);
+    return st;
+}
+
+static int pf_start(struct tg_state *s, char *err, size_t errlen)
+{
+    struct tg_prefill *pf = xcalloc(1, sizeof(*pf));
+    pthread_mutex_init(&pf->mu, NULL);
+    pthread_cond_init(&pf->cv, NULL);
+    pf->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*pf->chunks));
+    grow_rows(&pf->rows, (size_t)s->max_prefill);
+    s->pf = pf;
+    int rc = pthread_create(&pf->thread, NULL, pf_main, s);
+    if (rc) {
+        snprintf(err, errlen, "cannot start the prefill thread: %s", strerror(rc));
+        s->pf = NULL;
+        free(pf->chunks);
+        free(pf->rows.tok);
+        free(pf->rows.slot);
+        free(pf->rows.pos);
+        free(pf);
+        return -1;
+    }
+    return 0;
+}
+
+static void pf_stop(struct tg_state *s)
+{
+    struct tg_prefill *pf = s->pf;
+    if (!pf)
+        return;
+    pf_wait(pf);
+    pthread_mutex_lock(&pf->mu);
+    pf->state = PF_QUIT;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+    pthread_join(pf->thread, NULL);
+    tsh_tensors_free(pf->out, pf->nout);
+    pthread_mutex_destroy(&pf->mu);
+    pthread_cond_destroy(&pf->cv);
+    free(pf->chunks);
+    free(pf->rows.tok);
+    free(pf->rows.slot);
+    free(pf->rows.pos);
+    free(pf);
+    s->pf = NULL;
 }
 
 /* CPU time of this thread in us: what a step costs whether or not the machine lets it run. The
@@ -208,7 +357,7 @@ static double cpu_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-/* The cheapest of CAL_TRIES runs of a step over the rows in s->tok/slot/pos and the groups in
+/* The cheapest of CAL_TRIES runs of a step over the rows in s->rows.tok/slot/pos and the groups in
  * s->groups, in us of CPU. */
 static double time_step(struct tg_state *s, size_t n, size_t n_dec, const int64_t *chunks,
                         size_t nchunks, char *err, size_t errlen)
@@ -218,7 +367,7 @@ static double time_step(struct tg_state *s, size_t n, size_t n_dec, const int64_
         struct tsh_tensor *out;
         size_t nout;
         double t0 = cpu_us();
-        if (run_step(s, n, n_dec, chunks, nchunks, &out, &nout, err, errlen))
+        if (run_step(s, &s->rows, n, n_dec, chunks, nchunks, &out, &nout, err, errlen))
             return -1;
         double dt = cpu_us() - t0;
         tsh_tensors_free(out, nout);
@@ -233,9 +382,9 @@ static void cal_decode(struct tg_state *s, int64_t rows, int64_t pos, int one_gr
 {
     s->ngroups = one_group ? 1 : (size_t)rows;
     for (int64_t i = 0; i < rows; i++) {
-        s->tok[i] = '\n';
-        s->slot[i] = i;
-        s->pos[i] = pos;
+        s->rows.tok[i] = '\n';
+        s->rows.slot[i] = i;
+        s->rows.pos[i] = pos;
         int64_t *g = s->groups + 4 * (one_group ? 0 : i);
         g[0] = one_group ? 0 : i;
         g[1] = one_group ? rows : i + 1;
@@ -262,11 +411,11 @@ static int calibrate(struct tg_state *s, char *err, size_t errlen)
     for (int64_t i = 0; i < rows; i++)
         if (s->has_clear && !s->cleared[i] && clear_slot(s, (int)i, err, errlen))
             return -1;
-    grow_rows(s, (size_t)(rows > pre ? rows : pre));
+    grow_rows(&s->rows, (size_t)(rows > pre ? rows : pre));
     for (int64_t i = 0; i < pre; i++) {
-        s->tok[i] = '\n';
-        s->slot[i] = 0;
-        s->pos[i] = i;
+        s->rows.tok[i] = '\n';
+        s->rows.slot[i] = 0;
+        s->rows.pos[i] = i;
     }
     int64_t chunk[3] = {0, 0, pre};
     s->ngroups = 0;
@@ -303,13 +452,14 @@ static int calibrate(struct tg_state *s, char *err, size_t errlen)
 
 static void state_free(struct tg_state *s)
 {
+    pf_stop(s);
     tsh_value_free(s->cache);
     tsh_model_free(s->m);
     free(s->used);
     free(s->cleared);
-    free(s->tok);
-    free(s->slot);
-    free(s->pos);
+    free(s->rows.tok);
+    free(s->rows.slot);
+    free(s->rows.pos);
     free(s->chunks);
     free(s->chunk_req);
     free(s->dec_req);
@@ -333,16 +483,18 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     s->chunk_fixed = ts_config_get_long(ctx, "handler.prefill_chunk", 0);
     s->max_prefill = ts_config_get_long(ctx, "handler.max_prefill_tokens", DEFAULT_MAX_PREFILL);
     long want_ctx = ts_config_get_long(ctx, "handler.context_length", 0);
-    const char *split = ts_config_get(ctx, "handler.decode_groups");
-    s->split = 1;
-    if (split && ts_parse_bool(split, &s->split)) {
-        ts_set_load_error(ctx,
-                          "model-config.yaml: handler.decode_groups: \"%s\" is not true or "
-                          "false",
-                          split);
-        free(s);
-        return -1;
+    static const char *const flags[] = {"handler.decode_groups", "handler.prefill_thread"};
+    int flag[2] = {1, 1};
+    for (size_t k = 0; k < 2; k++) {
+        const char *v = ts_config_get(ctx, flags[k]);
+        if (v && ts_parse_bool(v, &flag[k])) {
+            ts_set_load_error(ctx, "model-config.yaml: %s: \"%s\" is not true or false", flags[k],
+                              v);
+            free(s);
+            return -1;
+        }
     }
+    s->split = flag[0];
     if (s->max_new_default < 0 || s->max_new_default > TEXTGEN_MAX_NEW_LIMIT ||
         s->chunk_fixed < 0 || s->max_prefill < 1 || want_ctx < 0) {
         ts_set_load_error(ctx, "handler.max_new_tokens, handler.prefill_chunk, "
@@ -405,14 +557,25 @@ static int tg_init(struct ts_ctx *ctx, void **state)
         ts_set_load_error(ctx, "%s: %s", file, err);
         goto fail;
     }
+    /* on a GPU the thread would run on another CUDA stream than the worker's (the current
+     * stream is per thread): prompts are fed in the steps there */
+    if (flag[1] && tsh_model_device(s->m) >= 0)
+        ts_log(ctx, LOG_LEVEL_INFO,
+               "textgen: prompts are fed in the decode steps on a GPU "
+               "(handler.prefill_thread applies on the CPU)");
+    else if (flag[1] && pf_start(s, err, sizeof(err))) {
+        ts_set_load_error(ctx, "%s", err);
+        goto fail;
+    }
     ts_log(ctx, LOG_LEVEL_INFO,
            "textgen: %d slots of %lld positions, KV cache %.1f MB (%s); a step costs %.0f us, "
            "plus %.0f us per decode row, %.0f us per decode group%s and %.1f us per 1000 slot "
-           "positions it reads, and %.0f us per prompt token",
+           "positions it reads, and %.0f us per prompt token; prompts fed %s",
            s->slots, (long long)s->ctx_len, (double)tsh_value_nbytes(s->cache) / 1048576.0,
            s->has_clear ? "touched as slots are first used" : "as new_cache made it", s->step_us,
            s->row_us, s->group_us, s->split ? "" : " (one group: handler.decode_groups false)",
-           s->pos_us * 1000, s->tok_us);
+           s->pos_us * 1000, s->tok_us,
+           s->pf ? "by a thread of their own while the batch decodes" : "in the decode steps");
     *state = s;
     return 0;
 fail:
@@ -509,6 +672,7 @@ static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
     u->prompt = (unsigned char *)p.prompt;
     u->plen = (int64_t)p.plen;
     u->next = -1;
+    u->pf_k = -1;
     u->max_new = max_new;
     u->temperature = p.temperature;
     u->top_p = p.top_p;
@@ -570,10 +734,10 @@ static int by_slot(const void *a, const void *b, void *arg)
  * position. */
 static double group_reads(const struct tg_state *s, size_t i, size_t j, int64_t t)
 {
-    return (double)(s->slot[j] - s->slot[i] + 1) * (double)t;
+    return (double)(s->rows.slot[j] - s->rows.slot[i] + 1) * (double)t;
 }
 
-/* Cuts the decode rows, in slot order in s->tok/slot/pos, into groups of neighbouring slots
+/* Cuts the decode rows, in slot order in s->rows.tok/slot/pos, into groups of neighbouring slots
  * (s->groups): a group reads its slot range up to its longest position and costs group_us of
  * its own, and the cuts are the cheapest ones (best[j]: the cheapest cost of rows 0..j, whose
  * last group starts at first[j]; O(n_dec^2), n_dec <= batchSize). One group when
@@ -586,8 +750,8 @@ static double plan_groups(struct tg_state *s, struct ts_ctx *ctx, size_t n_dec)
     for (size_t j = 0; s->split && j < n_dec; j++) {
         int64_t t = 0;
         for (size_t i = j + 1; i-- > 0;) {
-            if (s->pos[i] + 1 > t)
-                t = s->pos[i] + 1;
+            if (s->rows.pos[i] + 1 > t)
+                t = s->rows.pos[i] + 1;
             double c = s->group_us + s->pos_us * group_reads(s, i, j, t) + (i ? s->best[i - 1] : 0);
             if (i == j || c < s->best[j]) {
                 s->best[j] = c;
@@ -605,11 +769,11 @@ static double plan_groups(struct tg_state *s, struct ts_ctx *ctx, size_t n_dec)
         size_t i = s->split ? s->first[end - 1] : 0;
         int64_t t = 0;
         for (size_t k = i; k < end; k++)
-            if (s->pos[k] + 1 > t)
-                t = s->pos[k] + 1;
+            if (s->rows.pos[k] + 1 > t)
+                t = s->rows.pos[k] + 1;
         int64_t *row = s->groups + 4 * --g;
-        row[0] = s->slot[i];
-        row[1] = s->slot[end - 1] + 1;
+        row[0] = s->rows.slot[i];
+        row[1] = s->rows.slot[end - 1] + 1;
         row[2] = t;
         row[3] = (int64_t)(end - i);
         reads += group_reads(s, i, end - 1, t);
@@ -648,70 +812,196 @@ static long prefill_budget(const struct tg_state *s, size_t n_dec, double dec_us
     return b > s->max_prefill ? s->max_prefill : b;
 }
 
-static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
+/* Chunks of the prompts of requests pre[0..npre) (oldest first) into rows r from row `from`
+ * on, at most budget tokens (and a tail that rides, tail_rides): each chunk (slot, first row,
+ * tokens) in chunks, its request in chunk_req. Returns the rows the chunks take. */
+static size_t fill_chunks(struct tg_state *s, struct ts_ctx *ctx, struct tg_rows *r, size_t from,
+                          const size_t *pre, size_t npre, long budget, size_t n_dec,
+                          int64_t *chunks, size_t *chunk_req, size_t *nchunks)
 {
-    struct tg_state *s = state;
-    size_t *pre = xmalloc((n ? n : 1) * sizeof(*pre));
-    size_t npre = 0, n_dec = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ts_is_cancelled(ctx, i))
-            continue;
-        if (!ts_get_user(ctx, i) && start(ctx, i, s))
-            continue;
-        struct tg_seq *u = ts_get_user(ctx, i);
-        if (u->fed < u->plen)
-            pre[npre++] = i;
-        else
-            s->dec_req[n_dec++] = i; /* one slot each: at most s->slots */
-    }
-    /* the rows: decode rows first, in slot order and cut into groups, then the oldest prompts'
-     * chunks within the budget */
-    if (n_dec > 1)
-        qsort_r(s->dec_req, n_dec, sizeof(*s->dec_req), by_slot, ctx);
-    grow_rows(s, n_dec + (size_t)s->max_prefill); /* a step's prompt tokens: at most that */
-    for (size_t k = 0; k < n_dec; k++) {
-        struct tg_seq *u = ts_get_user(ctx, s->dec_req[k]);
-        s->tok[k] = u->next;
-        s->slot[k] = u->slot;
-        s->pos[k] = u->ncache;
-    }
-    long budget = prefill_budget(s, n_dec, plan_groups(s, ctx, n_dec));
-    if (npre > 1)
-        qsort_r(pre, npre, sizeof(*pre), by_arrival, ctx);
-    size_t nrows = n_dec, nchunks = 0;
+    size_t nrows = from;
     long left = budget;
+    *nchunks = 0;
     for (size_t k = 0; k < npre && left > 0; k++) {
         struct tg_seq *u = ts_get_user(ctx, pre[k]);
         int64_t rest = u->plen - u->fed;
         int64_t take = rest < left ? rest : left;
         if (rest > left && tail_rides(s, n_dec, budget, rest - left))
             take = rest;
-        int64_t *c = s->chunks + 3 * nchunks;
+        int64_t *c = chunks + 3 * *nchunks;
         c[0] = u->slot;
         c[1] = (int64_t)nrows;
         c[2] = take;
-        s->chunk_req[nchunks++] = pre[k];
+        chunk_req[(*nchunks)++] = pre[k];
         for (int64_t t = 0; t < take; t++, nrows++) {
-            s->tok[nrows] = u->prompt[u->fed + t];
-            s->slot[nrows] = u->slot;
-            s->pos[nrows] = u->fed + t;
+            r->tok[nrows] = u->prompt[u->fed + t];
+            r->slot[nrows] = u->slot;
+            r->pos[nrows] = u->fed + t;
         }
         left -= take;
     }
-    size_t n_pre_rows = nrows - n_dec;
+    return nrows - from;
+}
 
+/* The prompts' chunks a step gave (logits: one row per chunk after the n_dec decode rows): each
+ * request takes its chunk into the cache and, its prompt fed, samples its first token. Returns
+ * the tokens. */
+static int64_t take_chunks(struct ts_ctx *ctx, const float *logits, size_t n_dec,
+                           const int64_t *chunks, const size_t *chunk_req, size_t nchunks)
+{
+    int64_t ntok = 0;
+    for (size_t k = 0; k < nchunks; k++) {
+        struct tg_seq *u = ts_get_user(ctx, chunk_req[k]);
+        int64_t took = chunks[3 * k + 2];
+        u->fed += took;
+        u->ncache += took;
+        if (u->fed < u->plen) {
+            ts_continue(ctx, chunk_req[k], 0);
+            continue;
+        }
+        int64_t t =
+            textgen_sample(logits + (n_dec + k) * VOCAB, VOCAB, u->temperature, u->top_p, &u->rng);
+        ntok++;
+        if (take_token(ctx, chunk_req[k], u, t))
+            ts_continue(ctx, chunk_req[k], 0);
+    }
+    return ntok;
+}
+
+/* Gives the prefill thread the oldest waiting prompts' chunks, up to handler.prefill_chunk
+ * tokens when it is set, else max_prefill_tokens. */
+static void pf_post(struct tg_state *s, struct ts_ctx *ctx, const size_t *pre, size_t npre)
+{
+    struct tg_prefill *pf = s->pf;
+    size_t nchunks;
+    long budget =
+        s->chunk_fixed && s->chunk_fixed < s->max_prefill ? s->chunk_fixed : s->max_prefill;
+    pf->n =
+        fill_chunks(s, ctx, &pf->rows, 0, pre, npre, budget, 0, pf->chunks, s->chunk_req, &nchunks);
+    pf->nchunks = nchunks;
+    for (size_t k = 0; k < nchunks; k++)
+        ((struct tg_seq *)ts_get_user(ctx, s->chunk_req[k]))->pf_k = (int)k;
+    ts_counter_add(ctx, "prefill_jobs", 1);
+    pthread_mutex_lock(&pf->mu);
+    pf->pending = nchunks;
+    pf->out = NULL;
+    pf->nout = 0;
+    pf->state = PF_RUN;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+}
+
+/* When the prefill thread's job is done: its requests among this call's take their chunks (each
+ * marked in answered: continued or finished). Returns how many there were. */
+static size_t pf_collect(struct tg_state *s, struct ts_ctx *ctx, size_t n, unsigned char *answered)
+{
+    struct tg_prefill *pf = s->pf;
+    if (pf_state(pf) != PF_DONE)
+        return 0;
+    size_t got = 0;
+    int64_t fed = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct tg_seq *u = ts_get_user(ctx, i);
+        if (!u || u->pf_k < 0 || ts_is_cancelled(ctx, i))
+            continue; /* a cancelled one lets go of the job in seq_free */
+        size_t k = (size_t)u->pf_k;
+        u->pf_k = -1;
+        answered[i] = 1;
+        s->chunk_req[got] = i;
+        memcpy(s->chunks + 3 * got, pf->chunks + 3 * k, 3 * sizeof(*s->chunks));
+        if (pf->rc)
+            ts_set_error(ctx, i, 500, "%s", pf->err);
+        else
+            fed += pf->chunks[3 * k + 2];
+        s->dec_req[got++] = k; /* the chunk's logits row */
+    }
+    if (pf->rc && got)
+        ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", pf->err);
+    int64_t ntok = 0;
+    if (!pf->rc) {
+        /* take_chunks reads chunk k's logits at row k: gather them in this call's order */
+        const float *all = pf->out[0].data;
+        float *logits = xmalloc((got ? got : 1) * VOCAB * sizeof(*logits));
+        for (size_t j = 0; j < got; j++)
+            memcpy(logits + j * VOCAB, all + s->dec_req[j] * VOCAB, VOCAB * sizeof(*logits));
+        ntok = take_chunks(ctx, logits, 0, s->chunks, s->chunk_req, got);
+        free(logits);
+    }
+    ts_counter_add(ctx, "prefill_tokens", fed);
+    ts_counter_add(ctx, "prefill_thread_tokens", fed);
+    ts_counter_add(ctx, "tokens", ntok);
+    if (got)
+        pf_release(pf, got);
+    return got;
+}
+
+static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
+{
+    struct tg_state *s = state;
+    size_t *pre = xmalloc((n ? n : 1) * sizeof(*pre));
+    size_t *job = xmalloc((n ? n : 1) * sizeof(*job));
+    unsigned char *answered = xcalloc(n ? n : 1, 1);
+    size_t npre = 0, n_dec = 0, njob = 0;
+    size_t got = s->pf ? pf_collect(s, ctx, n, answered) : 0;
+    if (got)
+        ts_flush(ctx); /* first tokens: not after this step */
+    for (size_t i = 0; i < n; i++) {
+        if (answered[i] || ts_is_cancelled(ctx, i))
+            continue;
+        if (!ts_get_user(ctx, i) && start(ctx, i, s))
+            continue;
+        struct tg_seq *u = ts_get_user(ctx, i);
+        if (u->pf_k >= 0)
+            job[njob++] = i;
+        else if (u->fed < u->plen)
+            pre[npre++] = i;
+        else
+            s->dec_req[n_dec++] = i; /* one slot each: at most s->slots */
+    }
+    if (s->pf && !n_dec && !got && njob) {
+        /* nothing decodes: the job's prompts are the next tokens */
+        pf_wait(s->pf);
+        got = pf_collect(s, ctx, n, answered);
+    }
+    /* prompts are fed in this step when nothing else would wait for them; with a prefill thread,
+     * by the thread otherwise */
+    int inline_pre = !s->pf || (!n_dec && !got && !njob);
+    if (npre > 1)
+        qsort_r(pre, npre, sizeof(*pre), by_arrival, ctx);
+    if (!inline_pre && npre && pf_state(s->pf) == PF_IDLE)
+        pf_post(s, ctx, pre, npre);
+    /* the rows: decode rows first, in slot order and cut into groups, then the oldest prompts'
+     * chunks within the budget */
+    if (n_dec > 1)
+        qsort_r(s->dec_req, n_dec, sizeof(*s->dec_req), by_slot, ctx);
+    grow_rows(&s->rows, n_dec + (size_t)s->max_prefill); /* a step's prompt tokens: at most that */
+    for (size_t k = 0; k < n_dec; k++) {
+        struct tg_seq *u = ts_get_user(ctx, s->dec_req[k]);
+        s->rows.tok[k] = u->next;
+        s->rows.slot[k] = u->slot;
+        s->rows.pos[k] = u->ncache;
+    }
+    double dec_us = plan_groups(s, ctx, n_dec);
+    size_t nchunks = 0, n_pre_rows = 0;
+    if (inline_pre)
+        n_pre_rows =
+            fill_chunks(s, ctx, &s->rows, n_dec, pre, npre, prefill_budget(s, n_dec, dec_us), n_dec,
+                        s->chunks, s->chunk_req, &nchunks);
+    size_t nrows = n_dec + n_pre_rows;
     if (nrows) {
         struct tsh_tensor *out;
         size_t nout;
         char err[512];
-        if (run_step(s, nrows, n_dec, s->chunks, nchunks, &out, &nout, err, sizeof(err))) {
+        if (run_step(s, &s->rows, nrows, n_dec, s->chunks, nchunks, &out, &nout, err,
+                     sizeof(err))) {
             /* every request of the step fails: the cache may hold half of this step */
             ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", err);
             for (size_t k = 0; k < n_dec; k++)
                 ts_set_error(ctx, s->dec_req[k], 500, "%s", err);
-            for (size_t k = 0; k < npre; k++)
-                ts_set_error(ctx, pre[k], 500, "%s", err);
-            npre = 0;
+            for (size_t k = 0; k < nchunks; k++) {
+                ts_set_error(ctx, s->chunk_req[k], 500, "%s", err);
+                answered[s->chunk_req[k]] = 1;
+            }
         } else {
             const float *logits = out[0].data;
             ts_counter_add(ctx, "steps", 1);
@@ -726,29 +1016,22 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
                 if (take_token(ctx, s->dec_req[k], u, t))
                     ts_continue(ctx, s->dec_req[k], 0);
             }
-            for (size_t k = 0; k < nchunks; k++) {
-                struct tg_seq *u = ts_get_user(ctx, s->chunk_req[k]);
-                int64_t took = s->chunks[3 * k + 2];
-                u->fed += took;
-                u->ncache += took;
-                if (u->fed < u->plen)
-                    continue; /* continued below with the other waiting prompts */
-                int64_t t = textgen_sample(logits + (n_dec + k) * VOCAB, VOCAB, u->temperature,
-                                           u->top_p, &u->rng);
-                ntok++;
-                if (take_token(ctx, s->chunk_req[k], u, t))
-                    ts_continue(ctx, s->chunk_req[k], 0);
-            }
+            ntok += take_chunks(ctx, logits, n_dec, s->chunks, s->chunk_req, nchunks);
+            for (size_t k = 0; k < nchunks; k++)
+                answered[s->chunk_req[k]] = 1;
             ts_counter_add(ctx, "tokens", ntok);
             tsh_tensors_free(out, nout);
         }
     }
-    /* prompts still being fed wait for the next step */
-    for (size_t k = 0; k < npre; k++) {
-        struct tg_seq *u = ts_get_user(ctx, pre[k]);
-        if (u->fed < u->plen)
+    /* prompts still waiting, or with the prefill thread, wait for the next step */
+    for (size_t k = 0; k < npre; k++)
+        if (!answered[pre[k]])
             ts_continue(ctx, pre[k], 0);
-    }
+    for (size_t k = 0; k < njob; k++)
+        if (!answered[job[k]])
+            ts_continue(ctx, job[k], 0);
+    free(answered);
+    free(job);
     free(pre);
 }
 

@@ -11,7 +11,8 @@ token), read by the C client llm_load (env LLM_LOAD). Reported:
   - TTFT p50/p99: request sent to first token; inter-token p50/p99/max: gaps between a stream's
     consecutive tokens, all streams (max: the longest stall);
   - the limit: the same model's batched greedy loop in plain PyTorch at the same batch size,
-    run in this process on one thread like the worker (OMP_NUM_THREADS=1, which the worker
+    run in this process on LOOP_THREADS threads (default one, like the worker's decode steps:
+    OMP_NUM_THREADS=1, which the worker
     gets from worker_threads and which OpenBLAS reads too: torch.set_num_threads alone leaves
     OpenBLAS's GEMMs on every core; all prompts prefilled in one step(),
     then NEW - 1 decode steps of the whole batch in lockstep), just before each server run with
@@ -22,7 +23,11 @@ token), read by the C client llm_load (env LLM_LOAD). Reported:
     frontend, the worker and the client per 1000 tokens.
 REPEAT (default 1) runs per load; the best of the server's and of the loop's are reported. PREFILL_CHUNK sets
 handler.prefill_chunk (default: the model-config's, 0 = measured), DECODE_GROUPS
-handler.decode_groups (default true; false: one attention product per step). The server is
+handler.decode_groups (default true; false: one attention product per step), PREFILL_THREAD
+handler.prefill_thread (default true: the worker feeds joining prompts on a second thread, so it
+computes on up to two cores). LOOP_THREADS (default 1) gives the loop and the prefill-alone
+measurement that many threads: 2 gives the loop both cores too, as the worker has with its
+prefill thread. The server is
 started like the integration tests start it (tests/integration/conftest.py): batchSize 64,
 worker_threads 1.
 """
@@ -36,7 +41,8 @@ import time
 
 # before torch is loaded (conftest and the loop import it): OpenBLAS takes its thread count from
 # the environment at load time, and the worker runs with OMP_NUM_THREADS=1 (worker_threads)
-os.environ["OMP_NUM_THREADS"] = "1"
+LOOP_THREADS = int(os.environ.get("LOOP_THREADS", "1"))
+os.environ["OMP_NUM_THREADS"] = str(LOOP_THREADS)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if len(sys.argv) > 1:
@@ -157,7 +163,7 @@ def prefill_alone(m, ps):
 
 def main():
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(LOOP_THREADS)
     ps = prompts(max(CONC))
     tmp = tempfile.mkdtemp(prefix="tsc-llmbench-")
     bodies = os.path.join(tmp, "bodies.jsonl")
@@ -165,7 +171,9 @@ def main():
         for p in ps:
             f.write(json.dumps({"prompt": p, "max_new_tokens": NEW}) + "\n")
     handler = {k: os.environ[e] for k, e in (("prefill_chunk", "PREFILL_CHUNK"),
-                                            ("decode_groups", "DECODE_GROUPS")) if e in os.environ}
+                                            ("decode_groups", "DECODE_GROUPS"),
+                                            ("prefill_thread", "PREFILL_THREAD"))
+               if e in os.environ}
     # the worker's token and step counters come back as x-ts-worker-* headers (opt-in)
     srv = start_server(tmp, models=["tiny_gpt"], config={"worker_debug_headers": True},
                        yaml={"tiny_gpt": {"batchSize": 64, "handler": handler}})
@@ -190,7 +198,8 @@ def main():
         srv.stop()
     print("worker:", *calib)
     print(f"tiny_gpt: {PROMPT}-token prompts, {NEW} new tokens, arrivals over {SPREAD_MS:.0f} ms;"
-          f" prefill of one prompt alone {pre:.1f} ms (plain PyTorch, 1 thread)")
+          f" prefill of one prompt alone {pre:.1f} ms (plain PyTorch, {LOOP_THREADS} "
+          f"thread{'s' if LOOP_THREADS > 1 else ''}, like the loop)")
     print(f"{'streams':>7} {'tok/s':>7} {'loop':>7} {'ratio':>5} {'ttft50':>7} {'ttft99':>7} "
           f"{'target':>7} {'itl50':>6} {'itl99':>6} {'itlmax':>7} {'loopstep':>8} {'batch':>5} "
           f"{'cpu/1k tok: frontend worker client':>34}")

@@ -9,7 +9,8 @@ two best logits are closer than 1e-4 (batching changes float rounding); those st
 and printed (pytest -s).
 
 The textgen handler reports worker counters as response headers: x-ts-worker-tokens,
-x-ts-worker-steps, x-ts-worker-prefill_tokens, x-ts-worker-slots_in_use (KV cache slots held
+x-ts-worker-steps, x-ts-worker-prefill_tokens (x-ts-worker-prefill_thread_tokens of them fed by
+the prefill thread, in x-ts-worker-prefill_jobs steps), x-ts-worker-slots_in_use (KV cache slots held
 when the frame left), x-ts-worker-decode_groups, and x-ts-worker-kv_read and x-ts-worker-kv_one
 (slot positions the decode groups read, and what one group over the decoding slots would have
 read). A probe request reads them.
@@ -246,11 +247,17 @@ def run_streams(srv, jobs, join=None):
     return out
 
 
-def test_16_streams_and_one_joining_match_their_alone_runs(server_factory):
+@pytest.mark.parametrize("thread", [True, False])
+def test_16_streams_and_one_joining_match_their_alone_runs(server_factory, thread):
     """16 streams of different prompt and output lengths at once, and a long prompt that joins
-    while they decode, fed in chunks of 16 tokens: each gets its alone-run's tokens."""
+    while they decode: each gets its alone-run's tokens. With handler.prefill_thread (the default
+    on the CPU) the prompts that join while others decode are fed by the worker's prefill thread,
+    never in a decode step: the joining prompt at least; without it, every prompt is fed in the
+    steps, the joining one in chunks of 16 tokens."""
+    handler = {"prefill_thread": thread} if thread else {"prefill_chunk": 16,
+                                                         "prefill_thread": False}
     srv = server_factory(models=["tiny_gpt"], config=DEBUG, yaml={"tiny_gpt": {
-        "batchSize": 32, "handler": {"prefill_chunk": 16}}})
+        "batchSize": 32, "handler": handler}})
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
     before = probe(srv)
     jobs = [(prompt_of(i, 5 + 13 * i), 40 + 5 * i) for i in range(16)]
@@ -265,6 +272,13 @@ def test_16_streams_and_one_joining_match_their_alone_runs(server_factory):
     assert tokens == sum(n for _, n in jobs) + join[1]
     assert tokens / steps > 4, (tokens, steps)  # they ran as one batch
     assert after["slots_in_use"] == 1
+    by_thread = after.get("prefill_thread_tokens", 0) - before.get("prefill_thread_tokens", 0)
+    jobs_run = after.get("prefill_jobs", 0) - before.get("prefill_jobs", 0)
+    print(f"prefill thread {thread}: {by_thread} prompt tokens in {jobs_run} jobs")
+    if thread:
+        assert by_thread >= len(join[0]) and jobs_run >= 1, (by_thread, jobs_run)
+    else:
+        assert by_thread == 0 and jobs_run == 0, (by_thread, jobs_run)
 
 
 def staggered(srv, jobs):
@@ -383,9 +397,10 @@ def test_64_streams_finish_with_nothing_leaked(server_factory):
     assert rss[1][1] - rss[0][1] < 16 * 1024, rss  # worker
 
 
-def test_decode_groups_other_values_are_refused(server_factory):
+@pytest.mark.parametrize("key", ["decode_groups", "prefill_thread"])
+def test_flag_keys_other_values_are_refused(server_factory, key):
     s = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"handler": {
-        "decode_groups": "sometimes"}}}, load=False, config={"enable_model_api": "true"})
+        key: "sometimes"}}}, load=False, config={"enable_model_api": "true"})
     r = s.post("/models?url=tiny_gpt&initial_workers=1&synchronous=true", api="management")
     assert r.status_code == 500, r.text
-    assert 'handler.decode_groups: "sometimes" is not true or false' in r.json()["message"], r.text
+    assert f'handler.{key}: "sometimes" is not true or false' in r.json()["message"], r.text
