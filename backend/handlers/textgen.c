@@ -15,11 +15,11 @@
  * Decode attention reads keys and values, the larger part of a decode row's cost. The decode rows
  * go to step() in slot order, cut into groups of neighbouring slots: a group reads its slot range
  * up to its longest position, in one batched product, and costs a few small products of its own.
- * plan_groups cuts them where that costs least (measured at load: calibrate), so that a sequence
- * near the start of its context does not read as far as one near the end, and the free slots
- * between busy ones are not read. A new request takes the lowest free slot above the highest busy
- * one (or, at the top, the lowest free one): requests that arrive together sit together, in the
- * order of their positions, and those that finish first leave the bottom of the range.
+ * tg_plan_groups cuts them where that costs least (measured at load: tg_calibrate), so that a
+ * sequence near the start of its context does not read as far as one near the end, and the free
+ * slots between busy ones are not read. A new request takes the lowest free slot above the highest
+ * busy one (or, at the top, the lowest free one): requests that arrive together sit together, in
+ * the order of their positions, and those that finish first leave the bottom of the range.
  *
  * Every handle() call is one iteration of the running batch, one step() call: each request whose
  * prompt is in the cache feeds its last token (a decode row) and gets the next one. Prompts:
@@ -33,7 +33,7 @@
  *    first, within a budget of prompt tokens per step (chunked prefill): about as many as cost
  *    what this step's decode rows cost (with the costs measured at load), so that a joining
  *    prompt delays the others by about one step; the few last tokens of a prompt that cost less
- *    than a step's own cost come along (tail_rides). handler.prefill_chunk fixes the budget.
+ *    than a step's own cost come along (tg_tail_rides). handler.prefill_chunk fixes the budget.
  *    With nothing decoding a step takes up to handler.max_prefill_tokens.
  * The last chunk of a prompt gives its first token.
  * A new token goes through the request's stop sequences (common/textstop.h) and is streamed as
@@ -54,7 +54,6 @@
  * the decoding slots would have read).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -63,6 +62,7 @@
 #include "handler.h"
 #include "builtins.h"
 #include "log.h"
+#include "textgen_int.h"
 #include "textgen_req.h"
 #include "torch/torch_shim.h"
 #include "util.h"
@@ -70,71 +70,6 @@
 #define VOCAB 256
 #define DEFAULT_MAX_NEW 64
 #define DEFAULT_MAX_PREFILL 512
-#define CHUNK_MIN 8 /* prompt tokens a step takes at least while others decode */
-/* the load-time measurement of what a step costs (calibrate) */
-#define CAL_ROWS 8  /* decode rows of its larger decode steps */
-#define CAL_PRE 64  /* prompt tokens of its prefill step */
-#define CAL_TRIES 5 /* each step runs this many times; the fastest counts */
-
-/* A step's rows: token, slot and position of each, grown as needed (grow_rows). */
-struct tg_rows {
-    int64_t *tok, *slot, *pos;
-    size_t cap;
-};
-
-/* handler.prefill_thread: prompts are fed by a thread of the worker's own while the batch
- * decodes. One job at a time: chunks of the oldest waiting prompts, up to max_prefill_tokens,
- * in one step() with no decode row; the main thread posts it and takes its logits once it is
- * done. The two step() calls write disjoint slots of one cache (a prompt's slot is not decoding),
- * and a decode group may read a prompt's slot while the job writes it: those rows of its product
- * are never used. state, under mu: */
-enum { PF_IDLE, PF_RUN, PF_DONE, PF_QUIT };
-
-struct tg_prefill {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int state;
-    size_t pending; /* requests of the done job not yet given its result */
-    /* the job, written by the main thread while the state is PF_IDLE */
-    struct tg_rows rows;
-    size_t n;
-    int64_t *chunks; /* [nchunks, 3] */
-    size_t nchunks;
-    /* its result, written by the thread while the state is PF_RUN */
-    struct tsh_tensor *out;
-    size_t nout;
-    int rc;
-    char err[512];
-};
-
-struct tg_state {
-    struct ts_ctx *ctx;
-    struct tsh_model *m;
-    struct tsh_value *cache;
-    int slots;
-    int64_t ctx_len;
-    unsigned char *used;    /* per slot */
-    unsigned char *cleared; /* per slot: clear_slot() ran (new_cache may leave it unset) */
-    int has_clear;          /* the model has clear_slot() */
-    int split;              /* handler.decode_groups: decode rows in the cheapest groups */
-    struct tg_prefill *pf;  /* handler.prefill_thread, on a CPU; else NULL */
-    long max_new_default;
-    long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
-    long max_prefill;
-    /* a step costs step_us, + row_us per decode row, + group_us per decode group and pos_us per
-     * slot position it reads, + tok_us per prompt token (calibrate) */
-    double step_us, row_us, group_us, pos_us, tok_us;
-    uint64_t arrivals;
-    struct tg_rows rows; /* the step's */
-    int64_t *chunks;     /* [P, 3]: at most one chunk per slot */
-    size_t *chunk_req;   /* request index of each chunk */
-    size_t *dec_req;     /* request index of each decode row, in slot order */
-    int64_t *groups;     /* [G, 4]: slot_lo, slot_hi, t, rows: at most one group per decode row */
-    size_t ngroups;
-    double *best;  /* plan_groups: per decode row, the cheapest cost of the rows up to it */
-    size_t *first; /* and the first row of its last group */
-};
 
 struct tg_seq {
     struct tg_state *s;
@@ -151,17 +86,14 @@ struct tg_seq {
     struct textstop ts;
 };
 
-static void pf_wait(struct tg_prefill *pf);
-static void pf_release(struct tg_prefill *pf, size_t n);
-
 static void seq_free(void *p)
 {
     struct tg_seq *u = p;
     struct tg_state *s = u->s;
     if (u->pf_k >= 0) {
         /* its slot is written until the job ends, and its result is no one's */
-        pf_wait(s->pf);
-        pf_release(s->pf, 1);
+        tg_pf_wait(s->pf);
+        tg_pf_release(s->pf, 1);
     }
     s->used[u->slot] = 0;
     ts_counter_add(s->ctx, "slots_in_use", -1);
@@ -190,7 +122,7 @@ static struct tsh_arg iarg(int64_t v)
 }
 
 /* Zeros a slot before its first use (the model's clear_slot). */
-static int clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
+int tg_clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
 {
     struct tsh_arg a[2] = {{.kind = TSH_ARG_VALUE, .u.value = s->cache}, iarg(slot)};
     struct tsh_tensor *out;
@@ -208,9 +140,9 @@ static int clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
 
 /* One step() over the first n rows of r, n_dec of them decoding in the s->ngroups groups of
  * s->groups, and nchunks chunks: the logits, checked. */
-static int run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
-                    const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
-                    char *err, size_t errlen)
+int tg_run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
+                const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
+                char *err, size_t errlen)
 {
     static const int64_t none = 0;
     size_t ngroups = n_dec ? s->ngroups : 0;
@@ -238,7 +170,7 @@ static int run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_
     return 0;
 }
 
-static void grow_rows(struct tg_rows *r, size_t n)
+void tg_grow_rows(struct tg_rows *r, size_t n)
 {
     if (n <= r->cap)
         return;
@@ -248,211 +180,9 @@ static void grow_rows(struct tg_rows *r, size_t n)
     r->pos = xrealloc(r->pos, n * sizeof(*r->pos));
 }
 
-/* ---- the prefill thread */
-
-static void *pf_main(void *arg)
-{
-    struct tg_state *s = arg;
-    struct tg_prefill *pf = s->pf;
-    pthread_mutex_lock(&pf->mu);
-    for (;;) {
-        while (pf->state == PF_IDLE || pf->state == PF_DONE)
-            pthread_cond_wait(&pf->cv, &pf->mu);
-        if (pf->state == PF_QUIT)
-            break;
-        pthread_mutex_unlock(&pf->mu);
-        pf->out = NULL;
-        pf->nout = 0;
-        pf->rc = run_step(s, &pf->rows, pf->n, 0, pf->chunks, pf->nchunks, &pf->out, &pf->nout,
-                          pf->err, sizeof(pf->err));
-        pthread_mutex_lock(&pf->mu);
-        pf->state = PF_DONE;
-        pthread_cond_broadcast(&pf->cv);
-    }
-    pthread_mutex_unlock(&pf->mu);
-    return NULL;
-}
-
-/* Until the job (if any) is done. */
-static void pf_wait(struct tg_prefill *pf)
-{
-    pthread_mutex_lock(&pf->mu);
-    while (pf->state == PF_RUN)
-        pthread_cond_wait(&pf->cv, &pf->mu);
-    pthread_mutex_unlock(&pf->mu);
-}
-
-/* n requests of the done job have its result: the job ends with the last. */
-static void pf_release(struct tg_prefill *pf, size_t n)
-{
-    pthread_mutex_lock(&pf->mu);
-    pf->pending -= n;
-    if (pf->pending == 0) {
-        tsh_tensors_free(pf->out, pf->nout);
-        pf->out = NULL;
-        pf->state = PF_IDLE;
-    }
-    pthread_mutex_unlock(&pf->mu);
-}
-
-static int pf_state(struct tg_prefill *pf)
-{
-    pthread_mutex_lock(&pf->mu);
-    int st = pf->state;
-    pthread_mutex_unlock(&pf->mu);
-    return st;
-}
-
-static int pf_start(struct tg_state *s, char *err, size_t errlen)
-{
-    struct tg_prefill *pf = xcalloc(1, sizeof(*pf));
-    pthread_mutex_init(&pf->mu, NULL);
-    pthread_cond_init(&pf->cv, NULL);
-    pf->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*pf->chunks));
-    grow_rows(&pf->rows, (size_t)s->max_prefill);
-    s->pf = pf;
-    int rc = pthread_create(&pf->thread, NULL, pf_main, s);
-    if (rc) {
-        snprintf(err, errlen, "cannot start the prefill thread: %s", strerror(rc));
-        s->pf = NULL;
-        free(pf->chunks);
-        free(pf->rows.tok);
-        free(pf->rows.slot);
-        free(pf->rows.pos);
-        free(pf);
-        return -1;
-    }
-    return 0;
-}
-
-static void pf_stop(struct tg_state *s)
-{
-    struct tg_prefill *pf = s->pf;
-    if (!pf)
-        return;
-    pf_wait(pf);
-    pthread_mutex_lock(&pf->mu);
-    pf->state = PF_QUIT;
-    pthread_cond_broadcast(&pf->cv);
-    pthread_mutex_unlock(&pf->mu);
-    pthread_join(pf->thread, NULL);
-    tsh_tensors_free(pf->out, pf->nout);
-    pthread_mutex_destroy(&pf->mu);
-    pthread_cond_destroy(&pf->cv);
-    free(pf->chunks);
-    free(pf->rows.tok);
-    free(pf->rows.slot);
-    free(pf->rows.pos);
-    free(pf);
-    s->pf = NULL;
-}
-
-/* CPU time of this thread in us: what a step costs whether or not the machine lets it run. The
- * thread's, not the process's: with worker_threads above 1, the process's counts every thread
- * of the GEMMs (and their spinning) and makes a prompt token look dearer than it is. */
-static double cpu_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-/* The cheapest of CAL_TRIES runs of a step over the rows in s->rows.tok/slot/pos and the groups in
- * s->groups, in us of CPU. */
-static double time_step(struct tg_state *s, size_t n, size_t n_dec, const int64_t *chunks,
-                        size_t nchunks, char *err, size_t errlen)
-{
-    double best = -1;
-    for (int k = 0; k < CAL_TRIES; k++) {
-        struct tsh_tensor *out;
-        size_t nout;
-        double t0 = cpu_us();
-        if (run_step(s, &s->rows, n, n_dec, chunks, nchunks, &out, &nout, err, errlen))
-            return -1;
-        double dt = cpu_us() - t0;
-        tsh_tensors_free(out, nout);
-        if (best < 0 || dt < best)
-            best = dt;
-    }
-    return best;
-}
-
-/* Decode rows 0..rows-1 in slots 0..rows-1 at position pos, as one group or one group each. */
-static void cal_decode(struct tg_state *s, int64_t rows, int64_t pos, int one_group)
-{
-    s->ngroups = one_group ? 1 : (size_t)rows;
-    for (int64_t i = 0; i < rows; i++) {
-        s->rows.tok[i] = '\n';
-        s->rows.slot[i] = i;
-        s->rows.pos[i] = pos;
-        int64_t *g = s->groups + 4 * (one_group ? 0 : i);
-        g[0] = one_group ? 0 : i;
-        g[1] = one_group ? rows : i + 1;
-        g[2] = pos + 1;
-        g[3] = one_group ? rows : 1;
-    }
-}
-
-/* What a step costs, measured at load (which also warms the model up), each part the cheapest
- * of CAL_TRIES runs in CPU time: on a busy machine the wall time of a long step includes the
- * time others ran. Decode steps of one row, and of CAL_ROWS rows at the context's last position
- * and at a quarter of it, in one group and in a group each, give the cost of a step, of a decode
- * row, of a slot position read and of a group (the whole of those slots is read, more than the
- * L3 caches of a common CPU hold, as the steps of a full batch read theirs from memory); a prefill
- * step of CAL_PRE tokens the cost of a prompt token. plan_groups and prefill_budget follow from
- * them. Measured once, not as steps run: the cost of a mixed step does not say which part took the
- * time. */
-static int calibrate(struct tg_state *s, char *err, size_t errlen)
-{
-    int64_t rows = s->slots < CAL_ROWS ? s->slots : CAL_ROWS;
-    int64_t pos = s->ctx_len - 1;
-    int64_t pos_q = pos / 4;
-    int64_t pre = s->ctx_len < CAL_PRE ? s->ctx_len : CAL_PRE;
-    for (int64_t i = 0; i < rows; i++)
-        if (s->has_clear && !s->cleared[i] && clear_slot(s, (int)i, err, errlen))
-            return -1;
-    grow_rows(&s->rows, (size_t)(rows > pre ? rows : pre));
-    for (int64_t i = 0; i < pre; i++) {
-        s->rows.tok[i] = '\n';
-        s->rows.slot[i] = 0;
-        s->rows.pos[i] = i;
-    }
-    int64_t chunk[3] = {0, 0, pre};
-    s->ngroups = 0;
-    double tp = time_step(s, (size_t)pre, 0, chunk, 1, err, errlen);
-    double t[4] = {0}; /* 1 row; rows at pos; rows at pos_q; rows at pos, a group each */
-    for (int k = 0; k < 4 && tp >= 0; k++) {
-        int64_t r = k == 0 ? 1 : rows;
-        cal_decode(s, r, k == 2 ? pos_q : pos, k != 3);
-        if ((t[k] = time_step(s, (size_t)r, (size_t)r, NULL, 0, err, errlen)) < 0)
-            return -1;
-    }
-    if (tp < 0)
-        return -1;
-    double width = (double)rows * (double)(pos - pos_q);
-    s->pos_us = width > 0 && t[1] > t[2] ? (t[1] - t[2]) / width : 0;
-    s->group_us = rows > 1 && t[3] > t[1] ? (t[3] - t[1]) / (double)(rows - 1) : 0;
-    double one = s->pos_us * (double)(pos + 1); /* what a row at pos reads */
-    s->row_us = rows > 1 ? (t[1] - t[0]) / (double)(rows - 1) - one : 0;
-    if (s->row_us < 0)
-        s->row_us = 0;
-    s->step_us = t[0] - s->group_us - one - s->row_us;
-    if (s->step_us < 0)
-        s->step_us = 0;
-    s->tok_us = tp > s->step_us ? (tp - s->step_us) / (double)pre : tp / (double)pre;
-    /* a prompt token never costs more than a decode row (the same products, batched, and a
-     * shorter attention): a slow prefill run on a busy machine must not shrink the budget
-     * below the decode rows */
-    if (s->tok_us > s->row_us + one)
-        s->tok_us = s->row_us + one;
-    if (s->tok_us <= 0)
-        s->tok_us = 1;
-    return 0;
-}
-
 static void state_free(struct tg_state *s)
 {
-    pf_stop(s);
+    tg_pf_stop(s);
     tsh_value_free(s->cache);
     tsh_model_free(s->m);
     free(s->used);
@@ -553,7 +283,7 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     s->groups = xmalloc((size_t)s->slots * 4 * sizeof(*s->groups));
     s->best = xmalloc((size_t)s->slots * sizeof(*s->best));
     s->first = xmalloc((size_t)s->slots * sizeof(*s->first));
-    if (calibrate(s, err, sizeof(err))) {
+    if (tg_calibrate(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s: %s", file, err);
         goto fail;
     }
@@ -563,7 +293,7 @@ static int tg_init(struct ts_ctx *ctx, void **state)
         ts_log(ctx, LOG_LEVEL_INFO,
                "textgen: prompts are fed in the decode steps on a GPU "
                "(handler.prefill_thread applies on the CPU)");
-    else if (flag[1] && pf_start(s, err, sizeof(err))) {
+    else if (flag[1] && tg_pf_start(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s", err);
         goto fail;
     }
@@ -603,7 +333,7 @@ static void finish(struct ts_ctx *ctx, size_t i, struct tg_seq *u, struct buf *t
 
 /* The slot for a new request: the lowest free one above the highest busy one, else the lowest
  * free one; -1 when all are busy. Requests that arrive together sit together, in the order of
- * their positions, which plan_groups cuts into short reads, and the busy range does not
+ * their positions, which tg_plan_groups cuts into short reads, and the busy range does not
  * wander over the cache (whose pages a slot takes at its first use). */
 static int free_slot(const struct tg_state *s)
 {
@@ -661,7 +391,7 @@ static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
         textgen_params_free(&p);
         return -1;
     }
-    if (s->has_clear && !s->cleared[slot] && clear_slot(s, slot, err, sizeof(err))) {
+    if (s->has_clear && !s->cleared[slot] && tg_clear_slot(s, slot, err, sizeof(err))) {
         ts_set_error(ctx, i, 500, "textgen: %s", err);
         textgen_params_free(&p);
         return -1;
@@ -730,90 +460,8 @@ static int by_slot(const void *a, const void *b, void *arg)
     return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
-/* What a decode group over rows i..j (in slot order) reads: its slot range times its longest
- * position. */
-static double group_reads(const struct tg_state *s, size_t i, size_t j, int64_t t)
-{
-    return (double)(s->rows.slot[j] - s->rows.slot[i] + 1) * (double)t;
-}
-
-/* Cuts the decode rows, in slot order in s->rows.tok/slot/pos, into groups of neighbouring slots
- * (s->groups): a group reads its slot range up to its longest position and costs group_us of
- * its own, and the cuts are the cheapest ones (best[j]: the cheapest cost of rows 0..j, whose
- * last group starts at first[j]; O(n_dec^2), n_dec <= batchSize). One group when
- * handler.decode_groups is false. Returns what the groups cost, in us. */
-static double plan_groups(struct tg_state *s, struct ts_ctx *ctx, size_t n_dec)
-{
-    s->ngroups = 0;
-    if (!n_dec)
-        return 0;
-    for (size_t j = 0; s->split && j < n_dec; j++) {
-        int64_t t = 0;
-        for (size_t i = j + 1; i-- > 0;) {
-            if (s->rows.pos[i] + 1 > t)
-                t = s->rows.pos[i] + 1;
-            double c = s->group_us + s->pos_us * group_reads(s, i, j, t) + (i ? s->best[i - 1] : 0);
-            if (i == j || c < s->best[j]) {
-                s->best[j] = c;
-                s->first[j] = i;
-            }
-        }
-    }
-    /* the groups, found from the last row back and written in slot order */
-    for (size_t end = n_dec; end > 0; end = s->split ? s->first[end - 1] : 0)
-        s->ngroups++;
-    double reads = 0;
-    int64_t t_all = 0;
-    size_t g = s->ngroups, end = n_dec;
-    while (end > 0) {
-        size_t i = s->split ? s->first[end - 1] : 0;
-        int64_t t = 0;
-        for (size_t k = i; k < end; k++)
-            if (s->rows.pos[k] + 1 > t)
-                t = s->rows.pos[k] + 1;
-        int64_t *row = s->groups + 4 * --g;
-        row[0] = s->rows.slot[i];
-        row[1] = s->rows.slot[end - 1] + 1;
-        row[2] = t;
-        row[3] = (int64_t)(end - i);
-        reads += group_reads(s, i, end - 1, t);
-        if (t > t_all)
-            t_all = t;
-        end = i;
-    }
-    ts_counter_add(ctx, "decode_groups", (int64_t)s->ngroups);
-    ts_counter_add(ctx, "kv_read", (int64_t)reads);
-    ts_counter_add(ctx, "kv_one", (int64_t)group_reads(s, 0, n_dec - 1, t_all));
-    return (double)s->ngroups * s->group_us + s->pos_us * reads;
-}
-
-/* Whether the last `tail` tokens of a prompt that go over this step's measured budget are taken
- * with the rest of it: when they cost less than a step's own cost, since the step they would
- * otherwise need costs the prompt's first token a whole step more, and the others wait for them
- * either way. Never beyond handler.max_prefill_tokens, nor with a fixed handler.prefill_chunk. */
-static int tail_rides(const struct tg_state *s, size_t n_dec, long budget, int64_t tail)
-{
-    return n_dec > 0 && !s->chunk_fixed && budget + tail <= s->max_prefill &&
-           (double)tail * s->tok_us <= s->step_us;
-}
-
-/* Prompt tokens this step may take, when its decode rows cost dec_us. */
-static long prefill_budget(const struct tg_state *s, size_t n_dec, double dec_us)
-{
-    if (n_dec == 0)
-        return s->max_prefill;
-    long b = s->chunk_fixed;
-    if (!b) {
-        double est = (s->step_us + s->row_us * (double)n_dec + dec_us) / s->tok_us;
-        b = est > (double)s->max_prefill ? s->max_prefill : (long)est;
-    }
-    if (b < CHUNK_MIN)
-        b = CHUNK_MIN;
-    return b > s->max_prefill ? s->max_prefill : b;
-}
-
 /* Chunks of the prompts of requests pre[0..npre) (oldest first) into rows r from row `from`
- * on, at most budget tokens (and a tail that rides, tail_rides): each chunk (slot, first row,
+ * on, at most budget tokens (and a tail that rides, tg_tail_rides): each chunk (slot, first row,
  * tokens) in chunks, its request in chunk_req. Returns the rows the chunks take. */
 static size_t fill_chunks(struct tg_state *s, struct ts_ctx *ctx, struct tg_rows *r, size_t from,
                           const size_t *pre, size_t npre, long budget, size_t n_dec,
@@ -826,7 +474,7 @@ static size_t fill_chunks(struct tg_state *s, struct ts_ctx *ctx, struct tg_rows
         struct tg_seq *u = ts_get_user(ctx, pre[k]);
         int64_t rest = u->plen - u->fed;
         int64_t take = rest < left ? rest : left;
-        if (rest > left && tail_rides(s, n_dec, budget, rest - left))
+        if (rest > left && tg_tail_rides(s, n_dec, budget, rest - left))
             take = rest;
         int64_t *c = chunks + 3 * *nchunks;
         c[0] = u->slot;
@@ -882,13 +530,7 @@ static void pf_post(struct tg_state *s, struct ts_ctx *ctx, const size_t *pre, s
     for (size_t k = 0; k < nchunks; k++)
         ((struct tg_seq *)ts_get_user(ctx, s->chunk_req[k]))->pf_k = (int)k;
     ts_counter_add(ctx, "prefill_jobs", 1);
-    pthread_mutex_lock(&pf->mu);
-    pf->pending = nchunks;
-    pf->out = NULL;
-    pf->nout = 0;
-    pf->state = PF_RUN;
-    pthread_cond_broadcast(&pf->cv);
-    pthread_mutex_unlock(&pf->mu);
+    tg_pf_run(pf, nchunks);
 }
 
 /* When the prefill thread's job is done: its requests among this call's take their chunks (each
@@ -896,7 +538,7 @@ static void pf_post(struct tg_state *s, struct ts_ctx *ctx, const size_t *pre, s
 static size_t pf_collect(struct tg_state *s, struct ts_ctx *ctx, size_t n, unsigned char *answered)
 {
     struct tg_prefill *pf = s->pf;
-    if (pf_state(pf) != PF_DONE)
+    if (tg_pf_state(pf) != PF_DONE)
         return 0;
     size_t got = 0;
     int64_t fed = 0;
@@ -931,7 +573,7 @@ static size_t pf_collect(struct tg_state *s, struct ts_ctx *ctx, size_t n, unsig
     ts_counter_add(ctx, "prefill_thread_tokens", fed);
     ts_counter_add(ctx, "tokens", ntok);
     if (got)
-        pf_release(pf, got);
+        tg_pf_release(pf, got);
     return got;
 }
 
@@ -960,7 +602,7 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
     }
     if (s->pf && !n_dec && !got && njob) {
         /* nothing decodes: the job's prompts are the next tokens */
-        pf_wait(s->pf);
+        tg_pf_wait(s->pf);
         got = pf_collect(s, ctx, n, answered);
     }
     /* prompts are fed in this step when nothing else would wait for them; with a prefill thread,
@@ -968,32 +610,33 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
     int inline_pre = !s->pf || (!n_dec && !got && !njob);
     if (npre > 1)
         qsort_r(pre, npre, sizeof(*pre), by_arrival, ctx);
-    if (!inline_pre && npre && pf_state(s->pf) == PF_IDLE)
+    if (!inline_pre && npre && tg_pf_state(s->pf) == PF_IDLE)
         pf_post(s, ctx, pre, npre);
     /* the rows: decode rows first, in slot order and cut into groups, then the oldest prompts'
      * chunks within the budget */
     if (n_dec > 1)
         qsort_r(s->dec_req, n_dec, sizeof(*s->dec_req), by_slot, ctx);
-    grow_rows(&s->rows, n_dec + (size_t)s->max_prefill); /* a step's prompt tokens: at most that */
+    tg_grow_rows(&s->rows,
+                 n_dec + (size_t)s->max_prefill); /* a step's prompt tokens: at most that */
     for (size_t k = 0; k < n_dec; k++) {
         struct tg_seq *u = ts_get_user(ctx, s->dec_req[k]);
         s->rows.tok[k] = u->next;
         s->rows.slot[k] = u->slot;
         s->rows.pos[k] = u->ncache;
     }
-    double dec_us = plan_groups(s, ctx, n_dec);
+    double dec_us = tg_plan_groups(s, ctx, n_dec);
     size_t nchunks = 0, n_pre_rows = 0;
     if (inline_pre)
         n_pre_rows =
-            fill_chunks(s, ctx, &s->rows, n_dec, pre, npre, prefill_budget(s, n_dec, dec_us), n_dec,
-                        s->chunks, s->chunk_req, &nchunks);
+            fill_chunks(s, ctx, &s->rows, n_dec, pre, npre, tg_prefill_budget(s, n_dec, dec_us),
+                        n_dec, s->chunks, s->chunk_req, &nchunks);
     size_t nrows = n_dec + n_pre_rows;
     if (nrows) {
         struct tsh_tensor *out;
         size_t nout;
         char err[512];
-        if (run_step(s, &s->rows, nrows, n_dec, s->chunks, nchunks, &out, &nout, err,
-                     sizeof(err))) {
+        if (tg_run_step(s, &s->rows, nrows, n_dec, s->chunks, nchunks, &out, &nout, err,
+                        sizeof(err))) {
             /* every request of the step fails: the cache may hold half of this step */
             ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", err);
             for (size_t k = 0; k < n_dec; k++)
