@@ -28,7 +28,11 @@
  *    handler.prefill_chunk tokens if set, else handler.max_prefill_tokens, in one step() of
  *    their own on the second core, so that a joining prompt delays no decode step; the first
  *    tokens go out at the first iteration after it, before that iteration's step. With nothing
- *    decoding and nothing in the thread, in the iteration itself, as below.
+ *    decoding and nothing in the thread, in the iteration itself, as below. With
+ *    handler.split_decode (default false) the thread, when it has no prompt, runs the later
+ *    decode groups of a step in a step() of its own while the main thread runs the others
+ *    (tg_split_groups): more tokens/s on two cores, shorter steps, but a prompt's first token
+ *    then waits for a whole step of the main thread, which runs alone while it is fed.
  *  - otherwise (a GPU, or prefill_thread false), in the decode steps: in chunks, oldest request
  *    first, within a budget of prompt tokens per step (chunked prefill): about as many as cost
  *    what this step's decode rows cost (with the costs measured at load), so that a joining
@@ -48,10 +52,10 @@
  * default), else temperature and top_p with a per-request generator seeded from "seed".
  *
  * Counters (x-ts-worker-* headers): tokens, steps, prefill_tokens (of which
- * prefill_thread_tokens by the thread, in prefill_jobs steps), slots_in_use (which goes down
- * again when a request leaves, whether it finished or its client went away), decode_groups,
- * kv_read (slot positions the decode groups read, per layer) and kv_one (what one group over
- * the decoding slots would have read).
+ * prefill_thread_tokens by the thread, in prefill_jobs steps), split_steps, slots_in_use (which
+ * goes down again when a request leaves, whether it finished or its client went away),
+ * decode_groups, kv_read (slot positions the decode groups read, per layer) and kv_one (what one
+ * group over the decoding slots would have read).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -138,21 +142,20 @@ int tg_clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
     return 0;
 }
 
-/* One step() over the first n rows of r, n_dec of them decoding in the s->ngroups groups of
- * s->groups, and nchunks chunks: the logits, checked. */
+/* One step() over the first n rows of r, n_dec of them decoding in ngroups groups (groups),
+ * and nchunks chunks: the logits, checked. */
 int tg_run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
-                const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
-                char *err, size_t errlen)
+                const int64_t *groups, size_t ngroups, const int64_t *chunks, size_t nchunks,
+                struct tsh_tensor **out, size_t *nout, char *err, size_t errlen)
 {
     static const int64_t none = 0;
-    size_t ngroups = n_dec ? s->ngroups : 0;
     struct tsh_arg a[6];
     a[0].kind = TSH_ARG_VALUE;
     a[0].u.value = s->cache;
     a[1] = targ(TSH_INT64, r->tok, 1, (int64_t)n, 0);
     a[2] = targ(TSH_INT64, r->slot, 1, (int64_t)n, 0);
     a[3] = targ(TSH_INT64, r->pos, 1, (int64_t)n, 0);
-    a[4] = targ(TSH_INT64, ngroups ? s->groups : &none, 2, (int64_t)ngroups, 4);
+    a[4] = targ(TSH_INT64, ngroups ? groups : &none, 2, (int64_t)ngroups, 4);
     a[5] = targ(TSH_INT64, nchunks ? chunks : &none, 2, (int64_t)nchunks, 3);
     char *e = NULL;
     if (tsh_call(s->m, "step", a, 6, out, nout, &e)) {
@@ -213,9 +216,10 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     s->chunk_fixed = ts_config_get_long(ctx, "handler.prefill_chunk", 0);
     s->max_prefill = ts_config_get_long(ctx, "handler.max_prefill_tokens", DEFAULT_MAX_PREFILL);
     long want_ctx = ts_config_get_long(ctx, "handler.context_length", 0);
-    static const char *const flags[] = {"handler.decode_groups", "handler.prefill_thread"};
-    int flag[2] = {1, 1};
-    for (size_t k = 0; k < 2; k++) {
+    static const char *const flags[] = {"handler.decode_groups", "handler.prefill_thread",
+                                        "handler.split_decode"};
+    int flag[3] = {1, 1, 0};
+    for (size_t k = 0; k < 3; k++) {
         const char *v = ts_config_get(ctx, flags[k]);
         if (v && ts_parse_bool(v, &flag[k])) {
             ts_set_load_error(ctx, "model-config.yaml: %s: \"%s\" is not true or false", flags[k],
@@ -225,6 +229,13 @@ static int tg_init(struct ts_ctx *ctx, void **state)
         }
     }
     s->split = flag[0];
+    s->split_decode = flag[2];
+    if (s->split_decode && !flag[1]) {
+        ts_set_load_error(ctx, "model-config.yaml: handler.split_decode: true needs "
+                               "handler.prefill_thread: true (its thread runs the part)");
+        free(s);
+        return -1;
+    }
     if (s->max_new_default < 0 || s->max_new_default > TEXTGEN_MAX_NEW_LIMIT ||
         s->chunk_fixed < 0 || s->max_prefill < 1 || want_ctx < 0) {
         ts_set_load_error(ctx, "handler.max_new_tokens, handler.prefill_chunk, "
@@ -292,7 +303,8 @@ static int tg_init(struct ts_ctx *ctx, void **state)
     if (flag[1] && tsh_model_device(s->m) >= 0)
         ts_log(ctx, LOG_LEVEL_INFO,
                "textgen: prompts are fed in the decode steps on a GPU "
-               "(handler.prefill_thread applies on the CPU)");
+               "(handler.prefill_thread%s applies on the CPU)",
+               s->split_decode ? " and handler.split_decode" : "");
     else if (flag[1] && tg_pf_start(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s", err);
         goto fail;
@@ -305,7 +317,10 @@ static int tg_init(struct ts_ctx *ctx, void **state)
            s->has_clear ? "touched as slots are first used" : "as new_cache made it", s->step_us,
            s->row_us, s->group_us, s->split ? "" : " (one group: handler.decode_groups false)",
            s->pos_us * 1000, s->tok_us,
-           s->pf ? "by a thread of their own while the batch decodes" : "in the decode steps");
+           !s->pf            ? "in the decode steps"
+           : s->split_decode ? "by a thread of their own while the batch decodes, which also runs "
+                               "part of a decode step when it has none (split_decode)"
+                             : "by a thread of their own while the batch decodes");
     *state = s;
     return 0;
 fail:
@@ -526,11 +541,33 @@ static void pf_post(struct tg_state *s, struct ts_ctx *ctx, const size_t *pre, s
         s->chunk_fixed && s->chunk_fixed < s->max_prefill ? s->chunk_fixed : s->max_prefill;
     pf->n =
         fill_chunks(s, ctx, &pf->rows, 0, pre, npre, budget, 0, pf->chunks, s->chunk_req, &nchunks);
+    pf->r = &pf->rows;
+    pf->n_dec = 0;
+    pf->groups = NULL;
+    pf->ngroups = 0;
+    pf->chunkp = pf->chunks;
     pf->nchunks = nchunks;
     for (size_t k = 0; k < nchunks; k++)
         ((struct tg_seq *)ts_get_user(ctx, s->chunk_req[k]))->pf_k = (int)k;
     ts_counter_add(ctx, "prefill_jobs", 1);
     tg_pf_run(pf, nchunks);
+}
+
+/* Gives the prefill thread the decode rows from row `from` on, in the groups from group g on
+ * (the rest of this step's: the main thread runs rows 0..from-1 meanwhile). */
+static void pf_post_decode(struct tg_state *s, size_t from, size_t g, size_t n_dec)
+{
+    struct tg_prefill *pf = s->pf;
+    pf->view.tok = s->rows.tok + from;
+    pf->view.slot = s->rows.slot + from;
+    pf->view.pos = s->rows.pos + from;
+    pf->r = &pf->view;
+    pf->n = pf->n_dec = n_dec - from;
+    pf->groups = s->groups + 4 * g;
+    pf->ngroups = s->ngroups - g;
+    pf->chunkp = NULL;
+    pf->nchunks = 0;
+    tg_pf_run(pf, 0);
 }
 
 /* When the prefill thread's job is done: its requests among this call's take their chunks (each
@@ -625,18 +662,36 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         s->rows.pos[k] = u->ncache;
     }
     double dec_us = tg_plan_groups(s, ctx, n_dec);
+    /* the prefill thread, if it has no prompt, takes the later groups of this step */
+    size_t rows_a = n_dec, groups_a = s->ngroups;
+    if (s->split_decode && s->pf && !inline_pre && tg_pf_state(s->pf) == PF_IDLE &&
+        (groups_a = tg_split_groups(s, &rows_a)) < s->ngroups) {
+        pf_post_decode(s, rows_a, groups_a, n_dec);
+        ts_counter_add(ctx, "split_steps", 1);
+    }
     size_t nchunks = 0, n_pre_rows = 0;
     if (inline_pre)
         n_pre_rows =
             fill_chunks(s, ctx, &s->rows, n_dec, pre, npre, tg_prefill_budget(s, n_dec, dec_us),
                         n_dec, s->chunks, s->chunk_req, &nchunks);
-    size_t nrows = n_dec + n_pre_rows;
+    size_t nrows = rows_a + n_pre_rows;
     if (nrows) {
         struct tsh_tensor *out;
         size_t nout;
         char err[512];
-        if (tg_run_step(s, &s->rows, nrows, n_dec, s->chunks, nchunks, &out, &nout, err,
-                        sizeof(err))) {
+        int rc = tg_run_step(s, &s->rows, nrows, rows_a, s->groups, groups_a, s->chunks, nchunks,
+                             &out, &nout, err, sizeof(err));
+        const float *logits_b = NULL; /* rows rows_a..n_dec-1, from the thread */
+        if (rows_a < n_dec) {
+            tg_pf_wait(s->pf);
+            if (rc == 0 && s->pf->rc) {
+                snprintf(err, sizeof(err), "%s", s->pf->err);
+                tsh_tensors_free(out, nout);
+                rc = -1;
+            }
+            logits_b = s->pf->rc ? NULL : s->pf->out[0].data;
+        }
+        if (rc) {
             /* every request of the step fails: the cache may hold half of this step */
             ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", err);
             for (size_t k = 0; k < n_dec; k++)
@@ -653,18 +708,20 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
             for (size_t k = 0; k < n_dec; k++) {
                 struct tg_seq *u = ts_get_user(ctx, s->dec_req[k]);
                 u->ncache++;
-                int64_t t =
-                    textgen_sample(logits + k * VOCAB, VOCAB, u->temperature, u->top_p, &u->rng);
+                const float *l = k < rows_a ? logits + k * VOCAB : logits_b + (k - rows_a) * VOCAB;
+                int64_t t = textgen_sample(l, VOCAB, u->temperature, u->top_p, &u->rng);
                 ntok++;
                 if (take_token(ctx, s->dec_req[k], u, t))
                     ts_continue(ctx, s->dec_req[k], 0);
             }
-            ntok += take_chunks(ctx, logits, n_dec, s->chunks, s->chunk_req, nchunks);
+            ntok += take_chunks(ctx, logits, rows_a, s->chunks, s->chunk_req, nchunks);
             for (size_t k = 0; k < nchunks; k++)
                 answered[s->chunk_req[k]] = 1;
             ts_counter_add(ctx, "tokens", ntok);
             tsh_tensors_free(out, nout);
         }
+        if (rows_a < n_dec)
+            tg_pf_release(s->pf, 0);
     }
     /* prompts still waiting, or with the prefill thread, wait for the next step */
     for (size_t k = 0; k < npre; k++)

@@ -14,6 +14,9 @@
 #define CAL_ROWS 8  /* decode rows of its larger decode steps */
 #define CAL_PRE 64  /* prompt tokens of its prefill step */
 #define CAL_TRIES 5 /* each step runs this many times; the fastest counts */
+/* a step is split between two threads when that saves at least this much of its time, in us:
+ * more than the hand-over between them costs */
+#define SPLIT_MIN_US 100.0
 
 /* CPU time of this thread in us: what a step costs whether or not the machine lets it run. The
  * thread's, not the process's: with worker_threads above 1, the process's counts every thread
@@ -35,7 +38,8 @@ static double time_step(struct tg_state *s, size_t n, size_t n_dec, const int64_
         struct tsh_tensor *out;
         size_t nout;
         double t0 = cpu_us();
-        if (tg_run_step(s, &s->rows, n, n_dec, chunks, nchunks, &out, &nout, err, errlen))
+        if (tg_run_step(s, &s->rows, n, n_dec, s->groups, n_dec ? s->ngroups : 0, chunks, nchunks,
+                        &out, &nout, err, errlen))
             return -1;
         double dt = cpu_us() - t0;
         tsh_tensors_free(out, nout);
@@ -198,4 +202,39 @@ long tg_prefill_budget(const struct tg_state *s, size_t n_dec, double dec_us)
     if (b < CHUNK_MIN)
         b = CHUNK_MIN;
     return b > s->max_prefill ? s->max_prefill : b;
+}
+
+/* What the decode rows of group g cost, in us, besides the step's own cost. */
+static double group_cost(const struct tg_state *s, size_t g)
+{
+    const int64_t *row = s->groups + 4 * g;
+    return s->group_us + s->pos_us * (double)(row[1] - row[0]) * (double)row[2] +
+           s->row_us * (double)row[3];
+}
+
+/* Where this step's decode groups (tg_plan_groups) are cut between two threads that run them
+ * at once, each in a step of its own: the first group of the second part, where the dearer
+ * part costs least, and in *rows_a the rows of the first part. s->ngroups (no cut) when the cut
+ * would save less than SPLIT_MIN_US. */
+size_t tg_split_groups(const struct tg_state *s, size_t *rows_a)
+{
+    double total = 0;
+    for (size_t g = 0; g < s->ngroups; g++)
+        total += group_cost(s, g);
+    double a = 0, best = total;
+    size_t cut = s->ngroups, rows = 0, best_rows = 0;
+    for (size_t g = 0; g + 1 < s->ngroups; g++) {
+        a += group_cost(s, g);
+        rows += (size_t)s->groups[4 * g + 3];
+        double dearer = a > total - a ? a : total - a;
+        if (dearer < best) {
+            best = dearer;
+            cut = g + 1;
+            best_rows = rows;
+        }
+    }
+    if (total - best < SPLIT_MIN_US)
+        return s->ngroups;
+    *rows_a = best_rows;
+    return cut;
 }

@@ -35,11 +35,18 @@ struct tg_prefill {
     pthread_cond_t cv;
     int state;
     size_t pending; /* requests of the done job not yet given its result */
-    /* the job, written by the main thread while the state is PF_IDLE */
-    struct tg_rows rows;
-    size_t n;
-    int64_t *chunks; /* [nchunks, 3] */
+    /* the job, written by the main thread while the state is PF_IDLE: a step over the first n
+     * rows of *r, n_dec of them decoding in ngroups groups, and nchunks chunks. A prefill job's
+     * rows and chunks are its own (rows, chunks); a decode job's are the main thread's, the part
+     * of its step it gives the thread (view, and a suffix of its groups) */
+    const struct tg_rows *r;
+    size_t n, n_dec;
+    const int64_t *groups;
+    size_t ngroups;
+    const int64_t *chunkp;
     size_t nchunks;
+    struct tg_rows rows, view;
+    int64_t *chunks; /* [slots, 3] */
     /* its result, written by the thread while the state is PF_RUN */
     struct tsh_tensor *out;
     size_t nout;
@@ -58,6 +65,7 @@ struct tg_state {
     int has_clear;          /* the model has clear_slot() */
     int split;              /* handler.decode_groups: decode rows in the cheapest groups */
     struct tg_prefill *pf;  /* handler.prefill_thread, on a CPU; else NULL */
+    int split_decode;       /* handler.split_decode: the thread runs part of a decode step */
     long max_new_default;
     long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
     long max_prefill;
@@ -85,8 +93,8 @@ int tg_pf_state(struct tg_prefill *pf);
 
 /* one step() over the first n rows of r (textgen.c) */
 int tg_run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
-                const int64_t *chunks, size_t nchunks, struct tsh_tensor **out, size_t *nout,
-                char *err, size_t errlen);
+                const int64_t *groups, size_t ngroups, const int64_t *chunks, size_t nchunks,
+                struct tsh_tensor **out, size_t *nout, char *err, size_t errlen);
 void tg_grow_rows(struct tg_rows *r, size_t n);
 int tg_clear_slot(struct tg_state *s, int slot, char *err, size_t errlen);
 
@@ -95,5 +103,6 @@ int tg_calibrate(struct tg_state *s, char *err, size_t errlen);
 double tg_plan_groups(struct tg_state *s, struct ts_ctx *ctx, size_t n_dec);
 int tg_tail_rides(const struct tg_state *s, size_t n_dec, long budget, int64_t tail);
 long tg_prefill_budget(const struct tg_state *s, size_t n_dec, double dec_us);
+size_t tg_split_groups(const struct tg_state *s, size_t *rows_a);
 
 #endif

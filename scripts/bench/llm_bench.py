@@ -25,7 +25,8 @@ REPEAT (default 1) runs per load; the best of the server's and of the loop's are
 handler.prefill_chunk (default: the model-config's, 0 = measured), DECODE_GROUPS
 handler.decode_groups (default true; false: one attention product per step), PREFILL_THREAD
 handler.prefill_thread (default true: the worker feeds joining prompts on a second thread, so it
-computes on up to two cores). LOOP_THREADS (default 1) gives the loop and the prefill-alone
+computes on up to two cores), SPLIT_DECODE handler.split_decode (default false: true lets that
+thread run part of each decode step when it has no prompt). LOOP_THREADS (default 1) gives the loop and the prefill-alone
 measurement that many threads: 2 gives the loop both cores too, as the worker has with its
 prefill thread. The server is
 started like the integration tests start it (tests/integration/conftest.py): batchSize 64,
@@ -172,7 +173,8 @@ def main():
             f.write(json.dumps({"prompt": p, "max_new_tokens": NEW}) + "\n")
     handler = {k: os.environ[e] for k, e in (("prefill_chunk", "PREFILL_CHUNK"),
                                             ("decode_groups", "DECODE_GROUPS"),
-                                            ("prefill_thread", "PREFILL_THREAD"))
+                                            ("prefill_thread", "PREFILL_THREAD"),
+                                            ("split_decode", "SPLIT_DECODE"))
                if e in os.environ}
     # the worker's token and step counters come back as x-ts-worker-* headers (opt-in)
     srv = start_server(tmp, models=["tiny_gpt"], config={"worker_debug_headers": True},

@@ -247,15 +247,16 @@ def run_streams(srv, jobs, join=None):
     return out
 
 
-@pytest.mark.parametrize("thread", [True, False])
+@pytest.mark.parametrize("thread", [True, False, "split"])
 def test_16_streams_and_one_joining_match_their_alone_runs(server_factory, thread):
     """16 streams of different prompt and output lengths at once, and a long prompt that joins
     while they decode: each gets its alone-run's tokens. With handler.prefill_thread (the default
     on the CPU) the prompts that join while others decode are fed by the worker's prefill thread,
     never in a decode step: the joining prompt at least; without it, every prompt is fed in the
-    steps, the joining one in chunks of 16 tokens."""
-    handler = {"prefill_thread": thread} if thread else {"prefill_chunk": 16,
-                                                         "prefill_thread": False}
+    steps, the joining one in chunks of 16 tokens. With handler.split_decode the thread also runs
+    the later groups of decode steps, in steps of its own."""
+    handler = {True: {"prefill_thread": True}, "split": {"split_decode": True},
+               False: {"prefill_chunk": 16, "prefill_thread": False}}[thread]
     srv = server_factory(models=["tiny_gpt"], config=DEBUG, yaml={"tiny_gpt": {
         "batchSize": 32, "handler": handler}})
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
@@ -274,11 +275,14 @@ def test_16_streams_and_one_joining_match_their_alone_runs(server_factory, threa
     assert after["slots_in_use"] == 1
     by_thread = after.get("prefill_thread_tokens", 0) - before.get("prefill_thread_tokens", 0)
     jobs_run = after.get("prefill_jobs", 0) - before.get("prefill_jobs", 0)
-    print(f"prefill thread {thread}: {by_thread} prompt tokens in {jobs_run} jobs")
+    splits = after.get("split_steps", 0) - before.get("split_steps", 0)
+    print(f"prefill thread {thread}: {by_thread} prompt tokens in {jobs_run} jobs, "
+          f"{splits} of {steps} steps split")
     if thread:
         assert by_thread >= len(join[0]) and jobs_run >= 1, (by_thread, jobs_run)
     else:
         assert by_thread == 0 and jobs_run == 0, (by_thread, jobs_run)
+    assert (splits > 0) if thread == "split" else splits == 0, (splits, steps)
 
 
 def staggered(srv, jobs):
@@ -397,10 +401,14 @@ def test_64_streams_finish_with_nothing_leaked(server_factory):
     assert rss[1][1] - rss[0][1] < 16 * 1024, rss  # worker
 
 
-@pytest.mark.parametrize("key", ["decode_groups", "prefill_thread"])
+@pytest.mark.parametrize("key", ["decode_groups", "prefill_thread", "split_decode", "both"])
 def test_flag_keys_other_values_are_refused(server_factory, key):
-    s = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"handler": {
-        key: "sometimes"}}}, load=False, config={"enable_model_api": "true"})
+    handler = ({"split_decode": True, "prefill_thread": False} if key == "both" else
+               {key: "sometimes"})
+    msg = ("handler.split_decode: true needs handler.prefill_thread: true" if key == "both" else
+           f'handler.{key}: "sometimes" is not true or false')
+    s = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"handler": handler}}, load=False,
+                       config={"enable_model_api": "true"})
     r = s.post("/models?url=tiny_gpt&initial_workers=1&synchronous=true", api="management")
     assert r.status_code == 500, r.text
-    assert f'handler.{key}: "sometimes" is not true or false' in r.json()["message"], r.text
+    assert msg in r.json()["message"], r.text
