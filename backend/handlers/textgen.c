@@ -506,28 +506,31 @@ static size_t fill_chunks(struct tg_state *s, struct ts_ctx *ctx, struct tg_rows
     return nrows - from;
 }
 
-/* The prompts' chunks a step gave (logits: one row per chunk after the n_dec decode rows): each
- * request takes its chunk into the cache and, its prompt fed, samples its first token. Returns
- * the tokens. */
+/* Request i's chunk of `took` prompt tokens is in the cache; its prompt fed, it samples its
+ * first token from logits (its chunk's row). 1 when it took a token. */
+static int take_chunk(struct ts_ctx *ctx, size_t i, int64_t took, const float *logits)
+{
+    struct tg_seq *u = ts_get_user(ctx, i);
+    u->fed += took;
+    u->ncache += took;
+    if (u->fed < u->plen) {
+        ts_continue(ctx, i, 0);
+        return 0;
+    }
+    int64_t t = textgen_sample(logits, VOCAB, u->temperature, u->top_p, &u->rng);
+    if (take_token(ctx, i, u, t))
+        ts_continue(ctx, i, 0);
+    return 1;
+}
+
+/* The prompts' chunks a step gave (logits: one row per chunk after the n_dec decode rows).
+ * Returns the tokens. */
 static int64_t take_chunks(struct ts_ctx *ctx, const float *logits, size_t n_dec,
                            const int64_t *chunks, const size_t *chunk_req, size_t nchunks)
 {
     int64_t ntok = 0;
-    for (size_t k = 0; k < nchunks; k++) {
-        struct tg_seq *u = ts_get_user(ctx, chunk_req[k]);
-        int64_t took = chunks[3 * k + 2];
-        u->fed += took;
-        u->ncache += took;
-        if (u->fed < u->plen) {
-            ts_continue(ctx, chunk_req[k], 0);
-            continue;
-        }
-        int64_t t =
-            textgen_sample(logits + (n_dec + k) * VOCAB, VOCAB, u->temperature, u->top_p, &u->rng);
-        ntok++;
-        if (take_token(ctx, chunk_req[k], u, t))
-            ts_continue(ctx, chunk_req[k], 0);
-    }
+    for (size_t k = 0; k < nchunks; k++)
+        ntok += take_chunk(ctx, chunk_req[k], chunks[3 * k + 2], logits + (n_dec + k) * VOCAB);
     return ntok;
 }
 
@@ -578,7 +581,7 @@ static size_t pf_collect(struct tg_state *s, struct ts_ctx *ctx, size_t n, unsig
     if (tg_pf_state(pf) != PF_DONE)
         return 0;
     size_t got = 0;
-    int64_t fed = 0;
+    int64_t fed = 0, ntok = 0;
     for (size_t i = 0; i < n; i++) {
         struct tg_seq *u = ts_get_user(ctx, i);
         if (!u || u->pf_k < 0 || ts_is_cancelled(ctx, i))
@@ -586,26 +589,17 @@ static size_t pf_collect(struct tg_state *s, struct ts_ctx *ctx, size_t n, unsig
         size_t k = (size_t)u->pf_k;
         u->pf_k = -1;
         answered[i] = 1;
-        s->chunk_req[got] = i;
-        memcpy(s->chunks + 3 * got, pf->chunks + 3 * k, 3 * sizeof(*s->chunks));
-        if (pf->rc)
+        got++;
+        if (pf->rc) {
             ts_set_error(ctx, i, 500, "%s", pf->err);
-        else
-            fed += pf->chunks[3 * k + 2];
-        s->dec_req[got++] = k; /* the chunk's logits row */
+            continue;
+        }
+        int64_t took = pf->chunks[3 * k + 2];
+        fed += took;
+        ntok += take_chunk(ctx, i, took, (const float *)pf->out[0].data + k * VOCAB);
     }
     if (pf->rc && got)
         ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", pf->err);
-    int64_t ntok = 0;
-    if (!pf->rc) {
-        /* take_chunks reads chunk k's logits at row k: gather them in this call's order */
-        const float *all = pf->out[0].data;
-        float *logits = xmalloc((got ? got : 1) * VOCAB * sizeof(*logits));
-        for (size_t j = 0; j < got; j++)
-            memcpy(logits + j * VOCAB, all + s->dec_req[j] * VOCAB, VOCAB * sizeof(*logits));
-        ntok = take_chunks(ctx, logits, 0, s->chunks, s->chunk_req, got);
-        free(logits);
-    }
     ts_counter_add(ctx, "prefill_tokens", fed);
     ts_counter_add(ctx, "prefill_thread_tokens", fed);
     ts_counter_add(ctx, "tokens", ntok);

@@ -154,7 +154,7 @@ class Pipeline:
             try:
                 images = decode_jpeg(raws, mode=ImageReadMode.RGB, device=str(device))
             except Exception:  # pylint: disable=broad-except
-                images = None  # which image it was is found one by one below
+                pass  # which image it was is found one by one below
         if images is None:
             images = []
             for (idx, _), raw in zip(jpegs, raws):
