@@ -17,6 +17,11 @@ token), read by the C client llm_load (env LLM_LOAD). Reported:
     OpenBLAS's GEMMs on every core; all prompts prefilled in one step(),
     then NEW - 1 decode steps of the whole batch in lockstep), just before each server run with
     the server idle: its tokens/s, and the ratio;
+  - spread: plain PyTorch serving the server's arrivals (spread_limit): the same prompts arriving
+    over SPREAD_MS, each fed whole in the first step() after it arrived with the decode rows of
+    the others, in this process on LOOP_THREADS threads, no frontend; its tokens/s, and the
+    server's ratio to it. The loop above has every stream at once; streams that arrive over a
+    second cannot all finish as early, whoever serves them;
   - the targets: server tokens/s >= 0.85 of the loop's at 32 streams; TTFT p99 <= the prefill
     of one prompt alone + 3 steps (a step: the server's inter-token p50 at that load);
   - the worker's mean batch (tokens / steps from its counters) and the CPU seconds of the
@@ -26,7 +31,11 @@ handler.prefill_chunk (default: the model-config's, 0 = measured), DECODE_GROUPS
 handler.decode_groups (default true; false: one attention product per step), PREFILL_THREAD
 handler.prefill_thread (default true: the worker feeds joining prompts on a second thread, so it
 computes on up to two cores), SPLIT_DECODE handler.split_decode (default false: true lets that
-thread run part of each decode step when it has no prompt). LOOP_THREADS (default 1) gives the loop and the prefill-alone
+thread run part of each decode step when it has no prompt), PREFILL_CORES handler.prefill_cores
+(default 1: 2 feeds a prompt that arrives while nothing decodes on two BLAS threads). WORKERS sets minWorkers and maxWorkers
+(default 1; with more, the counters are one worker's), WORKER_THREADS config.properties'
+worker_threads (default 1). COUNTERS=1 prints the worker's counters of each run. LOOP_THREADS
+(default 1) gives the loop and the prefill-alone
 measurement that many threads: 2 gives the loop both cores too, as the worker has with its
 prefill thread. The server is
 started like the integration tests start it (tests/integration/conftest.py): batchSize 64,
@@ -102,13 +111,14 @@ def run_load(srv, bodies, n):
         chunks += nch
         ends.append(first + sum(g))
     span = (max(ends) - min(starts)) / 1e6
-    tokens = c1["tokens"] - c0["tokens"] - 1
-    steps = c1["steps"] - c0["steps"] - 1
+    tokens = c1.get("tokens", 0) - c0.get("tokens", 0) - 1
+    steps = c1.get("steps", 0) - c0.get("steps", 0)
     return {"tok_s": chunks / span, "chunks": chunks, "tokens": tokens, "span": span,
             "ttft50": pct(ttft, 50), "ttft99": pct(ttft, 99), "itl50": pct(gaps, 50),
             "itl99": pct(gaps, 99), "itlmax": max(gaps) if gaps else float("nan"),
             "batch": tokens / max(steps, 1), "cpu_f": cpu1[0] - cpu0[0],
-            "cpu_w": cpu1[1] - cpu0[1], "cpu_c": out_cpu(wall)}
+            "cpu_w": cpu1[1] - cpu0[1], "cpu_c": out_cpu(wall),
+            "counters": {k: v - c0.get(k, 0) for k, v in c1.items() if v != c0.get(k, 0)}}
 
 
 def out_cpu(_wall):
@@ -147,6 +157,60 @@ def loop_limit(m, batch, ps):
     return batch * NEW / (t2 - t0), (t2 - t1) / max(NEW - 1, 1)
 
 
+def spread_limit(m, n, ps, group=4):
+    """tokens/s of plain PyTorch serving the server's arrivals: the same n prompts arriving evenly
+    over SPREAD_MS, each fed whole in the first step() after it arrived, with the decode rows of
+    every stream that has its first token (groups of up to `group` consecutive slots); no
+    frontend, no sockets, no stall rule. What a continuous batcher on these cores can reach when
+    the streams do not all start at once."""
+    import torch
+    arrive = [i * SPREAD_MS / 1000 / n for i in range(n)]
+    with torch.inference_mode():
+        cache = m.new_cache(n, PROMPT + NEW)
+        for s in range(n):
+            m.clear_slot(cache, s)
+        prompt = [torch.tensor(list(p.encode())) for p in ps[:n]]
+        got = [0] * n      # tokens each stream has
+        last = [0] * n     # each stream's last token
+        end = [0.0] * n
+        joined = 0
+        t0 = time.perf_counter()
+        while min(got) < NEW:
+            now = time.perf_counter() - t0
+            dec = [s for s in range(joined) if 0 < got[s] < NEW]
+            new = []
+            while joined < n and arrive[joined] <= now:
+                new.append(joined)
+                joined += 1
+            if not dec and not new:
+                time.sleep(max(0.0, arrive[joined] - now))
+                continue
+            toks = [last[s] for s in dec]
+            slots = list(dec)
+            pos = [PROMPT + got[s] - 1 for s in dec]
+            groups = []
+            for g in range(0, len(dec), group):
+                part = dec[g:g + group]
+                groups.append([part[0], part[-1] + 1, max(pos[g:g + group]) + 1, len(part)])
+            chunks = []
+            for s in new:
+                chunks.append([s, len(toks), PROMPT])
+                toks += prompt[s].tolist()
+                slots += [s] * PROMPT
+                pos += list(range(PROMPT))
+            lg = m.step(cache, torch.tensor(toks), torch.tensor(slots), torch.tensor(pos),
+                        torch.tensor(groups, dtype=torch.long).reshape(-1, 4),
+                        torch.tensor(chunks, dtype=torch.long).reshape(-1, 3))
+            nxt = lg.argmax(-1).tolist()
+            t = time.perf_counter() - t0
+            for i, s in enumerate(dec + new):
+                last[s] = nxt[i]
+                got[s] += 1
+                if got[s] == NEW:
+                    end[s] = t
+    return n * NEW / max(end)
+
+
 def prefill_alone(m, ps):
     import torch
     with torch.inference_mode():
@@ -174,13 +238,19 @@ def main():
     handler = {k: os.environ[e] for k, e in (("prefill_chunk", "PREFILL_CHUNK"),
                                             ("decode_groups", "DECODE_GROUPS"),
                                             ("prefill_thread", "PREFILL_THREAD"),
-                                            ("split_decode", "SPLIT_DECODE"))
+                                            ("split_decode", "SPLIT_DECODE"),
+                                            ("prefill_cores", "PREFILL_CORES"))
                if e in os.environ}
     # the worker's token and step counters come back as x-ts-worker-* headers (opt-in)
-    srv = start_server(tmp, models=["tiny_gpt"], config={"worker_debug_headers": True},
-                       yaml={"tiny_gpt": {"batchSize": 64, "handler": handler}})
+    config = {"worker_debug_headers": True}
+    workers = ({"minWorkers": int(os.environ["WORKERS"]), "maxWorkers": int(os.environ["WORKERS"])}
+               if "WORKERS" in os.environ else {})
+    if "WORKER_THREADS" in os.environ:
+        config["worker_threads"] = int(os.environ["WORKER_THREADS"])
+    srv = start_server(tmp, models=["tiny_gpt"], config=config,
+                       yaml={"tiny_gpt": {"batchSize": 64, "handler": handler, **workers}})
     m = mar_module("tiny_gpt")
-    server, limit = {}, {}
+    server, limit, spread = {}, {}, {}
     try:
         srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
         run_load(srv, bodies, min(8, max(CONC)))  # warm-up: slots, allocator
@@ -188,12 +258,14 @@ def main():
         # the loop and the server by turns (the server idle while the loop runs), so that both
         # meet the same machine
         for n in CONC:
-            runs, loops = [], []
+            runs, loops, spreads = [], [], []
             for _ in range(REPEAT):
                 loops.append(loop_limit(m, n, ps))
+                spreads.append(spread_limit(m, n, ps))
                 runs.append(run_load(srv, bodies, n))
             server[n] = max(runs, key=lambda r: r["tok_s"])
             limit[n] = max(loops)
+            spread[n] = max(spreads)
         calib = [line.split("INFO [-] ", 1)[-1] for line in srv.log().splitlines()
                  if "textgen: " in line]
     finally:
@@ -202,7 +274,7 @@ def main():
     print(f"tiny_gpt: {PROMPT}-token prompts, {NEW} new tokens, arrivals over {SPREAD_MS:.0f} ms;"
           f" prefill of one prompt alone {pre:.1f} ms (plain PyTorch, {LOOP_THREADS} "
           f"thread{'s' if LOOP_THREADS > 1 else ''}, like the loop)")
-    print(f"{'streams':>7} {'tok/s':>7} {'loop':>7} {'ratio':>5} {'ttft50':>7} {'ttft99':>7} "
+    print(f"{'streams':>7} {'tok/s':>7} {'loop':>7} {'ratio':>5} {'spread':>7} {'ratio':>5} {'ttft50':>7} {'ttft99':>7} "
           f"{'target':>7} {'itl50':>6} {'itl99':>6} {'itlmax':>7} {'loopstep':>8} {'batch':>5} "
           f"{'cpu/1k tok: frontend worker client':>34}")
     for n in CONC:
@@ -210,12 +282,17 @@ def main():
         lim, step = limit[n]
         target = pre + 3 * s["itl50"]
         k = s["chunks"] / 1000
-        print(f"{n:7d} {s['tok_s']:7.0f} {lim:7.0f} {s['tok_s'] / lim:5.2f} {s['ttft50']:7.1f} "
+        print(f"{n:7d} {s['tok_s']:7.0f} {lim:7.0f} {s['tok_s'] / lim:5.2f} {spread[n]:7.0f} "
+              f"{s['tok_s'] / spread[n]:5.2f} {s['ttft50']:7.1f} "
               f"{s['ttft99']:7.1f} {target:7.1f} {s['itl50']:6.1f} {s['itl99']:6.1f} "
               f"{s['itlmax']:7.1f} {step * 1000:8.1f} {s['batch']:5.1f} "
               f"{s['cpu_f'] / k:22.2f} {s['cpu_w'] / k:6.2f} {s['cpu_c'] / k:6.2f}")
+    if os.environ.get("COUNTERS"):
+        for n in CONC:
+            print(f"{n:7d} worker counters:", server[n]["counters"])
     print("(times in ms; target: TTFT p99 <= prefill alone + 3 x itl50; loopstep: the loop's "
-          "decode step at that batch)")
+          "decode step at that batch; spread: plain PyTorch serving the same arrivals, "
+          "spread_limit)")
 
 
 if __name__ == "__main__":
