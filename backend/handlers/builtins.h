@@ -15,4 +15,9 @@ const struct ts_handler *ts_handler_stateful(void);
 const struct ts_handler *ts_handler_lstm_stateful(void);
 const struct ts_handler *ts_handler_textgen(void);
 
+struct tsh_model;
+/* The model's file (its serializedFile) from the model directory, on the worker's device; NULL
+ * with the load error set ("cannot load FILE: why"). */
+struct tsh_model *ts_builtin_load(struct ts_ctx *ctx, const char *file);
+
 #endif

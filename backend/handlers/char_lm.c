@@ -219,15 +219,8 @@ static int clm_init(struct ts_ctx *ctx, void **state)
         free(s);
         return -1;
     }
-    char *path = xasprintf("%s/%s", ts_model_dir(ctx), file);
-    char *e = NULL;
-    s->m = tsh_load(path, ts_gpu_id(ctx), &e);
-    free(path);
-    if (!s->m) {
-        ts_set_load_error(ctx, "cannot load %s: %s", file, e);
-        free(e);
+    if (!(s->m = ts_builtin_load(ctx, file)))
         goto fail;
-    }
     /* one step on a zero state checks the signature and warms the model up */
     float *h = xcalloc((size_t)(s->layers * s->hidden), sizeof(float));
     struct tsh_tensor *out;

@@ -31,8 +31,11 @@
  *    decoding and nothing in the thread, in the iteration itself, as below. With
  *    handler.split_decode (default false) the thread, when it has no prompt, runs the later
  *    decode groups of a step in a step() of its own while the main thread runs the others
- *    (tg_split_groups): more tokens/s on two cores, shorter steps, but a prompt's first token
- *    then waits for a whole step of the main thread, which runs alone while it is fed.
+ *    (tg_split_groups): more tokens/s on two cores, shorter steps. While the thread has a
+ *    prompt the main thread runs the two parts one after the other, and between them hands out
+ *    the prompt's first token if its job is done and gives the thread the next waiting prompt
+ *    (seq steps). With nothing decoding a prompt's step runs on handler.prefill_cores BLAS
+ *    threads (default 1; tsh_blas_threads), as plain PyTorch runs it.
  *  - otherwise (a GPU, or prefill_thread false), in the decode steps: in chunks, oldest request
  *    first, within a budget of prompt tokens per step (chunked prefill): about as many as cost
  *    what this step's decode rows cost (with the costs measured at load), so that a joining
@@ -52,7 +55,8 @@
  * default), else temperature and top_p with a per-request generator seeded from "seed".
  *
  * Counters (x-ts-worker-* headers): tokens, steps, prefill_tokens (of which
- * prefill_thread_tokens by the thread, in prefill_jobs steps), split_steps, slots_in_use (which
+ * prefill_thread_tokens by the thread, in prefill_jobs steps), prefill_wide_steps (steps on
+ * prefill_cores BLAS threads), split_steps, seq_steps, slots_in_use (which
  * goes down again when a request leaves, whether it finished or its client went away),
  * decode_groups, kv_read (slot positions the decode groups read, per layer) and kv_one (what one
  * group over the decoding slots would have read).
@@ -70,10 +74,6 @@
 #include "textgen_req.h"
 #include "torch/torch_shim.h"
 #include "util.h"
-
-#define VOCAB 256
-#define DEFAULT_MAX_NEW 64
-#define DEFAULT_MAX_PREFILL 512
 
 struct tg_seq {
     struct tg_state *s;
@@ -104,228 +104,6 @@ static void seq_free(void *p)
     textstop_free(&u->ts);
     free(u->prompt);
     free(u);
-}
-
-static struct tsh_arg targ(int dtype, const void *data, int ndim, int64_t d0, int64_t d1)
-{
-    struct tsh_arg a = {.kind = TSH_ARG_TENSOR};
-    a.u.t.dtype = dtype;
-    a.u.t.ndim = ndim;
-    a.u.t.shape[0] = d0;
-    a.u.t.shape[1] = d1;
-    a.u.t.data = (void *)data;
-    a.u.t.nbytes = (size_t)(d0 * (ndim > 1 ? d1 : 1)) * tsh_dtype_size(dtype);
-    return a;
-}
-
-static struct tsh_arg iarg(int64_t v)
-{
-    struct tsh_arg a = {.kind = TSH_ARG_INT};
-    a.u.i = v;
-    return a;
-}
-
-/* Zeros a slot before its first use (the model's clear_slot). */
-int tg_clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
-{
-    struct tsh_arg a[2] = {{.kind = TSH_ARG_VALUE, .u.value = s->cache}, iarg(slot)};
-    struct tsh_tensor *out;
-    size_t nout;
-    char *e = NULL;
-    if (tsh_call(s->m, "clear_slot", a, 2, &out, &nout, &e)) {
-        snprintf(err, errlen, "clear_slot failed: %s", e);
-        free(e);
-        return -1;
-    }
-    tsh_tensors_free(out, nout);
-    s->cleared[slot] = 1;
-    return 0;
-}
-
-/* One step() over the first n rows of r, n_dec of them decoding in ngroups groups (groups),
- * and nchunks chunks: the logits, checked. */
-int tg_run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
-                const int64_t *groups, size_t ngroups, const int64_t *chunks, size_t nchunks,
-                struct tsh_tensor **out, size_t *nout, char *err, size_t errlen)
-{
-    static const int64_t none = 0;
-    struct tsh_arg a[6];
-    a[0].kind = TSH_ARG_VALUE;
-    a[0].u.value = s->cache;
-    a[1] = targ(TSH_INT64, r->tok, 1, (int64_t)n, 0);
-    a[2] = targ(TSH_INT64, r->slot, 1, (int64_t)n, 0);
-    a[3] = targ(TSH_INT64, r->pos, 1, (int64_t)n, 0);
-    a[4] = targ(TSH_INT64, ngroups ? groups : &none, 2, (int64_t)ngroups, 4);
-    a[5] = targ(TSH_INT64, nchunks ? chunks : &none, 2, (int64_t)nchunks, 3);
-    char *e = NULL;
-    if (tsh_call(s->m, "step", a, 6, out, nout, &e)) {
-        snprintf(err, errlen, "step failed: %s", e);
-        free(e);
-        return -1;
-    }
-    struct tsh_tensor *o = *out;
-    if (*nout != 1 || o->dtype != TSH_FLOAT32 || o->ndim != 2 ||
-        o->shape[0] != (int64_t)(n_dec + nchunks) || o->shape[1] != VOCAB) {
-        snprintf(err, errlen, "step must return logits float32 [%zu, %d]", n_dec + nchunks, VOCAB);
-        tsh_tensors_free(*out, *nout);
-        return -1;
-    }
-    return 0;
-}
-
-void tg_grow_rows(struct tg_rows *r, size_t n)
-{
-    if (n <= r->cap)
-        return;
-    r->cap = n;
-    r->tok = xrealloc(r->tok, n * sizeof(*r->tok));
-    r->slot = xrealloc(r->slot, n * sizeof(*r->slot));
-    r->pos = xrealloc(r->pos, n * sizeof(*r->pos));
-}
-
-static void state_free(struct tg_state *s)
-{
-    tg_pf_stop(s);
-    tsh_value_free(s->cache);
-    tsh_model_free(s->m);
-    free(s->used);
-    free(s->cleared);
-    free(s->rows.tok);
-    free(s->rows.slot);
-    free(s->rows.pos);
-    free(s->chunks);
-    free(s->chunk_req);
-    free(s->dec_req);
-    free(s->groups);
-    free(s->best);
-    free(s->first);
-    free(s);
-}
-
-static int tg_init(struct ts_ctx *ctx, void **state)
-{
-    const char *file = ts_serialized_file(ctx);
-    if (!*file) {
-        ts_set_load_error(ctx, "MANIFEST.json has no model.serializedFile for textgen");
-        return -1;
-    }
-    struct tg_state *s = xcalloc(1, sizeof(*s));
-    s->ctx = ctx;
-    s->slots = ts_batch_size(ctx);
-    s->max_new_default = ts_config_get_long(ctx, "handler.max_new_tokens", DEFAULT_MAX_NEW);
-    s->chunk_fixed = ts_config_get_long(ctx, "handler.prefill_chunk", 0);
-    s->max_prefill = ts_config_get_long(ctx, "handler.max_prefill_tokens", DEFAULT_MAX_PREFILL);
-    long want_ctx = ts_config_get_long(ctx, "handler.context_length", 0);
-    static const char *const flags[] = {"handler.decode_groups", "handler.prefill_thread",
-                                        "handler.split_decode"};
-    int flag[3] = {1, 1, 0};
-    for (size_t k = 0; k < 3; k++) {
-        const char *v = ts_config_get(ctx, flags[k]);
-        if (v && ts_parse_bool(v, &flag[k])) {
-            ts_set_load_error(ctx, "model-config.yaml: %s: \"%s\" is not true or false", flags[k],
-                              v);
-            free(s);
-            return -1;
-        }
-    }
-    s->split = flag[0];
-    s->split_decode = flag[2];
-    if (s->split_decode && !flag[1]) {
-        ts_set_load_error(ctx, "model-config.yaml: handler.split_decode: true needs "
-                               "handler.prefill_thread: true (its thread runs the part)");
-        free(s);
-        return -1;
-    }
-    if (s->max_new_default < 0 || s->max_new_default > TEXTGEN_MAX_NEW_LIMIT ||
-        s->chunk_fixed < 0 || s->max_prefill < 1 || want_ctx < 0) {
-        ts_set_load_error(ctx, "handler.max_new_tokens, handler.prefill_chunk, "
-                               "handler.max_prefill_tokens and handler.context_length must be "
-                               "non-negative integers (max_prefill_tokens at least 1)");
-        free(s);
-        return -1;
-    }
-    char *path = xasprintf("%s/%s", ts_model_dir(ctx), file);
-    char *e = NULL;
-    s->m = tsh_load(path, ts_gpu_id(ctx), &e);
-    free(path);
-    if (!s->m) {
-        ts_set_load_error(ctx, "cannot load %s: %s", file, e);
-        free(e);
-        free(s);
-        return -1;
-    }
-    static const char *const need[] = {"new_cache", "step", "context_length"};
-    for (size_t i = 0; i < 3; i++)
-        if (!tsh_has_method(s->m, need[i])) {
-            ts_set_load_error(ctx,
-                              "%s: the model has no method %s(): textgen needs new_cache, step "
-                              "and context_length (scripts/models/tiny_gpt/model.py)",
-                              file, need[i]);
-            goto fail;
-        }
-    struct tsh_tensor *out;
-    size_t nout;
-    if (tsh_call(s->m, "context_length", NULL, 0, &out, &nout, &e)) {
-        ts_set_load_error(ctx, "%s: context_length(): %s", file, e);
-        free(e);
-        goto fail;
-    }
-    int64_t model_ctx = nout == 1 && out[0].dtype == TSH_INT64 ? *(int64_t *)out[0].data : 0;
-    tsh_tensors_free(out, nout);
-    if (model_ctx < 1) {
-        ts_set_load_error(ctx, "%s: context_length() must return a positive int", file);
-        goto fail;
-    }
-    s->ctx_len = want_ctx > 0 && want_ctx < model_ctx ? want_ctx : model_ctx;
-    struct tsh_arg a[2] = {iarg(s->slots), iarg(s->ctx_len)};
-    if (tsh_call_keep(s->m, "new_cache", a, 2, &s->cache, &e)) {
-        ts_set_load_error(ctx, "%s: new_cache(%d, %lld): %s", file, s->slots, (long long)s->ctx_len,
-                          e);
-        free(e);
-        goto fail;
-    }
-    char err[512];
-    s->used = xcalloc((size_t)s->slots, 1);
-    s->cleared = xcalloc((size_t)s->slots, 1);
-    s->has_clear = tsh_has_method(s->m, "clear_slot");
-    s->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*s->chunks));
-    s->chunk_req = xmalloc((size_t)s->slots * sizeof(*s->chunk_req));
-    s->dec_req = xmalloc((size_t)s->slots * sizeof(*s->dec_req));
-    s->groups = xmalloc((size_t)s->slots * 4 * sizeof(*s->groups));
-    s->best = xmalloc((size_t)s->slots * sizeof(*s->best));
-    s->first = xmalloc((size_t)s->slots * sizeof(*s->first));
-    if (tg_calibrate(s, err, sizeof(err))) {
-        ts_set_load_error(ctx, "%s: %s", file, err);
-        goto fail;
-    }
-    /* on a GPU the thread would run on another CUDA stream than the worker's (the current
-     * stream is per thread): prompts are fed in the steps there */
-    if (flag[1] && tsh_model_device(s->m) >= 0)
-        ts_log(ctx, LOG_LEVEL_INFO,
-               "textgen: prompts are fed in the decode steps on a GPU "
-               "(handler.prefill_thread%s applies on the CPU)",
-               s->split_decode ? " and handler.split_decode" : "");
-    else if (flag[1] && tg_pf_start(s, err, sizeof(err))) {
-        ts_set_load_error(ctx, "%s", err);
-        goto fail;
-    }
-    ts_log(ctx, LOG_LEVEL_INFO,
-           "textgen: %d slots of %lld positions, KV cache %.1f MB (%s); a step costs %.0f us, "
-           "plus %.0f us per decode row, %.0f us per decode group%s and %.1f us per 1000 slot "
-           "positions it reads, and %.0f us per prompt token; prompts fed %s",
-           s->slots, (long long)s->ctx_len, (double)tsh_value_nbytes(s->cache) / 1048576.0,
-           s->has_clear ? "touched as slots are first used" : "as new_cache made it", s->step_us,
-           s->row_us, s->group_us, s->split ? "" : " (one group: handler.decode_groups false)",
-           s->pos_us * 1000, s->tok_us,
-           !s->pf            ? "in the decode steps"
-           : s->split_decode ? "by a thread of their own while the batch decodes, which also runs "
-                               "part of a decode step when it has none (split_decode)"
-                             : "by a thread of their own while the batch decodes");
-    *state = s;
-    return 0;
-fail:
-    state_free(s);
-    return -1;
 }
 
 static void set_usage(struct ts_ctx *ctx, size_t i, const char *key, long v)
@@ -656,12 +434,20 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         s->rows.pos[k] = u->ncache;
     }
     double dec_us = tg_plan_groups(s, ctx, n_dec);
-    /* the prefill thread, if it has no prompt, takes the later groups of this step */
+    /* the prefill thread, if it has no prompt, takes the later groups of this step; if it has
+     * one, this thread runs them after the others, and hands out the prompt's first token in
+     * between if it is done (seq): a step of two parts either way */
     size_t rows_a = n_dec, groups_a = s->ngroups;
-    if (s->split_decode && s->pf && !inline_pre && tg_pf_state(s->pf) == PF_IDLE &&
+    int seq = 0;
+    if (s->split_decode && s->pf && !inline_pre &&
         (groups_a = tg_split_groups(s, &rows_a)) < s->ngroups) {
-        pf_post_decode(s, rows_a, groups_a, n_dec);
-        ts_counter_add(ctx, "split_steps", 1);
+        if (tg_pf_state(s->pf) == PF_IDLE) {
+            pf_post_decode(s, rows_a, groups_a, n_dec);
+            ts_counter_add(ctx, "split_steps", 1);
+        } else {
+            seq = 1;
+            ts_counter_add(ctx, "seq_steps", 1);
+        }
     }
     size_t nchunks = 0, n_pre_rows = 0;
     if (inline_pre)
@@ -673,10 +459,42 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         struct tsh_tensor *out;
         size_t nout;
         char err[512];
+        /* a lone prompt: on prefill_cores BLAS threads, nothing else computes meanwhile */
+        int wide =
+            !n_dec && n_pre_rows && s->pre_cores > 1 && (!s->pf || tg_pf_state(s->pf) != PF_RUN);
+        int had = wide ? tsh_blas_threads(s->pre_cores, NULL) : 0;
         int rc = tg_run_step(s, &s->rows, nrows, rows_a, s->groups, groups_a, s->chunks, nchunks,
                              &out, &nout, err, sizeof(err));
-        const float *logits_b = NULL; /* rows rows_a..n_dec-1, from the thread */
-        if (rows_a < n_dec) {
+        if (wide) {
+            tsh_blas_threads(had, NULL);
+            ts_counter_add(ctx, "prefill_wide_steps", 1);
+        }
+        const float *logits_b = NULL; /* rows rows_a..n_dec-1, from the thread or seq */
+        struct tsh_tensor *out_b = NULL;
+        size_t nout_b = 0;
+        if (seq && rc == 0) {
+            if (pf_collect(s, ctx, n, answered)) {
+                ts_flush(ctx);
+                /* the thread is free: the prompts still waiting, the next job */
+                size_t *waiting = xmalloc((npre ? npre : 1) * sizeof(*waiting)), left = 0;
+                for (size_t k = 0; k < npre; k++) {
+                    struct tg_seq *u = ts_get_user(ctx, pre[k]);
+                    if (!answered[pre[k]] && u->pf_k < 0 && u->fed < u->plen)
+                        waiting[left++] = pre[k];
+                }
+                if (left && tg_pf_state(s->pf) == PF_IDLE)
+                    pf_post(s, ctx, waiting, left);
+                free(waiting);
+            }
+            struct tg_rows b = {s->rows.tok + rows_a, s->rows.slot + rows_a, s->rows.pos + rows_a,
+                                0};
+            rc = tg_run_step(s, &b, n_dec - rows_a, n_dec - rows_a, s->groups + 4 * groups_a,
+                             s->ngroups - groups_a, NULL, 0, &out_b, &nout_b, err, sizeof(err));
+            if (rc)
+                tsh_tensors_free(out, nout);
+            else
+                logits_b = out_b[0].data;
+        } else if (rows_a < n_dec && !seq) {
             tg_pf_wait(s->pf);
             if (rc == 0 && s->pf->rc) {
                 snprintf(err, sizeof(err), "%s", s->pf->err);
@@ -713,8 +531,9 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
                 answered[s->chunk_req[k]] = 1;
             ts_counter_add(ctx, "tokens", ntok);
             tsh_tensors_free(out, nout);
+            tsh_tensors_free(out_b, nout_b);
         }
-        if (rows_a < n_dec)
+        if (rows_a < n_dec && !seq)
             tg_pf_release(s->pf, 0);
     }
     /* prompts still waiting, or with the prefill thread, wait for the next step */
@@ -731,14 +550,14 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
 
 static void tg_destroy(void *state)
 {
-    state_free(state);
+    tg_state_free(state);
 }
 
 static const struct ts_handler textgen = {
     .abi_version = TS_HANDLER_ABI_VERSION,
     .name = "textgen",
     .flags = TS_HANDLER_CONTINUOUS,
-    .init = tg_init,
+    .init = tg_load,
     .handle = tg_handle,
     .seq_event = NULL,
     .destroy = tg_destroy,

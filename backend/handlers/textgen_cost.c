@@ -13,7 +13,7 @@
 /* the load-time measurement of what a step costs (tg_calibrate) */
 #define CAL_ROWS 8  /* decode rows of its larger decode steps */
 #define CAL_PRE 64  /* prompt tokens of its prefill step */
-#define CAL_TRIES 5 /* each step runs this many times; the fastest counts */
+#define CAL_TRIES 7 /* each step runs this many times; the fastest counts */
 /* a step is split between two threads when that saves at least this much of its time, in us:
  * more than the hand-over between them costs */
 #define SPLIT_MIN_US 100.0
@@ -28,13 +28,13 @@ static double cpu_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-/* The cheapest of CAL_TRIES runs of a step over the rows in s->rows.tok/slot/pos and the groups in
+/* The cheapest of `tries` runs of a step over the rows in s->rows.tok/slot/pos and the groups in
  * s->groups, in us of CPU. */
 static double time_step(struct tg_state *s, size_t n, size_t n_dec, const int64_t *chunks,
-                        size_t nchunks, char *err, size_t errlen)
+                        size_t nchunks, int tries, char *err, size_t errlen)
 {
     double best = -1;
-    for (int k = 0; k < CAL_TRIES; k++) {
+    for (int k = 0; k < tries; k++) {
         struct tsh_tensor *out;
         size_t nout;
         double t0 = cpu_us();
@@ -91,14 +91,20 @@ int tg_calibrate(struct tg_state *s, char *err, size_t errlen)
     }
     int64_t chunk[3] = {0, 0, pre};
     s->ngroups = 0;
-    double tp = time_step(s, (size_t)pre, 0, chunk, 1, err, errlen);
-    double t[4] = {0}; /* 1 row; rows at pos; rows at pos_q; rows at pos, a group each */
-    for (int k = 0; k < 4 && tp >= 0; k++) {
-        int64_t r = k == 0 ? 1 : rows;
-        cal_decode(s, r, k == 2 ? pos_q : pos, k != 3);
-        if ((t[k] = time_step(s, (size_t)r, (size_t)r, NULL, 0, err, errlen)) < 0)
-            return -1;
-    }
+    double tp = time_step(s, (size_t)pre, 0, chunk, 1, CAL_TRIES, err, errlen);
+    /* 1 row; rows at pos; rows at pos_q; rows at pos, a group each: by turns, so that a busy
+     * moment of the machine does not fall on one of them only (the costs are their differences) */
+    double t[4] = {-1, -1, -1, -1};
+    for (int round = 0; round < CAL_TRIES && tp >= 0; round++)
+        for (int k = 0; k < 4; k++) {
+            int64_t r = k == 0 ? 1 : rows;
+            cal_decode(s, r, k == 2 ? pos_q : pos, k != 3);
+            double dt = time_step(s, (size_t)r, (size_t)r, NULL, 0, 1, err, errlen);
+            if (dt < 0)
+                return -1;
+            if (t[k] < 0 || dt < t[k])
+                t[k] = dt;
+        }
     if (tp < 0)
         return -1;
     double width = (double)rows * (double)(pos - pos_q);

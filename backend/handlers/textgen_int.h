@@ -1,8 +1,9 @@
 /*
- * textgen_int.h: what the textgen handler's three files share: textgen.c (requests, steps, the
- * prefill thread's jobs), textgen_cost.c (what a step costs, measured at load, and the decode
- * groups and prompt budget that follow from it) and textgen_prefill.c (the prefill thread
- * itself). Not an interface: backend/handlers/textgen.c documents the handler.
+ * textgen_int.h: what the textgen handler's files share: textgen.c (requests, steps, the
+ * prefill thread's jobs), textgen_model.c (the load, the model's methods), textgen_cost.c (what a
+ * step costs, measured at load, and the decode groups and prompt budget that follow from it) and
+ * textgen_prefill.c (the prefill thread itself). Not an interface: backend/handlers/textgen.c
+ * documents the handler.
  */
 #ifndef TS_TEXTGEN_INT_H
 #define TS_TEXTGEN_INT_H
@@ -14,6 +15,8 @@
 #include "torch/torch_shim.h"
 
 struct ts_ctx;
+
+#define VOCAB 256 /* a token is a byte */
 
 /* A step's rows: token, slot and position of each, grown as needed (tg_grow_rows). */
 struct tg_rows {
@@ -66,6 +69,7 @@ struct tg_state {
     int split;              /* handler.decode_groups: decode rows in the cheapest groups */
     struct tg_prefill *pf;  /* handler.prefill_thread, on a CPU; else NULL */
     int split_decode;       /* handler.split_decode: the thread runs part of a decode step */
+    int pre_cores;          /* handler.prefill_cores: BLAS threads of a lone prompt's step */
     long max_new_default;
     long chunk_fixed; /* handler.prefill_chunk; 0: the measured budget */
     long max_prefill;
@@ -91,7 +95,9 @@ void tg_pf_wait(struct tg_prefill *pf);
 void tg_pf_release(struct tg_prefill *pf, size_t n);
 int tg_pf_state(struct tg_prefill *pf);
 
-/* one step() over the first n rows of r (textgen.c) */
+/* textgen_model.c: the load and the end of the state; one step() over the first n rows of r */
+int tg_load(struct ts_ctx *ctx, void **state);
+void tg_state_free(struct tg_state *s);
 int tg_run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
                 const int64_t *groups, size_t ngroups, const int64_t *chunks, size_t nchunks,
                 struct tsh_tensor **out, size_t *nout, char *err, size_t errlen);

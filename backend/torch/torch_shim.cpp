@@ -23,6 +23,8 @@
 #include <torch/library.h>
 #include <torch/script.h>
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -564,6 +566,28 @@ int tsh_init(int intra_threads, char **err)
             at::set_num_interop_threads(intra_threads);
         }
     });
+}
+
+int tsh_blas_threads(int n, const char **name)
+{
+    typedef void (*set_fn)(int);
+    typedef int (*get_fn)(void);
+    static set_fn set = reinterpret_cast<set_fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    static get_fn get = reinterpret_cast<get_fn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    /* the pthread build's pool, stopped: it is started again by the next product on more than
+     * one thread */
+    static get_fn stop = reinterpret_cast<get_fn>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"));
+    if (name)
+        *name = set && get ? "OpenBLAS" : NULL;
+    if (!set || !get)
+        return -1;
+    int had = get();
+    if (n > 0 && n != had) {
+        set(n);
+        if (n == 1 && stop)
+            stop();
+    }
+    return had;
 }
 
 void tsh_runtime_info(struct tsh_runtime *rt)

@@ -72,6 +72,15 @@ static inline int64_t tsh_numel(const int64_t *shape, int ndim)
 /* Thread counts (<= 0 leaves libtorch's default) and the profiling executor off. */
 int tsh_init(int intra_threads, char **err);
 
+/* The threads the BLAS under libtorch's CPU products runs on, where it can be told while the
+ * process runs: OpenBLAS (openblas_set_num_threads, looked up in the process). Its pthread
+ * build has one count for the whole process, so call it only while no other thread computes.
+ * Back to 1, its pool is stopped (blas_thread_shutdown_, where OpenBLAS exports it): idle, its
+ * threads would spin for their next job for about 0.1 s, on the cores the worker's other
+ * threads compute on. n <= 0 changes nothing. Returns the count it had, or -1 when there is no
+ * such BLAS here (*name: "OpenBLAS" or NULL). */
+int tsh_blas_threads(int n, const char **name);
+
 /* What this worker's libtorch offers, for the start-up log. */
 struct tsh_runtime {
     const char *torch_version; /* the libtorch headers built against, e.g. "2.11.0" */

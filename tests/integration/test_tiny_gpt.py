@@ -133,12 +133,17 @@ def tg(tmp_path_factory):
 # ---------------------------------------------------------------- one stream
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("prefill", [512, 7])
-def test_greedy_alone_equals_plain_pytorch_loop(server_factory, prefill):
+@pytest.mark.parametrize("prefill,cores", [(512, None), (7, 2), (512, 2)])
+def test_greedy_alone_equals_plain_pytorch_loop(server_factory, prefill, cores):
     """One stream alone, its prompt in one step or in chunks of 7 tokens: the same tokens as
-    forward() over the whole sequence each time, one streamed chunk per token."""
+    forward() over the whole sequence each time, one streamed chunk per token. Nothing else
+    decodes while it is fed, so with handler.prefill_cores: 2 its steps run on two BLAS threads
+    (OpenBLAS here), and on one by default."""
+    handler = {"max_prefill_tokens": prefill}
+    if cores:
+        handler["prefill_cores"] = cores
     srv = server_factory(models=["tiny_gpt"], config=DEBUG, yaml={"tiny_gpt": {
-        "batchSize": 4, "handler": {"max_prefill_tokens": prefill}}})
+        "batchSize": 4, "handler": handler}})
     srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
     prompt = prompt_of(3, 60)
     text, chunks, headers = generate(srv, prompt, 80)
@@ -149,6 +154,12 @@ def test_greedy_alone_equals_plain_pytorch_loop(server_factory, prefill):
     c = probe(srv)
     assert c["slots_in_use"] == 1  # the probe's own
     assert c["prefill_tokens"] == 1 + 60 + 1  # wait_ready's, the prompt, the probe's
+    wide = c.get("prefill_wide_steps", 0)
+    if not cores:
+        assert wide == 0, c
+    else:  # wait_ready's, the prompt's (in 1 or 9 steps), the probe's
+        assert wide == 1 + -(-60 // prefill) + 1, c
+    assert "a prompt fed while nothing decodes runs on " in srv.log()
 
 
 def test_reachable_over_every_transport(tg):
@@ -276,13 +287,16 @@ def test_16_streams_and_one_joining_match_their_alone_runs(server_factory, threa
     by_thread = after.get("prefill_thread_tokens", 0) - before.get("prefill_thread_tokens", 0)
     jobs_run = after.get("prefill_jobs", 0) - before.get("prefill_jobs", 0)
     splits = after.get("split_steps", 0) - before.get("split_steps", 0)
+    seqs = after.get("seq_steps", 0) - before.get("seq_steps", 0)
     print(f"prefill thread {thread}: {by_thread} prompt tokens in {jobs_run} jobs, "
-          f"{splits} of {steps} steps split")
+          f"{splits} of {steps} steps split, {seqs} in two parts one after the other")
     if thread:
         assert by_thread >= len(join[0]) and jobs_run >= 1, (by_thread, jobs_run)
     else:
         assert by_thread == 0 and jobs_run == 0, (by_thread, jobs_run)
     assert (splits > 0) if thread == "split" else splits == 0, (splits, steps)
+    # split: while the thread feeds the joining prompt, the main thread runs both parts
+    assert (seqs > 0) if thread == "split" else seqs == 0, (seqs, steps)
 
 
 def staggered(srv, jobs):
@@ -399,6 +413,15 @@ def test_64_streams_finish_with_nothing_leaked(server_factory):
     print(f"\n64 streams: {compared} steps compared, {len(ties)} near ties (< {TIE}): {ties}")
     assert rss[1][0] - rss[0][0] < 8 * 1024, rss  # frontend
     assert rss[1][1] - rss[0][1] < 16 * 1024, rss  # worker
+
+
+@pytest.mark.parametrize("value", ["0", "two", "257"])
+def test_prefill_cores_other_values_are_refused(server_factory, value):
+    s = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"handler": {
+        "prefill_cores": value}}}, load=False, config={"enable_model_api": "true"})
+    r = s.post("/models?url=tiny_gpt&initial_workers=1&synchronous=true", api="management")
+    assert r.status_code == 500, r.text
+    assert "handler.prefill_cores must be an integer from 1 to 256" in r.json()["message"], r.text
 
 
 @pytest.mark.parametrize("key", ["decode_groups", "prefill_thread", "split_decode", "both"])
