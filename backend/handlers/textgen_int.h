@@ -68,6 +68,7 @@ struct tg_state {
     int has_clear;          /* the model has clear_slot() */
     int split;              /* handler.decode_groups: decode rows in the cheapest groups */
     struct tg_prefill *pf;  /* handler.prefill_thread, on a CPU; else NULL */
+    double pf_end_us;       /* when its prompt job should be done (ts_now_us, measured costs) */
     int split_decode;       /* handler.split_decode: the thread runs part of a decode step */
     int pre_cores;          /* handler.prefill_cores: BLAS threads of a lone prompt's step */
     long max_new_default;

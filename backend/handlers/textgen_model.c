@@ -129,7 +129,6 @@ int tg_load(struct ts_ctx *ctx, void **state)
     s->chunk_fixed = ts_config_get_long(ctx, "handler.prefill_chunk", 0);
     s->max_prefill = ts_config_get_long(ctx, "handler.max_prefill_tokens", DEFAULT_MAX_PREFILL);
     long want_ctx = ts_config_get_long(ctx, "handler.context_length", 0);
-    int blas_ok = tsh_blas_threads(0, NULL) >= 0;
     long cores = 1;
     const char *cores_v = ts_config_get(ctx, "handler.prefill_cores");
     if (cores_v && ts_parse_long(cores_v, 0, PREFILL_CORES_MAX + 1L, &cores))
@@ -159,15 +158,6 @@ int tg_load(struct ts_ctx *ctx, void **state)
                           "model-config.yaml: handler.prefill_cores must be an integer from 1 "
                           "to %d",
                           PREFILL_CORES_MAX);
-        free(s);
-        return -1;
-    }
-    if (cores > 1 && !blas_ok) {
-        ts_set_load_error(ctx,
-                          "model-config.yaml: handler.prefill_cores: %ld needs a BLAS whose "
-                          "threads can be set while the worker runs (OpenBLAS); this "
-                          "libtorch's cannot: set it to 1",
-                          cores);
         free(s);
         return -1;
     }
@@ -229,6 +219,14 @@ int tg_load(struct ts_ctx *ctx, void **state)
     int on_gpu = tsh_model_device(s->m) >= 0;
     if (on_gpu)
         s->pre_cores = 1;
+    else if (cores > 1 && tsh_blas_threads(0, NULL) < 0) {
+        ts_set_load_error(ctx,
+                          "model-config.yaml: handler.prefill_cores: %ld needs a BLAS whose "
+                          "threads can be set while the worker runs (OpenBLAS); this "
+                          "libtorch's cannot: set it to 1",
+                          cores);
+        goto fail;
+    }
     if (tg_calibrate(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s: %s", file, err);
         goto fail;
@@ -265,4 +263,3 @@ fail:
     tg_state_free(s);
     return -1;
 }
-
