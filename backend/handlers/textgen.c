@@ -34,8 +34,9 @@
  *    (tg_split_groups): more tokens/s on two cores, shorter steps. While the thread has a
  *    prompt that should be done within the step (by the measured costs), the main thread runs
  *    the two parts one after the other, and between them hands out the prompt's first token if
- *    its job is done and gives the thread the next waiting prompt (seq steps). With nothing decoding a prompt's step runs on handler.prefill_cores BLAS
- *    threads (default 1; tsh_blas_threads), as plain PyTorch runs it.
+ *    its job is done and gives the thread the next waiting prompt (seq steps). With nothing
+ *    decoding a prompt's step runs on handler.prefill_cores BLAS threads (default 1;
+ *    tsh_blas_threads), as plain PyTorch runs it.
  *  - otherwise (a GPU, or prefill_thread false), in the decode steps: in chunks, oldest request
  *    first, within a budget of prompt tokens per step (chunked prefill): about as many as cost
  *    what this step's decode rows cost (with the costs measured at load), so that a joining
