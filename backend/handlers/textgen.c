@@ -332,6 +332,7 @@ static void pf_post(struct tg_state *s, struct ts_ctx *ctx, const size_t *pre, s
     for (size_t k = 0; k < nchunks; k++)
         ((struct tg_seq *)ts_get_user(ctx, s->chunk_req[k]))->pf_k = (int)k;
     ts_counter_add(ctx, "prefill_jobs", 1);
+    s->pf_end_us = (double)ts_now_us() + s->step_us + s->tok_us * (double)pf->n;
     tg_pf_run(pf, nchunks);
 }
 
@@ -436,8 +437,9 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
     }
     double dec_us = tg_plan_groups(s, ctx, n_dec);
     /* the prefill thread, if it has no prompt, takes the later groups of this step; if it has
-     * one, this thread runs them after the others, and hands out the prompt's first token in
-     * between if it is done (seq): a step of two parts either way */
+     * one that should be done within this step (by the measured costs), this thread runs them
+     * after the others and hands out the prompt's first token in between if it is (seq: the
+     * parts' second fixed cost buys that) */
     size_t rows_a = n_dec, groups_a = s->ngroups;
     int seq = 0;
     if (s->split_decode && s->pf && !inline_pre &&
@@ -445,9 +447,13 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         if (tg_pf_state(s->pf) == PF_IDLE) {
             pf_post_decode(s, rows_a, groups_a, n_dec);
             ts_counter_add(ctx, "split_steps", 1);
-        } else {
+        } else if (s->pf_end_us <=
+                   (double)ts_now_us() + s->step_us + s->row_us * (double)n_dec + dec_us) {
             seq = 1;
             ts_counter_add(ctx, "seq_steps", 1);
+        } else {
+            rows_a = n_dec;
+            groups_a = s->ngroups;
         }
     }
     size_t nchunks = 0, n_pre_rows = 0;
@@ -460,9 +466,11 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         struct tsh_tensor *out;
         size_t nout;
         char err[512];
-        /* a lone prompt: on prefill_cores BLAS threads, nothing else computes meanwhile */
-        int wide =
-            !n_dec && n_pre_rows && s->pre_cores > 1 && (!s->pf || tg_pf_state(s->pf) != PF_RUN);
+        /* prompts while nothing decodes: on prefill_cores BLAS threads, when that is more than
+         * the BLAS has (nothing else computes meanwhile) */
+        int wide = !n_dec && n_pre_rows && s->pre_cores > 1 &&
+                   (!s->pf || tg_pf_state(s->pf) != PF_RUN) &&
+                   tsh_blas_threads(0, NULL) < s->pre_cores;
         int had = wide ? tsh_blas_threads(s->pre_cores, NULL) : 0;
         int rc = tg_run_step(s, &s->rows, nrows, rows_a, s->groups, groups_a, s->chunks, nchunks,
                              &out, &nout, err, sizeof(err));
@@ -476,12 +484,14 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         if (seq && rc == 0) {
             if (pf_collect(s, ctx, n, answered)) {
                 ts_flush(ctx);
-                /* the thread is free: the prompts still waiting, the next job */
-                size_t *waiting = xmalloc((npre ? npre : 1) * sizeof(*waiting)), left = 0;
-                for (size_t k = 0; k < npre; k++) {
-                    struct tg_seq *u = ts_get_user(ctx, pre[k]);
-                    if (!answered[pre[k]] && u->pf_k < 0 && u->fed < u->plen)
-                        waiting[left++] = pre[k];
+                /* the thread is free: the next job, of the prompts not yet fed, oldest first (a
+                 * prompt the job fed in part was answered, continued, and goes on from there) */
+                size_t *waiting = xmalloc((njob + npre + 1) * sizeof(*waiting)), left = 0;
+                for (size_t k = 0; k < njob + npre; k++) {
+                    size_t i = k < njob ? job[k] : pre[k - njob];
+                    struct tg_seq *u = ts_get_user(ctx, i);
+                    if (!ts_is_cancelled(ctx, i) && u->pf_k < 0 && u->fed < u->plen)
+                        waiting[left++] = i;
                 }
                 if (left && tg_pf_state(s->pf) == PF_IDLE)
                     pf_post(s, ctx, waiting, left);
