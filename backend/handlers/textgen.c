@@ -469,13 +469,12 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         /* prompts while nothing decodes: on prefill_cores BLAS threads, when that is more than
          * the BLAS has (nothing else computes meanwhile) */
         int wide = !n_dec && n_pre_rows && s->pre_cores > 1 &&
-                   (!s->pf || tg_pf_state(s->pf) != PF_RUN) &&
-                   tsh_blas_threads(0, NULL) < s->pre_cores;
-        int had = wide ? tsh_blas_threads(s->pre_cores, NULL) : 0;
+                   (!s->pf || tg_pf_state(s->pf) != PF_RUN) && tsh_blas_threads(0) < s->pre_cores;
+        int had = wide ? tsh_blas_threads(s->pre_cores) : 0;
         int rc = tg_run_step(s, &s->rows, nrows, rows_a, s->groups, groups_a, s->chunks, nchunks,
                              &out, &nout, err, sizeof(err));
         if (wide) {
-            tsh_blas_threads(had, NULL);
+            tsh_blas_threads(had);
             ts_counter_add(ctx, "prefill_wide_steps", 1);
         }
         const float *logits_b = NULL; /* rows rows_a..n_dec-1, from the thread or seq */

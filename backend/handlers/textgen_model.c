@@ -219,7 +219,7 @@ int tg_load(struct ts_ctx *ctx, void **state)
     int on_gpu = tsh_model_device(s->m) >= 0;
     if (on_gpu)
         s->pre_cores = 1;
-    else if (cores > 1 && tsh_blas_threads(0, NULL) < 0) {
+    else if (cores > 1 && tsh_blas_threads(0) < 0) {
         ts_set_load_error(ctx,
                           "model-config.yaml: handler.prefill_cores: %ld needs a BLAS whose "
                           "threads can be set while the worker runs (OpenBLAS); this "

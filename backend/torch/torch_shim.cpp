@@ -568,7 +568,7 @@ int tsh_init(int intra_threads, char **err)
     });
 }
 
-int tsh_blas_threads(int n, const char **name)
+int tsh_blas_threads(int n)
 {
     typedef void (*set_fn)(int);
     typedef int (*get_fn)(void);
@@ -577,8 +577,6 @@ int tsh_blas_threads(int n, const char **name)
     /* the pthread build's pool, stopped: it is started again by the next product on more than
      * one thread */
     static get_fn stop = reinterpret_cast<get_fn>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"));
-    if (name)
-        *name = set && get ? "OpenBLAS" : NULL;
     if (!set || !get)
         return -1;
     int had = get();

@@ -78,8 +78,8 @@ int tsh_init(int intra_threads, char **err);
  * Back to 1, its pool is stopped (blas_thread_shutdown_, where OpenBLAS exports it): idle, its
  * threads would spin for their next job for about 0.1 s, on the cores the worker's other
  * threads compute on. n <= 0 changes nothing. Returns the count it had, or -1 when there is no
- * such BLAS here (*name: "OpenBLAS" or NULL). */
-int tsh_blas_threads(int n, const char **name);
+ * such BLAS here. */
+int tsh_blas_threads(int n);
 
 /* What this worker's libtorch offers, for the start-up log. */
 struct tsh_runtime {
