@@ -471,8 +471,8 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
         int wide = !n_dec && n_pre_rows && s->pre_cores > 1 &&
                    (!s->pf || tg_pf_state(s->pf) != PF_RUN) && tsh_blas_threads(0) < s->pre_cores;
         int had = wide ? tsh_blas_threads(s->pre_cores) : 0;
-        int rc = tg_run_step(s, &s->rows, nrows, rows_a, s->groups, groups_a, s->chunks, nchunks,
-                             &out, &nout, err, sizeof(err));
+        int rc = tg_run_step(s, s->m, &s->rows, nrows, rows_a, s->groups, groups_a, s->chunks,
+                             nchunks, &out, &nout, err, sizeof(err));
         if (wide) {
             tsh_blas_threads(had);
             ts_counter_add(ctx, "prefill_wide_steps", 1);
@@ -498,7 +498,7 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
             }
             struct tg_rows b = {s->rows.tok + rows_a, s->rows.slot + rows_a, s->rows.pos + rows_a,
                                 0};
-            rc = tg_run_step(s, &b, n_dec - rows_a, n_dec - rows_a, s->groups + 4 * groups_a,
+            rc = tg_run_step(s, s->m, &b, n_dec - rows_a, n_dec - rows_a, s->groups + 4 * groups_a,
                              s->ngroups - groups_a, NULL, 0, &out_b, &nout_b, err, sizeof(err));
             if (rc)
                 tsh_tensors_free(out, nout);

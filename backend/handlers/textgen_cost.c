@@ -38,8 +38,8 @@ static double time_step(struct tg_state *s, size_t n, size_t n_dec, const int64_
         struct tsh_tensor *out;
         size_t nout;
         double t0 = cpu_us();
-        if (tg_run_step(s, &s->rows, n, n_dec, s->groups, n_dec ? s->ngroups : 0, chunks, nchunks,
-                        &out, &nout, err, errlen))
+        if (tg_run_step(s, s->m, &s->rows, n, n_dec, s->groups, n_dec ? s->ngroups : 0, chunks,
+                        nchunks, &out, &nout, err, errlen))
             return -1;
         double dt = cpu_us() - t0;
         tsh_tensors_free(out, nout);

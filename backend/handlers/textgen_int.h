@@ -60,12 +60,14 @@ struct tg_prefill {
 struct tg_state {
     struct ts_ctx *ctx;
     struct tsh_model *m;
+    struct tsh_model *m_pf; /* the prefill thread's, where XNNPACK runs the linears; else NULL */
     struct tsh_value *cache;
     int slots;
     int64_t ctx_len;
     unsigned char *used;    /* per slot */
     unsigned char *cleared; /* per slot: clear_slot() ran (new_cache may leave it unset) */
     int has_clear;          /* the model has clear_slot() */
+    int xnnpack_linears;    /* linears on XNNPACK (handler.xnnpack) */
     int split;              /* handler.decode_groups: decode rows in the cheapest groups */
     struct tg_prefill *pf;  /* handler.prefill_thread, on a CPU; else NULL */
     double pf_end_us;       /* when its prompt job should be done (ts_now_us, measured costs) */
@@ -99,9 +101,9 @@ int tg_pf_state(struct tg_prefill *pf);
 /* textgen_model.c: the load and the end of the state; one step() over the first n rows of r */
 int tg_load(struct ts_ctx *ctx, void **state);
 void tg_state_free(struct tg_state *s);
-int tg_run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
-                const int64_t *groups, size_t ngroups, const int64_t *chunks, size_t nchunks,
-                struct tsh_tensor **out, size_t *nout, char *err, size_t errlen);
+int tg_run_step(struct tg_state *s, struct tsh_model *m, const struct tg_rows *r, size_t n,
+                size_t n_dec, const int64_t *groups, size_t ngroups, const int64_t *chunks,
+                size_t nchunks, struct tsh_tensor **out, size_t *nout, char *err, size_t errlen);
 void tg_grow_rows(struct tg_rows *r, size_t n);
 int tg_clear_slot(struct tg_state *s, int slot, char *err, size_t errlen);
 

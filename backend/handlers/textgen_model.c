@@ -57,9 +57,9 @@ int tg_clear_slot(struct tg_state *s, int slot, char *err, size_t errlen)
 
 /* One step() over the first n rows of r, n_dec of them decoding in ngroups groups (groups),
  * and nchunks chunks: the logits, checked. */
-int tg_run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_dec,
-                const int64_t *groups, size_t ngroups, const int64_t *chunks, size_t nchunks,
-                struct tsh_tensor **out, size_t *nout, char *err, size_t errlen)
+int tg_run_step(struct tg_state *s, struct tsh_model *m, const struct tg_rows *r, size_t n,
+                size_t n_dec, const int64_t *groups, size_t ngroups, const int64_t *chunks,
+                size_t nchunks, struct tsh_tensor **out, size_t *nout, char *err, size_t errlen)
 {
     static const int64_t none = 0;
     struct tsh_arg a[6];
@@ -71,7 +71,7 @@ int tg_run_step(struct tg_state *s, const struct tg_rows *r, size_t n, size_t n_
     a[4] = targ(TSH_INT64, ngroups ? groups : &none, 2, (int64_t)ngroups, 4);
     a[5] = targ(TSH_INT64, nchunks ? chunks : &none, 2, (int64_t)nchunks, 3);
     char *e = NULL;
-    if (tsh_call(s->m, "step", a, 6, out, nout, &e)) {
+    if (tsh_call(m, "step", a, 6, out, nout, &e)) {
         snprintf(err, errlen, "step failed: %s", e);
         free(e);
         return -1;
@@ -101,6 +101,7 @@ void tg_state_free(struct tg_state *s)
     tg_pf_stop(s);
     tsh_value_free(s->cache);
     tsh_model_free(s->m);
+    tsh_model_free(s->m_pf);
     free(s->used);
     free(s->cleared);
     free(s->rows.tok);
@@ -113,6 +114,48 @@ void tg_state_free(struct tg_state *s)
     free(s->best);
     free(s->first);
     free(s);
+}
+
+/* handler.xnnpack (default true on a CPU): the model's linears on XNNPACK (tsh_xnnpack). Where
+ * it was asked for, a failure fails the load; by default the model stays as loaded, with a
+ * warning. */
+static int use_xnnpack(struct tg_state *s, const char *file, const char *const *methods, size_t n,
+                       int asked)
+{
+    int linears;
+    char *e = NULL;
+    if (tsh_xnnpack(s->m, methods, n, &linears, &e)) {
+        if (asked)
+            ts_set_load_error(s->ctx, "model-config.yaml: handler.xnnpack: true: %s: %s", file, e);
+        else
+            ts_log(s->ctx, LOG_LEVEL_WARN,
+                   "textgen: %s: the linears stay as loaded (handler.xnnpack): %s", file, e);
+        free(e);
+        return asked ? -1 : 0;
+    }
+    s->xnnpack_linears = linears;
+    ts_log(s->ctx, LOG_LEVEL_INFO, "textgen: %d linears run on XNNPACK (handler.xnnpack)", linears);
+    return 0;
+}
+
+/* The prefill thread's own copy of the model, its linears on XNNPACK too: an XNNPACK operator
+ * keeps the pointers of the call it runs, so two threads may not run one at once. NULL after
+ * setting the load error. */
+static struct tsh_model *pf_model(struct tg_state *s, const char *file, const char *const *methods)
+{
+    struct tsh_model *m = ts_builtin_load(s->ctx, file);
+    if (!m)
+        return NULL;
+    int linears = 0;
+    char *e = NULL;
+    if (!tsh_xnnpack(m, methods, 3 + (size_t)s->has_clear, &linears, &e) &&
+        linears == s->xnnpack_linears)
+        return m;
+    ts_set_load_error(s->ctx, "%s: the prefill thread's copy (handler.xnnpack): %s", file,
+                      e ? e : "other linears than the first copy's");
+    free(e);
+    tsh_model_free(m);
+    return NULL;
 }
 
 int tg_load(struct ts_ctx *ctx, void **state)
@@ -134,9 +177,9 @@ int tg_load(struct ts_ctx *ctx, void **state)
     if (cores_v && ts_parse_long(cores_v, 0, PREFILL_CORES_MAX + 1L, &cores))
         cores = 0; /* refused below */
     static const char *const flags[] = {"handler.decode_groups", "handler.prefill_thread",
-                                        "handler.split_decode"};
-    int flag[3] = {1, 1, 0};
-    for (size_t k = 0; k < 3; k++) {
+                                        "handler.split_decode", "handler.xnnpack"};
+    int flag[4] = {1, 1, 0, -1}; /* xnnpack: -1 unset (on where it can be) */
+    for (size_t k = 0; k < 4; k++) {
         const char *v = ts_config_get(ctx, flags[k]);
         if (v && ts_parse_bool(v, &flag[k])) {
             ts_set_load_error(ctx, "model-config.yaml: %s: \"%s\" is not true or false", flags[k],
@@ -175,7 +218,7 @@ int tg_load(struct ts_ctx *ctx, void **state)
         return -1;
     }
     char *e = NULL;
-    static const char *const need[] = {"new_cache", "step", "context_length"};
+    static const char *const need[] = {"new_cache", "step", "context_length", "clear_slot"};
     for (size_t i = 0; i < 3; i++)
         if (!tsh_has_method(s->m, need[i])) {
             ts_set_load_error(ctx,
@@ -184,6 +227,20 @@ int tg_load(struct ts_ctx *ctx, void **state)
                               file, need[i]);
             goto fail;
         }
+    s->has_clear = tsh_has_method(s->m, "clear_slot");
+    int on_gpu = tsh_model_device(s->m) >= 0;
+    if (flag[3] > 0 && cores > 1) {
+        ts_set_load_error(ctx,
+                          "model-config.yaml: handler.prefill_cores: %ld widens the BLAS's "
+                          "products, and with handler.xnnpack: true the linears are not "
+                          "on the BLAS: set one of them",
+                          cores);
+        goto fail;
+    }
+    /* unset, XNNPACK runs the linears where nothing asks for the BLAS's */
+    if (!on_gpu && (flag[3] > 0 || (flag[3] < 0 && cores == 1)) &&
+        use_xnnpack(s, file, need, 3 + (size_t)s->has_clear, flag[3] > 0))
+        goto fail;
     struct tsh_tensor *out;
     size_t nout;
     if (tsh_call(s->m, "context_length", NULL, 0, &out, &nout, &e)) {
@@ -208,7 +265,6 @@ int tg_load(struct ts_ctx *ctx, void **state)
     char err[512];
     s->used = xcalloc((size_t)s->slots, 1);
     s->cleared = xcalloc((size_t)s->slots, 1);
-    s->has_clear = tsh_has_method(s->m, "clear_slot");
     s->chunks = xmalloc((size_t)s->slots * 3 * sizeof(*s->chunks));
     s->chunk_req = xmalloc((size_t)s->slots * sizeof(*s->chunk_req));
     s->dec_req = xmalloc((size_t)s->slots * sizeof(*s->dec_req));
@@ -216,7 +272,6 @@ int tg_load(struct ts_ctx *ctx, void **state)
     s->best = xmalloc((size_t)s->slots * sizeof(*s->best));
     s->first = xmalloc((size_t)s->slots * sizeof(*s->first));
     /* on a GPU the BLAS does not run the model */
-    int on_gpu = tsh_model_device(s->m) >= 0;
     if (on_gpu)
         s->pre_cores = 1;
     else if (cores > 1 && tsh_blas_threads(0) < 0) {
@@ -238,7 +293,9 @@ int tg_load(struct ts_ctx *ctx, void **state)
                "textgen: prompts are fed in the decode steps on a GPU "
                "(handler.prefill_thread%s applies on the CPU)",
                s->split_decode ? " and handler.split_decode" : "");
-    else if (flag[1] && tg_pf_start(s, err, sizeof(err))) {
+    else if (flag[1] && s->xnnpack_linears && !(s->m_pf = pf_model(s, file, need))) {
+        goto fail;
+    } else if (flag[1] && tg_pf_start(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s", err);
         goto fail;
     }
@@ -257,6 +314,8 @@ int tg_load(struct ts_ctx *ctx, void **state)
                              : "by a thread of their own while the batch decodes",
            s->pre_cores, s->pre_cores > 1 ? "s" : "",
            on_gpu && cores > 1 ? ": it applies on the CPU" : "");
+    if (on_gpu && flag[3] > 0)
+        ts_log(ctx, LOG_LEVEL_INFO, "textgen: handler.xnnpack applies on the CPU");
     *state = s;
     return 0;
 fail:

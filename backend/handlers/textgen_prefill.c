@@ -24,8 +24,9 @@ static void *pf_main(void *arg)
         pthread_mutex_unlock(&pf->mu);
         pf->out = NULL;
         pf->nout = 0;
-        pf->rc = tg_run_step(s, pf->r, pf->n, pf->n_dec, pf->groups, pf->ngroups, pf->chunkp,
-                             pf->nchunks, &pf->out, &pf->nout, pf->err, sizeof(pf->err));
+        pf->rc = tg_run_step(s, s->m_pf ? s->m_pf : s->m, pf->r, pf->n, pf->n_dec, pf->groups,
+                             pf->ngroups, pf->chunkp, pf->nchunks, &pf->out, &pf->nout, pf->err,
+                             sizeof(pf->err));
         pthread_mutex_lock(&pf->mu);
         pf->state = PF_DONE;
         pthread_cond_broadcast(&pf->cv);

@@ -17,7 +17,9 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/frozen_conv_add_relu_fusion.h>
 #include <torch/csrc/jit/passes/frozen_linear_transpose.h>
+#include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/frozen_ops_to_mkldnn.h>
+#include <torch/csrc/jit/passes/xnnpack_rewrite.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/library.h>
@@ -685,6 +687,43 @@ int tsh_freeze(struct tsh_model *m, int level, struct tsh_freeze_info *info, cha
             if (m->graphs)
                 m->graphs.reset(new tsh_device::graphs(m->max_graphs));
         }
+    });
+}
+
+int tsh_xnnpack(struct tsh_model *m, const char *const *methods, size_t nmethods, int *linears,
+                char **err)
+{
+    *linears = 0;
+    return guarded(err, [&] {
+        if (!m->dev.is_cpu())
+            throw std::invalid_argument("XNNPACK runs on the CPU; the model is on " + m->dev.str());
+        if (!c10::Dispatcher::singleton().findSchema({"prepacked::linear_clamp_run", ""}))
+            throw std::runtime_error("this libtorch was built without XNNPACK");
+        /* OpenMP's idle threads spin for the core XNNPACK's pool then wants: tiny_gpt's
+         * 128-token step took 128 ms on two of each instead of 7 on one */
+        if (at::get_num_threads() > 1)
+            throw std::invalid_argument("XNNPACK needs worker_threads: 1 (with " +
+                                        std::to_string(at::get_num_threads()) +
+                                        ", its threads and OpenMP's contend for the cores)");
+        std::vector<std::string> keep(methods, methods + nmethods);
+        /* torch.utils.mobile_optimizer's steps for linears, on these methods: freeze, each
+         * aten::linear with a constant weight to a prepack and a run, the prepacks run once and
+         * kept as attributes (the passes themselves: the optimizer's options differ between
+         * torch versions) */
+        torch::jit::Module opt = torch::jit::freeze_module(m->mod, keep);
+        torch::jit::insertPrePackedOps(opt);
+        opt = torch::jit::freeze_module(opt, keep);
+        torch::jit::FoldPrePackingOps(opt);
+        int n = 0;
+        for (const std::string &name : keep) {
+            std::shared_ptr<torch::jit::Graph> g = opt.get_method(name).graph();
+            torch::jit::ConstantPooling(g);
+            torch::jit::EliminateDeadCode(g);
+            for (const torch::jit::Node *node : g->nodes())
+                n += node->kind() == c10::Symbol::fromQualString("prepacked::linear_clamp_run");
+        }
+        m->mod = opt;
+        *linears = n;
     });
 }
 

@@ -32,12 +32,17 @@ handler.decode_groups (default true; false: one attention product per step), PRE
 handler.prefill_thread (default true: the worker feeds joining prompts on a second thread, so it
 computes on up to two cores), SPLIT_DECODE handler.split_decode (default false: true lets that
 thread run part of each decode step when it has no prompt), PREFILL_CORES handler.prefill_cores
-(default 1: 2 feeds a prompt that arrives while nothing decodes on two BLAS threads). WORKERS sets minWorkers and maxWorkers
+(default 1: 2 feeds a prompt that arrives while nothing decodes on two BLAS threads), XNNPACK
+handler.xnnpack (default: true where it can run; false keeps the linears on the BLAS).
+WORKERS sets minWorkers and maxWorkers
 (default 1; with more, the counters are one worker's), WORKER_THREADS config.properties'
 worker_threads (default 1). COUNTERS=1 prints the worker's counters of each run. LOOP_THREADS
 (default 1) gives the loop and the prefill-alone
 measurement that many threads: 2 gives the loop both cores too, as the worker has with its
-prefill thread. The server is
+prefill thread. LOOP_XNNPACK=1 puts the linears of the loop, of spread and of the
+prefill-alone measurement on XNNPACK as the worker does by default (PyTorch's
+optimize_for_mobile, its prepack passes only; OMP_WAIT_POLICY=PASSIVE with LOOP_THREADS > 1):
+the same kernels on both sides. The server is
 started like the integration tests start it (tests/integration/conftest.py): batchSize 64,
 worker_threads 1.
 """
@@ -53,6 +58,10 @@ import time
 # the environment at load time, and the worker runs with OMP_NUM_THREADS=1 (worker_threads)
 LOOP_THREADS = int(os.environ.get("LOOP_THREADS", "1"))
 os.environ["OMP_NUM_THREADS"] = str(LOOP_THREADS)
+LOOP_XNNPACK = os.environ.get("LOOP_XNNPACK") == "1"
+if LOOP_XNNPACK and LOOP_THREADS > 1:
+    # OpenMP's idle threads would spin on the cores XNNPACK's pool wants (torch_shim.h)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if len(sys.argv) > 1:
@@ -239,7 +248,8 @@ def main():
                                             ("decode_groups", "DECODE_GROUPS"),
                                             ("prefill_thread", "PREFILL_THREAD"),
                                             ("split_decode", "SPLIT_DECODE"),
-                                            ("prefill_cores", "PREFILL_CORES"))
+                                            ("prefill_cores", "PREFILL_CORES"),
+                                            ("xnnpack", "XNNPACK"))
                if e in os.environ}
     # the worker's token and step counters come back as x-ts-worker-* headers (opt-in)
     config = {"worker_debug_headers": True}
@@ -250,6 +260,12 @@ def main():
     srv = start_server(tmp, models=["tiny_gpt"], config=config,
                        yaml={"tiny_gpt": {"batchSize": 64, "handler": handler, **workers}})
     m = mar_module("tiny_gpt")
+    torch.set_num_threads(LOOP_THREADS)
+    if LOOP_XNNPACK:  # the worker's rewrite (handler.xnnpack), done by PyTorch's own optimizer
+        from torch.utils.mobile_optimizer import MobileOptimizerType as T, optimize_for_mobile
+        m = optimize_for_mobile(m, {T.CONV_BN_FUSION, T.REMOVE_DROPOUT, T.FUSE_ADD_RELU,
+                                    T.HOIST_CONV_PACKED_PARAMS},
+                                ["step", "new_cache", "clear_slot", "context_length"])
     server, limit, spread = {}, {}, {}
     try:
         srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
@@ -273,7 +289,8 @@ def main():
     print("worker:", *calib)
     print(f"tiny_gpt: {PROMPT}-token prompts, {NEW} new tokens, arrivals over {SPREAD_MS:.0f} ms;"
           f" prefill of one prompt alone {pre:.1f} ms (plain PyTorch, {LOOP_THREADS} "
-          f"thread{'s' if LOOP_THREADS > 1 else ''}, like the loop)")
+          f"thread{'s' if LOOP_THREADS > 1 else ''}, like the loop"
+          f"{'; loop, spread and prefill with the linears on XNNPACK' if LOOP_XNNPACK else ''})")
     print(f"{'streams':>7} {'tok/s':>7} {'loop':>7} {'ratio':>5} {'spread':>7} {'ratio':>5} {'ttft50':>7} {'ttft99':>7} "
           f"{'target':>7} {'itl50':>6} {'itl99':>6} {'itlmax':>7} {'loopstep':>8} {'batch':>5} "
           f"{'cpu/1k tok: frontend worker client':>34}")

@@ -21,6 +21,7 @@ import socket
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -160,6 +161,31 @@ def test_greedy_alone_equals_plain_pytorch_loop(server_factory, prefill, cores):
     else:  # wait_ready's, the prompt's (in 1 or 9 steps), the probe's
         assert wide == 1 + -(-60 // prefill) + 1, c
     assert "a prompt fed while nothing decodes runs on " in srv.log()
+    # XNNPACK runs the linears unless prefill_cores asks for the BLAS's
+    assert ("textgen: 17 linears run on XNNPACK (handler.xnnpack)" in srv.log()) == (not cores)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_linears_on_xnnpack_or_not_give_the_plain_loops_tokens(server_factory, threads):
+    """handler.xnnpack: false keeps the model's linears on the BLAS; worker_threads 2 leaves
+    them there too when the key is unset (with a warning: XNNPACK's threads and OpenMP's would
+    contend). Either way, and with the prefill thread feeding a prompt while another decodes,
+    the plain loop's tokens."""
+    config = {**DEBUG, "worker_threads": threads}
+    handler = {"xnnpack": False} if threads == 1 else {}
+    srv = server_factory(models=["tiny_gpt"], config=config, yaml={"tiny_gpt": {
+        "batchSize": 4, "handler": handler}})
+    srv.wait_ready("tiny_gpt", body={"json": {"prompt": "x", "max_new_tokens": 1}})
+    jobs = [(prompt_of(5, 40), 60), (prompt_of(6, 30), 20)]
+    with ThreadPoolExecutor(2) as ex:
+        futs = [ex.submit(generate, srv, p, n) for p, n in jobs]
+        texts = [f.result()[0] for f in futs]
+    for t, (p, n) in zip(texts, jobs):
+        assert t == plain_loop(p, n)
+    assert "linears run on XNNPACK" not in srv.log()
+    if threads == 2:
+        assert ("the linears stay as loaded (handler.xnnpack): XNNPACK needs worker_threads: 1"
+                in srv.log())
 
 
 def test_reachable_over_every_transport(tg):
@@ -424,14 +450,24 @@ def test_prefill_cores_other_values_are_refused(server_factory, value):
     assert "handler.prefill_cores must be an integer from 1 to 256" in r.json()["message"], r.text
 
 
-@pytest.mark.parametrize("key", ["decode_groups", "prefill_thread", "split_decode", "both"])
+@pytest.mark.parametrize("key", ["decode_groups", "prefill_thread", "split_decode", "xnnpack",
+                                 "both", "xnnpack_cores", "xnnpack_threads"])
 def test_flag_keys_other_values_are_refused(server_factory, key):
-    handler = ({"split_decode": True, "prefill_thread": False} if key == "both" else
-               {key: "sometimes"})
-    msg = ("handler.split_decode: true needs handler.prefill_thread: true" if key == "both" else
-           f'handler.{key}: "sometimes" is not true or false')
+    handler, config = {key: "sometimes"}, {"enable_model_api": "true"}
+    msg = f'handler.{key}: "sometimes" is not true or false'
+    if key == "both":
+        handler = {"split_decode": True, "prefill_thread": False}
+        msg = "handler.split_decode: true needs handler.prefill_thread: true"
+    elif key == "xnnpack_cores":
+        handler = {"xnnpack": True, "prefill_cores": 2}
+        msg = ("handler.prefill_cores: 2 widens the BLAS's products, and with handler.xnnpack: "
+               "true the linears are not on the BLAS: set one of them")
+    elif key == "xnnpack_threads":
+        handler = {"xnnpack": True}
+        config["worker_threads"] = 2
+        msg = "handler.xnnpack: true: model.pt: XNNPACK needs worker_threads: 1 (with 2, its thr"
     s = server_factory(models=["tiny_gpt"], yaml={"tiny_gpt": {"handler": handler}}, load=False,
-                       config={"enable_model_api": "true"})
+                       config=config)
     r = s.post("/models?url=tiny_gpt&initial_workers=1&synchronous=true", api="management")
     assert r.status_code == 500, r.text
     assert msg in r.json()["message"], r.text
