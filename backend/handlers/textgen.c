@@ -60,7 +60,11 @@
  * prefill_cores BLAS threads), split_steps, seq_steps, slots_in_use (which
  * goes down again when a request leaves, whether it finished or its client went away),
  * decode_groups, kv_read (slot positions the decode groups read, per layer) and kv_one (what one
- * group over the decoding slots would have read).
+ * group over the decoding slots would have read); and per request, on its first response:
+ * wait_us, prefill_us and collect_us (take_chunk).
+ *
+ * On the CPU the model's linears run on XNNPACK (handler.xnnpack, default true where it can:
+ * tsh_xnnpack, textgen_model.c), the prefill thread on a copy of its own.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -88,6 +92,7 @@ struct tg_seq {
     double temperature, top_p;
     uint64_t rng;
     uint64_t arrival;
+    uint64_t seen_us, fed_us; /* when it came to the handler; when its first chunk went to a step */
     struct textstop ts;
 };
 
@@ -205,6 +210,7 @@ static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
     else if (getrandom(&u->rng, sizeof(u->rng), 0) != sizeof(u->rng))
         u->rng = (uint64_t)ts_now_us() ^ ((uint64_t)s->arrivals << 32);
     u->arrival = s->arrivals++;
+    u->seen_us = ts_now_us();
     const char *stops[TEXTSTOP_MAX];
     for (size_t k = 0; k < p.nstop; k++)
         stops[k] = p.stop[k];
@@ -275,6 +281,8 @@ static size_t fill_chunks(struct tg_state *s, struct ts_ctx *ctx, struct tg_rows
         c[1] = (int64_t)nrows;
         c[2] = take;
         chunk_req[(*nchunks)++] = pre[k];
+        if (!u->fed_us)
+            u->fed_us = ts_now_us();
         for (int64_t t = 0; t < take; t++, nrows++) {
             r->tok[nrows] = u->prompt[u->fed + t];
             r->slot[nrows] = u->slot;
@@ -285,9 +293,13 @@ static size_t fill_chunks(struct tg_state *s, struct ts_ctx *ctx, struct tg_rows
     return nrows - from;
 }
 
-/* Request i's chunk of `took` prompt tokens is in the cache; its prompt fed, it samples its
- * first token from logits (its chunk's row). 1 when it took a token. */
-static int take_chunk(struct ts_ctx *ctx, size_t i, int64_t took, const float *logits)
+/* Request i's chunk of `took` prompt tokens is in the cache, since done_us; its prompt fed, it
+ * samples its first token from logits (its chunk's row). 1 when it took a token. Its first
+ * response says where its time to first token went (debug headers, for llm_bench): from the
+ * handler's first sight of it to its first chunk's step (wait), from there to the end of its
+ * last chunk's (prefill), and from there to now (collect). */
+static int take_chunk(struct ts_ctx *ctx, size_t i, int64_t took, const float *logits,
+                      uint64_t done_us)
 {
     struct tg_seq *u = ts_get_user(ctx, i);
     u->fed += took;
@@ -296,6 +308,9 @@ static int take_chunk(struct ts_ctx *ctx, size_t i, int64_t took, const float *l
         ts_continue(ctx, i, 0);
         return 0;
     }
+    set_usage(ctx, i, "x-ts-worker-wait_us", (long)(u->fed_us - u->seen_us));
+    set_usage(ctx, i, "x-ts-worker-prefill_us", (long)(done_us - u->fed_us));
+    set_usage(ctx, i, "x-ts-worker-collect_us", (long)(ts_now_us() - done_us));
     int64_t t = textgen_sample(logits, VOCAB, u->temperature, u->top_p, &u->rng);
     if (take_token(ctx, i, u, t))
         ts_continue(ctx, i, 0);
@@ -308,8 +323,10 @@ static int64_t take_chunks(struct ts_ctx *ctx, const float *logits, size_t n_dec
                            const int64_t *chunks, const size_t *chunk_req, size_t nchunks)
 {
     int64_t ntok = 0;
+    uint64_t done = ts_now_us();
     for (size_t k = 0; k < nchunks; k++)
-        ntok += take_chunk(ctx, chunk_req[k], chunks[3 * k + 2], logits + (n_dec + k) * VOCAB);
+        ntok +=
+            take_chunk(ctx, chunk_req[k], chunks[3 * k + 2], logits + (n_dec + k) * VOCAB, done);
     return ntok;
 }
 
@@ -376,7 +393,7 @@ static size_t pf_collect(struct tg_state *s, struct ts_ctx *ctx, size_t n, unsig
         }
         int64_t took = pf->chunks[3 * k + 2];
         fed += took;
-        ntok += take_chunk(ctx, i, took, (const float *)pf->out[0].data + k * VOCAB);
+        ntok += take_chunk(ctx, i, took, (const float *)pf->out[0].data + k * VOCAB, pf->done_us);
     }
     if (pf->rc && got)
         ts_log(ctx, LOG_LEVEL_ERROR, "textgen: %s", pf->err);

@@ -54,6 +54,7 @@ struct tg_prefill {
     struct tsh_tensor *out;
     size_t nout;
     int rc;
+    uint64_t done_us; /* when it ended (ts_now_us) */
     char err[512];
 };
 

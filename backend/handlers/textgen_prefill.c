@@ -27,6 +27,7 @@ static void *pf_main(void *arg)
         pf->rc = tg_run_step(s, s->m_pf ? s->m_pf : s->m, pf->r, pf->n, pf->n_dec, pf->groups,
                              pf->ngroups, pf->chunkp, pf->nchunks, &pf->out, &pf->nout, pf->err,
                              sizeof(pf->err));
+        pf->done_us = ts_now_us();
         pthread_mutex_lock(&pf->mu);
         pf->state = PF_DONE;
         pthread_cond_broadcast(&pf->cv);

@@ -24,6 +24,11 @@ token), read by the C client llm_load (env LLM_LOAD). Reported:
     second cannot all finish as early, whoever serves them;
   - the targets: server tokens/s >= 0.85 of the loop's at 32 streams; TTFT p99 <= the prefill
     of one prompt alone + 3 steps (a step: the server's inter-token p50 at that load);
+  - where each stream's TTFT went, from the worker's x-ts-worker-wait_us, -prefill_us and
+    -collect_us headers on its first response: waiting for its prompt's first step, the prefill
+    itself, the first token's wait to leave the handler, and the rest (frontend, sockets,
+    client); and TTFT minus the stream's own prefill, against 3 steps: the target read per
+    stream ("the prefill of its own prompt plus 3 steps");
   - the worker's mean batch (tokens / steps from its counters) and the CPU seconds of the
     frontend, the worker and the client per 1000 tokens.
 REPEAT (default 1) runs per load; the best of the server's and of the loop's are reported. PREFILL_CHUNK sets
@@ -91,7 +96,8 @@ def counters(srv):
     import requests
     r = requests.post(srv.url("/predictions/tiny_gpt"), json={"prompt": "x", "max_new_tokens": 1},
                       timeout=60)
-    return {k[12:]: int(v) for k, v in r.headers.items() if k.startswith("x-ts-worker-")}
+    return {k[12:]: int(v) for k, v in r.headers.items() if k.startswith("x-ts-worker-")
+            and k[12:] not in ("wait_us", "prefill_us", "collect_us")}  # the probe's own
 
 
 def run_load(srv, bodies, n):
@@ -107,15 +113,19 @@ def run_load(srv, bodies, n):
     cpu1 = (cpu_seconds(srv.pid), cpu_seconds(wpid))
     c1 = counters(srv)
     ttft, gaps, chunks, ends = [], [], 0, []
-    starts = []
+    starts, parts = [], []
     for line in out.stdout.splitlines():
         if not line.startswith("stream "):
             continue
         f = line.split()
         start, first, nch = float(f[3]), float(f[5]), int(f[7])
-        g = [float(x) for x in f[9].split(",")] if len(f) > 9 and f[9] else []
+        w = f.index("worker")
+        g = [float(x) for x in f[9].split(",")] if w > 9 else []
         starts.append(start)
         ttft.append((first - start) / 1000)
+        wait, pre, coll = (int(x) / 1000 for x in f[w + 1].split(","))
+        # the rest: frontend, sockets and client, both ways
+        parts.append((wait, pre, coll, ttft[-1] - wait - pre - coll, ttft[-1] - pre))
         gaps += [x / 1000 for x in g]
         chunks += nch
         ends.append(first + sum(g))
@@ -123,6 +133,7 @@ def run_load(srv, bodies, n):
     tokens = c1.get("tokens", 0) - c0.get("tokens", 0) - 1
     steps = c1.get("steps", 0) - c0.get("steps", 0)
     return {"tok_s": chunks / span, "chunks": chunks, "tokens": tokens, "span": span,
+            "parts": [(pct(col, 50), pct(col, 99)) for col in zip(*parts)],
             "ttft50": pct(ttft, 50), "ttft99": pct(ttft, 99), "itl50": pct(gaps, 50),
             "itl99": pct(gaps, 99), "itlmax": max(gaps) if gaps else float("nan"),
             "batch": tokens / max(steps, 1), "cpu_f": cpu1[0] - cpu0[0],
@@ -259,9 +270,9 @@ def main():
         config["worker_threads"] = int(os.environ["WORKER_THREADS"])
     srv = start_server(tmp, models=["tiny_gpt"], config=config,
                        yaml={"tiny_gpt": {"batchSize": 64, "handler": handler, **workers}})
-    m = mar_module("tiny_gpt")
-    torch.set_num_threads(LOOP_THREADS)
+    m = mar_module("tiny_gpt")  # OpenMP on one thread; OpenBLAS on LOOP_THREADS (above)
     if LOOP_XNNPACK:  # the worker's rewrite (handler.xnnpack), done by PyTorch's own optimizer
+        torch.set_num_threads(LOOP_THREADS)  # XNNPACK's pool too
         from torch.utils.mobile_optimizer import MobileOptimizerType as T, optimize_for_mobile
         m = optimize_for_mobile(m, {T.CONV_BN_FUSION, T.REMOVE_DROPOUT, T.FUSE_ADD_RELU,
                                     T.HOIST_CONV_PACKED_PARAMS},
@@ -304,6 +315,14 @@ def main():
               f"{s['ttft99']:7.1f} {target:7.1f} {s['itl50']:6.1f} {s['itl99']:6.1f} "
               f"{s['itlmax']:7.1f} {step * 1000:8.1f} {s['batch']:5.1f} "
               f"{s['cpu_f'] / k:22.2f} {s['cpu_w'] / k:6.2f} {s['cpu_c'] / k:6.2f}")
+    print("where the first token's time went (ms, p50/p99, from the worker's headers): wait "
+          "(came to the handler -> its prompt's first step), prefill (-> its last prompt step's "
+          "end), collect (-> its first token out of the handler), rest (TTFT minus those: "
+          "frontend, sockets, client); TTFT minus its own prefill, against 3 steps (3 x itl50)")
+    for n in CONC:
+        s = server[n]
+        cols = " ".join(f"{a:6.1f}/{b:<6.1f}" for a, b in s["parts"])
+        print(f"{n:7d} {cols} {3 * s['itl50']:6.1f}")
     if os.environ.get("COUNTERS"):
         for n in CONC:
             print(f"{n:7d} worker counters:", server[n]["counters"])

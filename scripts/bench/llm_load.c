@@ -8,8 +8,10 @@
  *   BODIES: a file of request bodies, one per line (JSON, so no raw newline inside); stream i
  *   sends line i % lines. Stream i starts at i * SPREAD_MS / STREAMS ms: evenly spread over the
  *   first SPREAD_MS.
- * prints one line per stream: "stream I start_us T first_us T chunks N gaps G1,G2,..." (times
- * in microseconds from the first start; gaps between consecutive chunks), then "done".
+ * prints one line per stream: "stream I start_us T first_us T chunks N gaps G1,G2,... worker
+ * W,P,C" (times in microseconds from the first start; gaps between consecutive chunks; W, P, C
+ * the worker's x-ts-worker-wait_us, -prefill_us and -collect_us headers, -1 where absent), then
+ * "done".
  * Exits 1 on any connection or HTTP error.
  */
 #include <arpa/inet.h>
@@ -39,7 +41,11 @@ struct stream {
     long chunk_left; /* bytes of the current chunk's data still to come; -1: at a size line */
     double *times;
     size_t n;
+    long parts[3]; /* the worker's wait_us, prefill_us, collect_us headers */
 };
+
+static const char *const part_names[3] = {
+    "x-ts-worker-wait_us: ", "x-ts-worker-prefill_us: ", "x-ts-worker-collect_us: "};
 
 static double now_us(void)
 {
@@ -69,6 +75,11 @@ static int parse(struct stream *s, int i, double t)
         if (!memmem(s->buf, (size_t)(e - s->buf), "chunked", 7)) {
             fprintf(stderr, "llm_load: stream %d: the reply is not chunked\n", i);
             exit(1);
+        }
+        for (int k = 0; k < 3; k++) {
+            size_t nl = strlen(part_names[k]);
+            char *h = memmem(s->buf, (size_t)(e - s->buf), part_names[k], nl);
+            s->parts[k] = h ? strtol(h + nl, NULL, 10) : -1;
         }
         s->head_done = 1;
         s->chunk_left = -1;
@@ -209,7 +220,7 @@ int main(int argc, char **argv)
                s->first - t0, s->n);
         for (size_t k = 1; k < s->n; k++)
             printf("%s%.0f", k > 1 ? "," : "", s->times[k] - s->times[k - 1]);
-        printf("\n");
+        printf(" worker %ld,%ld,%ld\n", s->parts[0], s->parts[1], s->parts[2]);
     }
     printf("done\n");
     return 0;

@@ -152,6 +152,9 @@ def test_greedy_alone_equals_plain_pytorch_loop(server_factory, prefill, cores):
     assert len(chunks) == 80  # ASCII: a byte per token, a chunk per byte
     assert headers["transfer-encoding"] == "chunked"
     assert headers["x-ts-prompt-tokens"] == "60"
+    # where its time to first token went in the worker (debug headers, llm_bench reads them)
+    parts = {k: int(headers[f"x-ts-worker-{k}_us"]) for k in ("wait", "prefill", "collect")}
+    assert min(parts.values()) >= 0 and parts["prefill"] > 0, parts
     c = probe(srv)
     assert c["slots_in_use"] == 1  # the probe's own
     assert c["prefill_tokens"] == 1 + 60 + 1  # wait_ready's, the prompt, the probe's
