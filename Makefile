@@ -180,6 +180,7 @@ $(BUILD)/bin/torchserve-c: $(call obj,$(FRONTEND_SRCS) $(COMMON_SRCS)) $(FRONTEN
 # flag file holds what was built with); torch_graph.o is either source (TORCH_GRAPH)
 TORCH_HDRS  := $(wildcard backend/torch/*.h)
 TORCH_OBJS  := $(patsubst %.cpp,$(BUILD)/obj/%.o,backend/torch/torch_shim.cpp \
+                 backend/torch/torch_freeze.cpp \
                  backend/torch/torch_device.cpp) $(BUILD)/obj/backend/torch/torch_graph.o
 TORCH_FLAGS := $(TORCH_INCDIR) $(TORCH_LIBDIR) $(TORCH_ABI) $(TORCH_GRAPH) $(CUDA_RUNTIME_H)
 $(BUILD)/obj/backend/torch/%.o: backend/torch/%.cpp $(TORCH_HDRS) $(BUILD)/torch.flags
