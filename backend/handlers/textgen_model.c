@@ -229,7 +229,7 @@ int tg_load(struct ts_ctx *ctx, void **state)
         }
     s->has_clear = tsh_has_method(s->m, "clear_slot");
     int on_gpu = tsh_model_device(s->m) >= 0;
-    if (flag[3] > 0 && cores > 1) {
+    if (!on_gpu && flag[3] > 0 && cores > 1) {
         ts_set_load_error(ctx,
                           "model-config.yaml: handler.prefill_cores: %ld widens the BLAS's "
                           "products, and with handler.xnnpack: true the linears are not "

@@ -101,6 +101,9 @@ def counters(srv):
 
 
 def run_load(srv, bodies, n):
+    # the loop and spread just ran in this process: OpenBLAS's threads spin for a while after
+    # their last product, on the cores the server is about to need
+    time.sleep(0.3)
     wpid = srv.worker_pids()[0]
     c0 = counters(srv)
     cpu0 = (cpu_seconds(srv.pid), cpu_seconds(wpid))
