@@ -150,6 +150,7 @@ static int free_slot(const struct tg_state *s)
 /* A new request: its parameters, a slot. 0 when it goes on; else it has been answered. */
 static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
 {
+    uint64_t seen = ts_now_us();
     char err[512];
     size_t blen = 0;
     const char *ctype = "";
@@ -210,7 +211,7 @@ static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
     else if (getrandom(&u->rng, sizeof(u->rng), 0) != sizeof(u->rng))
         u->rng = (uint64_t)ts_now_us() ^ ((uint64_t)s->arrivals << 32);
     u->arrival = s->arrivals++;
-    u->seen_us = ts_now_us();
+    u->seen_us = seen;
     const char *stops[TEXTSTOP_MAX];
     for (size_t k = 0; k < p.nstop; k++)
         stops[k] = p.stop[k];
@@ -317,13 +318,13 @@ static int take_chunk(struct ts_ctx *ctx, size_t i, int64_t took, const float *l
     return 1;
 }
 
-/* The prompts' chunks a step gave (logits: one row per chunk after the n_dec decode rows).
- * Returns the tokens. */
+/* The prompts' chunks a step that ended at done gave (logits: one row per chunk after the n_dec
+ * decode rows). Returns the tokens. */
 static int64_t take_chunks(struct ts_ctx *ctx, const float *logits, size_t n_dec,
-                           const int64_t *chunks, const size_t *chunk_req, size_t nchunks)
+                           const int64_t *chunks, const size_t *chunk_req, size_t nchunks,
+                           uint64_t done)
 {
     int64_t ntok = 0;
-    uint64_t done = ts_now_us();
     for (size_t k = 0; k < nchunks; k++)
         ntok +=
             take_chunk(ctx, chunk_req[k], chunks[3 * k + 2], logits + (n_dec + k) * VOCAB, done);
@@ -541,6 +542,7 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
             }
         } else {
             const float *logits = out[0].data;
+            uint64_t done = ts_now_us(); /* the prompts' chunks' end, before any sampling */
             ts_counter_add(ctx, "steps", 1);
             ts_counter_add(ctx, "prefill_tokens", (int64_t)n_pre_rows);
             int64_t ntok = 0;
@@ -553,7 +555,7 @@ static void tg_handle(void *state, struct ts_ctx *ctx, size_t n)
                 if (take_token(ctx, s->dec_req[k], u, t))
                     ts_continue(ctx, s->dec_req[k], 0);
             }
-            ntok += take_chunks(ctx, logits, rows_a, s->chunks, s->chunk_req, nchunks);
+            ntok += take_chunks(ctx, logits, rows_a, s->chunks, s->chunk_req, nchunks, done);
             for (size_t k = 0; k < nchunks; k++)
                 answered[s->chunk_req[k]] = 1;
             ts_counter_add(ctx, "tokens", ntok);

@@ -68,7 +68,7 @@ struct tg_state {
     unsigned char *used;    /* per slot */
     unsigned char *cleared; /* per slot: clear_slot() ran (new_cache may leave it unset) */
     int has_clear;          /* the model has clear_slot() */
-    int xnnpack_linears;    /* linears on XNNPACK (handler.xnnpack) */
+    int xnnpack_linears;    /* operators on XNNPACK (handler.xnnpack); -1: not rewritten */
     int split;              /* handler.decode_groups: decode rows in the cheapest groups */
     struct tg_prefill *pf;  /* handler.prefill_thread, on a CPU; else NULL */
     double pf_end_us;       /* when its prompt job should be done (ts_now_us, measured costs) */

@@ -140,7 +140,8 @@ static int use_xnnpack(struct tg_state *s, const char *file, const char *const *
 
 /* The prefill thread's own copy of the model, its linears on XNNPACK too: an XNNPACK operator
  * keeps the pointers of the call it runs, so two threads may not run one at once. NULL after
- * setting the load error. */
+ * setting the load error (whether handler.xnnpack was set or not: the first copy is rewritten
+ * already, and this is a second load of the same file, which failing means memory ran out). */
 static struct tsh_model *pf_model(struct tg_state *s, const char *file, const char *const *methods)
 {
     struct tsh_model *m = ts_builtin_load(s->ctx, file);
@@ -167,6 +168,7 @@ int tg_load(struct ts_ctx *ctx, void **state)
     }
     struct tg_state *s = xcalloc(1, sizeof(*s));
     s->ctx = ctx;
+    s->xnnpack_linears = -1;
     s->slots = ts_batch_size(ctx);
     s->max_new_default = ts_config_get_long(ctx, "handler.max_new_tokens", DEFAULT_MAX_NEW);
     s->chunk_fixed = ts_config_get_long(ctx, "handler.prefill_chunk", 0);
@@ -241,6 +243,11 @@ int tg_load(struct ts_ctx *ctx, void **state)
     if (!on_gpu && (flag[3] > 0 || (flag[3] < 0 && cores == 1)) &&
         use_xnnpack(s, file, need, 3 + (size_t)s->has_clear, flag[3] > 0))
         goto fail;
+    if (!on_gpu && flag[3] < 0 && cores > 1)
+        ts_log(ctx, LOG_LEVEL_INFO,
+               "textgen: the linears stay on the BLAS, whose products handler.prefill_cores: %ld "
+               "widens (handler.xnnpack)",
+               cores);
     struct tsh_tensor *out;
     size_t nout;
     if (tsh_call(s->m, "context_length", NULL, 0, &out, &nout, &e)) {
@@ -293,7 +300,7 @@ int tg_load(struct ts_ctx *ctx, void **state)
                "textgen: prompts are fed in the decode steps on a GPU "
                "(handler.prefill_thread%s applies on the CPU)",
                s->split_decode ? " and handler.split_decode" : "");
-    else if (flag[1] && s->xnnpack_linears && !(s->m_pf = pf_model(s, file, need))) {
+    else if (flag[1] && s->xnnpack_linears >= 0 && !(s->m_pf = pf_model(s, file, need))) {
         goto fail;
     } else if (flag[1] && tg_pf_start(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s", err);

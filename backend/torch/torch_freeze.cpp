@@ -6,6 +6,7 @@
 #include "torch_shim.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -70,6 +71,23 @@ void count_weights(const torch::jit::Block *b, graph_weights &w)
         for (const torch::jit::Block *sub : node->blocks())
             count_weights(sub, w);
     }
+}
+
+/* The XNNPACK operators (prepacked::*_run: linears, and 2-D convolutions, which
+ * insertPrePackedOps rewrites too) in b and its sub-blocks (loops, branches). */
+int prepacked_runs(const torch::jit::Block *b)
+{
+    static const c10::Symbol linear = c10::Symbol::fromQualString("prepacked::linear_clamp_run");
+    static const c10::Symbol conv = c10::Symbol::fromQualString("prepacked::conv2d_clamp_run");
+    static const c10::Symbol convt =
+        c10::Symbol::fromQualString("prepacked::conv2d_transpose_clamp_run");
+    int n = 0;
+    for (const torch::jit::Node *node : b->nodes()) {
+        n += node->kind() == linear || node->kind() == conv || node->kind() == convt;
+        for (const torch::jit::Block *sub : node->blocks())
+            n += prepacked_runs(sub);
+    }
+    return n;
 }
 
 graph_weights weights_of(const std::shared_ptr<torch::jit::Graph> &g)
@@ -369,10 +387,10 @@ int tsh_xnnpack(struct tsh_model *m, const char *const *methods, size_t nmethods
                                         std::to_string(at::get_num_threads()) +
                                         ", its threads and OpenMP's contend for the cores)");
         std::vector<std::string> keep(methods, methods + nmethods);
-        /* torch.utils.mobile_optimizer's steps for linears, on these methods: freeze, each
-         * aten::linear with a constant weight to a prepack and a run, the prepacks run once and
-         * kept as attributes (the passes themselves: the optimizer's options differ between
-         * torch versions) */
+        /* torch.utils.mobile_optimizer's prepack steps, on these methods: freeze, each
+         * aten::linear (and 2-D convolution) with a constant weight to a prepack and a run, the
+         * prepacks run once and kept as attributes (the passes themselves: the optimizer's
+         * options differ between torch versions) */
         torch::jit::Module opt = torch::jit::freeze_module(m->mod, keep);
         torch::jit::insertPrePackedOps(opt);
         opt = torch::jit::freeze_module(opt, keep);
@@ -382,8 +400,7 @@ int tsh_xnnpack(struct tsh_model *m, const char *const *methods, size_t nmethods
             std::shared_ptr<torch::jit::Graph> g = opt.get_method(name).graph();
             torch::jit::ConstantPooling(g);
             torch::jit::EliminateDeadCode(g);
-            for (const torch::jit::Node *node : g->nodes())
-                n += node->kind() == c10::Symbol::fromQualString("prepacked::linear_clamp_run");
+            n += prepacked_runs(g->block());
         }
         m->mod = opt;
         *linears = n;

@@ -139,13 +139,16 @@ enum tsh_optimize {
  * was and can still be used. */
 int tsh_freeze(struct tsh_model *m, int level, struct tsh_freeze_info *info, char **err);
 /* Rewrites the linears of a CPU model's methods (those named, forward always) to XNNPACK's
- * prepacked ones, as torch.utils.mobile_optimizer does and nothing else of it: the module is
- * frozen (its attributes become constants), and each aten::linear whose weight is constant runs
- * on a copy of the weight that XNNPACK packed once, here. On a CPU with few rows per product it
- * is several times OpenBLAS's sgemm, which packs the whole weight on every call; answers differ
- * by float rounding in another order. Returns 0 with *linears, the linears rewritten (in the
- * methods' top-level graphs); on failure (a model on a GPU, a libtorch without XNNPACK, more than
- * one intra-op thread, a method that does not freeze) the module is left as it was. */
+ * prepacked ones, with PyTorch's own passes (those torch.utils.mobile_optimizer runs to prepack,
+ * and no other of its steps): the module is frozen (its attributes become constants), and each
+ * aten::linear whose weight is constant (and each 2-D convolution, which the same pass rewrites)
+ * runs on a copy of the weight that XNNPACK packed once, here. On a CPU with few rows per product
+ * it is several times OpenBLAS's sgemm, which packs the whole weight on every call; answers differ
+ * by float rounding in another order. An XNNPACK operator keeps the pointers of the call it runs:
+ * one module so rewritten may run on one thread at a time. Returns 0 with *linears, the
+ * operators rewritten (sub-blocks included); on failure (a model on a GPU, a libtorch without
+ * XNNPACK, more than one intra-op thread, a method that does not freeze) the module is left as
+ * it was. */
 int tsh_xnnpack(struct tsh_model *m, const char *const *methods, size_t nmethods, int *linears,
                 char **err);
 void tsh_model_free(struct tsh_model *m);

@@ -27,7 +27,8 @@ token), read by the C client llm_load (env LLM_LOAD). Reported:
   - where each stream's TTFT went, from the worker's x-ts-worker-wait_us, -prefill_us and
     -collect_us headers on its first response: waiting for its prompt's first step, the prefill
     itself, the first token's wait to leave the handler, and the rest (frontend, sockets,
-    client); and TTFT minus the stream's own prefill, against 3 steps: the target read per
+    client, and the wait in the worker's inbox for the step in progress); and TTFT minus the
+    stream's own prefill, against 3 steps: the target read per
     stream ("the prefill of its own prompt plus 3 steps");
   - the worker's mean batch (tokens / steps from its counters) and the CPU seconds of the
     frontend, the worker and the client per 1000 tokens.
@@ -46,8 +47,9 @@ worker_threads (default 1). COUNTERS=1 prints the worker's counters of each run.
 measurement that many threads: 2 gives the loop both cores too, as the worker has with its
 prefill thread. LOOP_XNNPACK=1 puts the linears of the loop, of spread and of the
 prefill-alone measurement on XNNPACK as the worker does by default (PyTorch's
-optimize_for_mobile, its prepack passes only; OMP_WAIT_POLICY=PASSIVE with LOOP_THREADS > 1):
-the same kernels on both sides. The server is
+optimize_for_mobile, its optional steps off: its prepack passes, and the clamp fusion and
+canonical optimisations it always runs; OMP_WAIT_POLICY=PASSIVE with LOOP_THREADS > 1): the
+linears on the same kernels on both sides. The server is
 started like the integration tests start it (tests/integration/conftest.py): batchSize 64,
 worker_threads 1.
 """
@@ -127,6 +129,8 @@ def run_load(srv, bodies, n):
         starts.append(start)
         ttft.append((first - start) / 1000)
         wait, pre, coll = (int(x) / 1000 for x in f[w + 1].split(","))
+        if min(wait, pre, coll) < 0:
+            raise SystemExit(f"llm_bench: no x-ts-worker-*_us headers on a reply: {line[:80]}")
         # the rest: frontend, sockets and client, both ways
         parts.append((wait, pre, coll, ttft[-1] - wait - pre - coll, ttft[-1] - pre))
         gaps += [x / 1000 for x in g]
@@ -321,7 +325,8 @@ def main():
     print("where the first token's time went (ms, p50/p99, from the worker's headers): wait "
           "(came to the handler -> its prompt's first step), prefill (-> its last prompt step's "
           "end), collect (-> its first token out of the handler), rest (TTFT minus those: "
-          "frontend, sockets, client); TTFT minus its own prefill, against 3 steps (3 x itl50)")
+          "frontend, sockets, client, and the request's wait in the worker's inbox for the step "
+          "in progress); TTFT minus its own prefill, against 3 steps (3 x itl50)")
     for n in CONC:
         s = server[n]
         cols = " ".join(f"{a:6.1f}/{b:<6.1f}" for a, b in s["parts"])
