@@ -112,7 +112,7 @@ static void seq_free(void *p)
     free(u);
 }
 
-static void set_usage(struct ts_ctx *ctx, size_t i, const char *key, long v)
+static void set_num_header(struct ts_ctx *ctx, size_t i, const char *key, long v)
 {
     char num[24];
     snprintf(num, sizeof(num), "%ld", v);
@@ -125,7 +125,7 @@ static void finish(struct ts_ctx *ctx, size_t i, struct tg_seq *u, struct buf *t
 {
     if (strcmp(reason, "stop"))
         textstop_finish(&u->ts, text);
-    set_usage(ctx, i, "x-ts-completion-tokens", u->generated);
+    set_num_header(ctx, i, "x-ts-completion-tokens", u->generated);
     ts_set_header(ctx, i, "x-ts-finish-reason", reason);
     ts_set_response(ctx, i, text->data ? (const char *)text->data : "", text->len);
 }
@@ -176,9 +176,9 @@ static int start(struct ts_ctx *ctx, size_t i, struct tg_state *s)
         return -1;
     }
     long max_new = p.max_new >= 0 ? p.max_new : s->max_new_default;
-    set_usage(ctx, i, "x-ts-prompt-tokens", (long)p.plen);
+    set_num_header(ctx, i, "x-ts-prompt-tokens", (long)p.plen);
     if (max_new == 0) {
-        set_usage(ctx, i, "x-ts-completion-tokens", 0);
+        set_num_header(ctx, i, "x-ts-completion-tokens", 0);
         ts_set_header(ctx, i, "x-ts-finish-reason", "length");
         ts_set_response(ctx, i, "", 0);
         textgen_params_free(&p);
@@ -309,9 +309,9 @@ static int take_chunk(struct ts_ctx *ctx, size_t i, int64_t took, const float *l
         ts_continue(ctx, i, 0);
         return 0;
     }
-    set_usage(ctx, i, "x-ts-worker-wait_us", (long)(u->fed_us - u->seen_us));
-    set_usage(ctx, i, "x-ts-worker-prefill_us", (long)(done_us - u->fed_us));
-    set_usage(ctx, i, "x-ts-worker-collect_us", (long)(ts_now_us() - done_us));
+    set_num_header(ctx, i, "x-ts-worker-wait_us", (long)(u->fed_us - u->seen_us));
+    set_num_header(ctx, i, "x-ts-worker-prefill_us", (long)(done_us - u->fed_us));
+    set_num_header(ctx, i, "x-ts-worker-collect_us", (long)(ts_now_us() - done_us));
     int64_t t = textgen_sample(logits, VOCAB, u->temperature, u->top_p, &u->rng);
     if (take_token(ctx, i, u, t))
         ts_continue(ctx, i, 0);

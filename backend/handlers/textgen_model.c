@@ -142,15 +142,15 @@ static int use_xnnpack(struct tg_state *s, const char *file, const char *const *
  * keeps the pointers of the call it runs, so two threads may not run one at once. NULL after
  * setting the load error (whether handler.xnnpack was set or not: the first copy is rewritten
  * already, and this is a second load of the same file, which failing means memory ran out). */
-static struct tsh_model *pf_model(struct tg_state *s, const char *file, const char *const *methods)
+static struct tsh_model *pf_model(struct tg_state *s, const char *file, const char *const *methods,
+                                  size_t n)
 {
     struct tsh_model *m = ts_builtin_load(s->ctx, file);
     if (!m)
         return NULL;
     int linears = 0;
     char *e = NULL;
-    if (!tsh_xnnpack(m, methods, 3 + (size_t)s->has_clear, &linears, &e) &&
-        linears == s->xnnpack_linears)
+    if (!tsh_xnnpack(m, methods, n, &linears, &e) && linears == s->xnnpack_linears)
         return m;
     ts_set_load_error(s->ctx, "%s: the prefill thread's copy (handler.xnnpack): %s", file,
                       e ? e : "other linears than the first copy's");
@@ -230,6 +230,7 @@ int tg_load(struct ts_ctx *ctx, void **state)
             goto fail;
         }
     s->has_clear = tsh_has_method(s->m, "clear_slot");
+    size_t nkeep = 3 + (size_t)s->has_clear; /* the methods textgen calls */
     int on_gpu = tsh_model_device(s->m) >= 0;
     if (!on_gpu && flag[3] > 0 && cores > 1) {
         ts_set_load_error(ctx,
@@ -241,7 +242,7 @@ int tg_load(struct ts_ctx *ctx, void **state)
     }
     /* unset, XNNPACK runs the linears where nothing asks for the BLAS's */
     if (!on_gpu && (flag[3] > 0 || (flag[3] < 0 && cores == 1)) &&
-        use_xnnpack(s, file, need, 3 + (size_t)s->has_clear, flag[3] > 0))
+        use_xnnpack(s, file, need, nkeep, flag[3] > 0))
         goto fail;
     if (!on_gpu && flag[3] < 0 && cores > 1)
         ts_log(ctx, LOG_LEVEL_INFO,
@@ -300,7 +301,7 @@ int tg_load(struct ts_ctx *ctx, void **state)
                "textgen: prompts are fed in the decode steps on a GPU "
                "(handler.prefill_thread%s applies on the CPU)",
                s->split_decode ? " and handler.split_decode" : "");
-    else if (flag[1] && s->xnnpack_linears >= 0 && !(s->m_pf = pf_model(s, file, need))) {
+    else if (flag[1] && s->xnnpack_linears >= 0 && !(s->m_pf = pf_model(s, file, need, nkeep))) {
         goto fail;
     } else if (flag[1] && tg_pf_start(s, err, sizeof(err))) {
         ts_set_load_error(ctx, "%s", err);
