@@ -131,7 +131,7 @@ def run_load(srv, bodies, n):
         wait, pre, coll = (int(x) / 1000 for x in f[w + 1].split(","))
         if min(wait, pre, coll) < 0:
             raise SystemExit(f"llm_bench: no x-ts-worker-*_us headers on a reply: {line[:80]}")
-        # the rest: frontend, sockets and client, both ways
+        # the rest: frontend, sockets, client, and the wait in the worker's inbox
         parts.append((wait, pre, coll, ttft[-1] - wait - pre - coll, ttft[-1] - pre))
         gaps += [x / 1000 for x in g]
         chunks += nch
