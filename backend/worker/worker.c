@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +77,18 @@ static int worker_flush(struct ts_ctx *c)
     int rc;
     if (!c->eof && (rc = ctx_state_commit(c)))
         ctx_fail_uncommitted(c, rc);
-    if (c->out.len)
+    if (c->out.len) {
         write_all(c, c->out.data, c->out.len);
+        /* a stream's frames, and the worker goes on computing (a handler mid-call, or requests
+         * that continue at the next step): the write woke the frontend onto this core, as the
+         * kernel does for a socket's reader (a "sync" wake-up: the writer is taken to sleep
+         * next), and under SCHED_BATCH (sched_batch) it would wait there for the next step's
+         * end or the 4 ms tick. Yielding lets it pass the frames on now: tiny_gpt's lone stream
+         * got its tokens in bursts every 4 ms (inter-token p50 0.0 ms, p99 4.0-4.2) before,
+         * and 0.5 / 0.7 ms after, with the same tokens/s at 32 and 64 streams (llm_bench) */
+        if (c->in_handle || c->held_head)
+            sched_yield();
+    }
     ctx_out_sent(c);
     return c->eof ? -EPIPE : 0;
 }

@@ -41,7 +41,8 @@ thread run part of each decode step when it has no prompt), PREFILL_CORES handle
 (default 1: 2 feeds a prompt that arrives while nothing decodes on two BLAS threads), XNNPACK
 handler.xnnpack (default: true where it can run; false keeps the linears on the BLAS).
 WORKERS sets minWorkers and maxWorkers
-(default 1; with more, the counters are one worker's), WORKER_THREADS config.properties'
+(default 1; with more, the counters are one worker's), SCHED_BATCH config.properties'
+sched_batch (default true), WORKER_THREADS config.properties'
 worker_threads (default 1). COUNTERS=1 prints the worker's counters of each run. LOOP_THREADS
 (default 1) gives the loop and the prefill-alone
 measurement that many threads: 2 gives the loop both cores too, as the worker has with its
@@ -275,6 +276,8 @@ def main():
                if "WORKERS" in os.environ else {})
     if "WORKER_THREADS" in os.environ:
         config["worker_threads"] = int(os.environ["WORKER_THREADS"])
+    if "SCHED_BATCH" in os.environ:
+        config["sched_batch"] = os.environ["SCHED_BATCH"]
     srv = start_server(tmp, models=["tiny_gpt"], config=config,
                        yaml={"tiny_gpt": {"batchSize": 64, "handler": handler, **workers}})
     m = mar_module("tiny_gpt")  # OpenMP on one thread; OpenBLAS on LOOP_THREADS (above)

@@ -3,7 +3,8 @@
 # concurrent streams against the same model's batched greedy loop in plain PyTorch.
 #   scripts/bench/llm_bench.sh [BUILD_DIR]      (default build; needs `make all models`)
 # See llm_bench.py for what is measured. Env: CONC, PROMPT, NEW, SPREAD_MS, REPEAT, PREFILL_CHUNK,
-# DECODE_GROUPS, PREFILL_THREAD, SPLIT_DECODE, PREFILL_CORES, XNNPACK, WORKERS, WORKER_THREADS,
+# DECODE_GROUPS, PREFILL_THREAD, SPLIT_DECODE, PREFILL_CORES, XNNPACK, WORKERS, SCHED_BATCH,
+# WORKER_THREADS,
 # LOOP_THREADS, LOOP_XNNPACK, COUNTERS.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
