@@ -112,12 +112,14 @@ static const struct handler_builtin builtins[] = {
 
 /* glibc's malloc serves a block above 128 kB (its threshold grows to the largest freed, up to
  * 32 MB) with a fresh mapping, and gives free memory at the top of a heap back to the kernel:
- * a model's tensors are such blocks, so every forward touched new pages. tiny_gpt's 128-token
- * step took 1,000-1,500 page faults and 1 ms more of its 7. The worker keeps up to
- * WORKER_MALLOC_KEEP of freed memory per heap instead and mmaps only blocks above
- * WORKER_MALLOC_MMAP, unless the environment sets glibc's malloc tunables itself. */
-#define WORKER_MALLOC_MMAP (32L << 20)
-#define WORKER_MALLOC_KEEP (64L << 20)
+ * a model's tensors are such blocks, so every forward touched new pages. tiny_gpt's requests
+ * took 500-1,500 page faults each, 1 ms of a 7 ms prompt step. The worker keeps up to
+ * WORKER_MALLOC_KEEP_MB of freed memory per heap instead and mmaps only blocks above
+ * WORKER_MALLOC_MMAP_MB, unless the environment sets glibc's malloc tunables itself. */
+#define WORKER_MALLOC_MMAP_MB 32
+#define WORKER_MALLOC_KEEP_MB 64
+#define MB_STR_(n) #n
+#define MB_STR(n) MB_STR_(n)
 
 static const char *malloc_setup(void)
 {
@@ -125,10 +127,11 @@ static const char *malloc_setup(void)
     if ((t && strstr(t, "glibc.malloc.")) || getenv("MALLOC_MMAP_THRESHOLD_") ||
         getenv("MALLOC_TRIM_THRESHOLD_"))
         return "as the environment sets it";
-    if (!mallopt(M_MMAP_THRESHOLD, (int)WORKER_MALLOC_MMAP) ||
-        !mallopt(M_TRIM_THRESHOLD, (int)WORKER_MALLOC_KEEP))
+    if (!mallopt(M_MMAP_THRESHOLD, WORKER_MALLOC_MMAP_MB << 20) ||
+        !mallopt(M_TRIM_THRESHOLD, WORKER_MALLOC_KEEP_MB << 20))
         return "glibc's defaults (mallopt refused)";
-    return "keeps 64 MB of freed memory per heap, mmaps above 32 MB";
+    return "keeps " MB_STR(WORKER_MALLOC_KEEP_MB) " MB of freed memory per heap, mmaps "
+                                                  "above " MB_STR(WORKER_MALLOC_MMAP_MB) " MB";
 }
 
 int main(int argc, char **argv)
